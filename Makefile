@@ -1,0 +1,55 @@
+# django-workerflow developer commands.
+#
+#   make demo    run the example shop demo (creates .venv on first use)
+#   make test    ruff lint + format check, migrations check, pytest
+#
+# Override on the command line, e.g.
+#   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO='django>=6,<7' PYTEST_ARGS='-x -k foo'
+
+PYTHON ?= python3
+VENV ?= .venv
+DJANGO ?= django>=5.2,<6
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+
+.DEFAULT_GOAL := help
+.PHONY: help install test lint format demo bench clean
+
+help:
+	@echo "Targets: install test lint format demo bench clean"
+	@echo "Variables: PYTHON=$(PYTHON) VENV=$(VENV) DJANGO='$(DJANGO)' PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+# Stamp file: (re)install whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]' '$(DJANGO)'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+demo: install
+	$(BIN)/python -m testproject.demo
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf .venv .venv-* db.sqlite3 db.sqlite3-* artifacts/ build/ dist/ *.egg-info
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	rm -rf .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Example project used for the test suite, the demo and the benchmarks."""

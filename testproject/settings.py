@@ -1,0 +1,142 @@
+"""Settings for the django-workerflow test project.
+
+Environment variables:
+
+- ``WORKERFLOW_DEBUG``: ``1`` (default) or ``0``.
+- ``WORKERFLOW_DB``: ``sqlite`` (default) or ``postgres``.
+- ``WORKERFLOW_SQLITE_PATH``: SQLite database file (default ``<repo>/db.sqlite3``).
+- ``WORKERFLOW_SQLITE_TEST_PATH``: SQLite file for the test database; unset means an
+  in-memory database (set it for tests that run real qcluster processes).
+- ``WORKERFLOW_PG_NAME``: PostgreSQL database name (default ``workerflow``).
+
+The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each with a
+default, so none are needed here.
+"""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = "django-insecure-workerflow-testproject-dev-key-not-for-production"
+
+DEBUG = os.environ.get("WORKERFLOW_DEBUG", "1").lower() in {"1", "true", "yes", "on"}
+
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_q",
+    "django_workerflow",
+    "testproject.shop",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "testproject.wsgi.application"
+
+# --- Database --------------------------------------------------------------------------
+
+WORKERFLOW_DB = os.environ.get("WORKERFLOW_DB", "sqlite").strip().lower()
+
+if WORKERFLOW_DB == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("WORKERFLOW_SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+            "OPTIONS": {
+                # Take the write lock at BEGIN so concurrent writers (web + qcluster
+                # workers) wait on `timeout` instead of failing with "database is locked".
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            # None -> pytest-django / Django use an in-memory test database.
+            "TEST": {"NAME": os.environ.get("WORKERFLOW_SQLITE_TEST_PATH") or None},
+        }
+    }
+elif WORKERFLOW_DB == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("WORKERFLOW_PG_NAME", "workerflow"),
+            "USER": "postgres",
+            "HOST": "127.0.0.1",
+            "PORT": 5432,
+        }
+    }
+else:
+    raise ValueError(f"WORKERFLOW_DB must be 'sqlite' or 'postgres', not {WORKERFLOW_DB!r}")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Internationalization --------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files ----------------------------------------------------------------------
+
+STATIC_URL = "static/"
+
+# --- django-q2 -------------------------------------------------------------------------
+
+Q_CLUSTER = {
+    "name": "workerflow",
+    "orm": "default",
+    "workers": 2,
+    "timeout": 60,
+    "retry": 90,
+    "max_attempts": 3,
+    "poll": 0.05,
+    "catch_up": False,
+    "ack_failures": True,
+}
+
+# --- Logging ---------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "simple": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "simple"},
+    },
+    "loggers": {
+        "django_workerflow": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}

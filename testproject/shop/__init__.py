@@ -1,0 +1,1 @@
+"""Example shop app that uses django-workerflow."""

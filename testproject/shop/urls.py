@@ -1,0 +1,2 @@
+# Placeholder: the shop app's views and routes are added later.
+urlpatterns = []
