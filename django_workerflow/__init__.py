@@ -1,0 +1,92 @@
+"""Durable workflows for Django: replayed definitions, steps recorded in your database."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .definition import WorkflowDefinition
+from .exceptions import (
+    DuplicateStepIdError,
+    MaxAttemptsExceededError,
+    NondeterminismError,
+    NonRetryableStepError,
+    WaitStepTimedOutError,
+    WorkerflowError,
+    WorkflowDefinitionError,
+    WorkflowInputError,
+    WorkflowNotRegisteredError,
+    WorkflowStateError,
+    WorkflowVersionConflictError,
+)
+from .execution import SettledResult
+
+if TYPE_CHECKING:
+    from .models import InboundEvent, WorkflowInstance
+
+__all__ = [
+    "DuplicateStepIdError",
+    "MaxAttemptsExceededError",
+    "NonRetryableStepError",
+    "NondeterminismError",
+    "SettledResult",
+    "WaitStepTimedOutError",
+    "WorkerflowError",
+    "WorkflowDefinition",
+    "WorkflowDefinitionError",
+    "WorkflowInputError",
+    "WorkflowNotRegisteredError",
+    "WorkflowStateError",
+    "WorkflowVersionConflictError",
+    "cancel",
+    "pause",
+    "resume",
+    "send_event",
+    "start",
+]
+
+
+# The runtime imports models, which Django cannot import before the app registry is
+# ready, so these functions import it when called.
+
+
+def start(
+    definition: str | type[WorkflowDefinition],
+    *,
+    key: str | None = None,
+    input: Any = None,
+    version: str | None = None,
+) -> WorkflowInstance:
+    """Start a workflow (idempotent on ``key``) and return its instance."""
+    from . import runtime
+
+    return runtime.start(definition, key=key, input=input, version=version)
+
+
+def send_event(
+    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+) -> InboundEvent | None:
+    """Send an event to an instance (by key or object); None if it has finished."""
+    from . import runtime
+
+    return runtime.send_event(instance, event_name, payload)
+
+
+def pause(instance: WorkflowInstance | str) -> bool:
+    """Pause a running instance at its next step boundary."""
+    from . import runtime
+
+    return runtime.pause(instance)
+
+
+def resume(instance: WorkflowInstance | str) -> None:
+    """Resume a paused instance."""
+    from . import runtime
+
+    runtime.resume(instance)
+
+
+def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
+    """Cancel an unfinished instance."""
+    from . import runtime
+
+    return runtime.cancel(instance, reason=reason)

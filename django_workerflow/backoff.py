@@ -1,0 +1,26 @@
+"""Retry delays of run steps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from .jsonvalue import to_timedelta
+
+Backoff = Callable[[int], float | int | timedelta]
+
+_DEFAULT_SCHEDULE = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+_DEFAULT_CAP = 10.0
+
+
+def default_backoff(attempt: int) -> float:
+    """Seconds to wait after failed attempt ``attempt``: 0.25, 0.5, 1, 2, 4, 8, then 10."""
+    if 1 <= attempt <= len(_DEFAULT_SCHEDULE):
+        return _DEFAULT_SCHEDULE[attempt - 1]
+    return _DEFAULT_CAP
+
+
+def retry_delay(attempt: int, backoff: Backoff | None) -> timedelta:
+    """The delay before the attempt after ``attempt``, validated like any user duration."""
+    delay = (backoff or default_backoff)(attempt)
+    return to_timedelta(delay, what=f"The backoff delay after attempt {attempt}")

@@ -1,0 +1,15 @@
+"""Control flow that travels through user code without being caught by ``except Exception``."""
+
+from __future__ import annotations
+
+
+class Suspension(BaseException):
+    """The current execution cannot go further in this tick (a sleep, wait or retry is pending)."""
+
+
+class ExecutionStopped(Suspension):
+    """The tick must stop now: the instance left 'running' or the worker lost its lease."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,157 @@
+"""The base class users subclass to define a workflow, and its step helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
+
+from . import jsonvalue, registry
+from .backoff import Backoff
+from .clock import now as clock_now
+from .exceptions import WorkflowInputError, WorkflowStateError
+from .execution import Execution, SettledResult
+
+
+class WorkflowDefinition:
+    """A workflow: subclass it, set ``name`` (and ``version``), and write ``execute()``.
+
+    ``execute()`` is replayed from the top after every suspension. Steps it has already
+    completed return their recorded outcome instead of running again, so everything that
+    has side effects or reads the outside world (the clock included) belongs in a step.
+    Subclasses register themselves when they are created; set ``abstract = True`` on a base
+    class that only shares code.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    abstract: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("abstract", False):
+            return
+        cls.abstract = False
+        problems = []
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name.strip():
+            problems.append("set `name` to a non-empty string (the name start() is called with)")
+        elif len(name) > 200:
+            problems.append("shorten `name` to at most 200 characters")
+        if not isinstance(cls.version, str) or not cls.version.strip():
+            problems.append("set `version` to a non-empty string such as '1' or '2026-03-19'")
+        elif len(cls.version) > 100:
+            problems.append("shorten `version` to at most 100 characters")
+        if cls.execute is WorkflowDefinition.execute:
+            problems.append("implement `execute(self)`")
+        if problems:
+            raise ImproperlyConfigured(
+                f"Workflow definition {cls.__module__}.{cls.__qualname__} is incomplete: "
+                + "; ".join(problems)
+                + ". Mark a base class that only shares code with `abstract = True`."
+            )
+        registry.register(cls)
+
+    def __init__(self, *, key: str, input: Any, execution: Execution | None = None) -> None:
+        self.key = key
+        self.input = input
+        self._execution = execution
+
+    def execute(self) -> Any:
+        """The workflow's body; its return value (JSON) becomes the instance's result."""
+        raise NotImplementedError
+
+    # Step helpers ----------------------------------------------------------------------
+
+    def run(
+        self,
+        step_id: str,
+        fn: Callable[[], Any],
+        *,
+        max_attempts: int = 3,
+        backoff: Backoff | None = None,
+        atomic: bool = False,
+    ) -> Any:
+        """Run ``fn`` once durably and return its (JSON round-tripped) result.
+
+        A failing ``fn`` is retried up to ``max_attempts`` attempts in all, waiting
+        ``backoff(attempt)`` between attempts (default 0.25 s doubling up to 10 s). Raise
+        :class:`NonRetryableStepError` to fail at once. Steps are at-least-once: a crash
+        after ``fn`` ran but before its result committed runs it again. With
+        ``atomic=True``, ``fn`` runs inside the transaction that records its result, so its
+        database writes happen exactly once.
+        """
+        return self._current().run(
+            step_id, fn, max_attempts=max_attempts, backoff=backoff, atomic=atomic
+        )
+
+    def sleep(self, step_id: str, duration: float | timedelta) -> None:
+        """Suspend for ``duration`` (seconds or a timedelta), measured from the first reach."""
+        execution = self._current()
+        step = execution.store.get(step_id) if isinstance(step_id, str) else None
+        if step is None:
+            delta = jsonvalue.to_timedelta(duration, what=f"The duration of sleep step '{step_id}'")
+            when = clock_now() + delta
+        else:
+            when = step.wake_at or clock_now()
+        execution.sleep_until(step_id, when)
+
+    def sleep_until(self, step_id: str, when: datetime) -> None:
+        """Suspend until ``when`` (a timezone-aware datetime)."""
+        self._current().sleep_until(step_id, when)
+
+    def wait(
+        self,
+        step_id: str,
+        event_name: str,
+        *,
+        timeout: float | timedelta | None = None,
+        timeout_at: datetime | None = None,
+    ) -> Any:
+        """Suspend until an event named ``event_name`` arrives and return its payload.
+
+        Raises :class:`WaitStepTimedOutError` once ``timeout`` (from the first reach) or
+        ``timeout_at`` passes first.
+        """
+        execution = self._current()
+        if timeout is not None and timeout_at is not None:
+            raise WorkflowInputError(
+                f"Wait step '{step_id}' got both timeout and timeout_at; pass only one."
+            )
+        if timeout is not None:
+            if isinstance(step_id, str) and execution.store.get(step_id) is not None:
+                timeout_at = execution.store.get(step_id).timeout_at  # type: ignore[union-attr]
+            else:
+                delta = jsonvalue.to_timedelta(
+                    timeout, what=f"The timeout of wait step '{step_id}'"
+                )
+                timeout_at = clock_now() + delta
+        elif timeout_at is not None:
+            jsonvalue.check_aware(timeout_at, what=f"The timeout_at of wait step '{step_id}'")
+        return execution.wait(step_id, event_name, timeout_at)
+
+    def all(self, *branches: Callable[[], Any]) -> list[Any]:
+        """Run every branch as far as it can go; return their results in order.
+
+        Raises the first branch failure; suspends while any branch still waits.
+        """
+        return self._current().all(branches)
+
+    def all_settled(self, *branches: Callable[[], Any]) -> list[SettledResult]:
+        """Like :meth:`all`, but return each branch's outcome (``ok``, ``value``, ``error``)
+        once every branch has settled."""
+        return self._current().all_settled(branches)
+
+    def now(self) -> datetime:
+        """The engine's clock. It is not recorded: capture times you branch on in a step."""
+        return clock_now()
+
+    def _current(self) -> Execution:
+        if self._execution is None:
+            raise WorkflowStateError(
+                "Step helpers only work while the engine executes this definition; start "
+                "the workflow with django_workerflow.start() instead of calling execute()."
+            )
+        return self._execution

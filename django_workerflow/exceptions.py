@@ -1,0 +1,64 @@
+"""Every error the engine raises, under one base class.
+
+This module is a leaf: it imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+
+class WorkerflowError(Exception):
+    """Base class of every error raised by django-workerflow."""
+
+
+class WorkflowInputError(WorkerflowError, ValueError):
+    """An input, payload, step id, event name or duration is not acceptable."""
+
+
+class WorkflowStateError(WorkerflowError):
+    """The operation is not allowed in the instance's current status."""
+
+
+class WorkflowNotRegisteredError(WorkerflowError, LookupError):
+    """No definition is registered under the requested name (and version)."""
+
+
+class WorkflowVersionConflictError(WorkerflowError):
+    """A start() asked for a version other than the one the instance is pinned to."""
+
+
+class NonRetryableStepError(WorkerflowError):
+    """Raise from a step callback to fail the step at once, without further attempts.
+
+    A run step that failed this way raises it again on every replay, with the recorded
+    message, so code that catches it takes the same path every time.
+    """
+
+
+class MaxAttemptsExceededError(WorkerflowError):
+    """A run step failed on each of its configured attempts."""
+
+
+class WaitStepTimedOutError(WorkerflowError):
+    """A wait step's deadline passed before a matching event arrived."""
+
+
+class WorkflowDefinitionError(WorkerflowError):
+    """The definition's code is broken in a way no retry can fix.
+
+    It fails the workflow even when user code catches it.
+    """
+
+
+class DuplicateStepIdError(WorkflowDefinitionError):
+    """One step id was reached twice in a single execution."""
+
+
+class NondeterminismError(WorkflowDefinitionError):
+    """A replay reached a recorded step id as a different kind of step."""
+
+
+class StepStateError(WorkerflowError):
+    """The step store refused a transition that the step's recorded state does not allow.
+
+    Raised by the internal step store; seeing it from a workflow means a bug in the engine.
+    """

@@ -1,0 +1,381 @@
+"""One replay of a definition's ``execute()``: what each step helper does when it is reached.
+
+A recorded step returns (or raises) its recorded outcome without running again; a step
+reached for the first time is created, and run steps execute their callback right away, so
+a tick that replays once keeps going step after step until something suspends it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from . import jsonvalue
+from .backoff import Backoff
+from .clock import now as clock_now
+from .control import ExecutionStopped, Suspension
+from .exceptions import (
+    DuplicateStepIdError,
+    MaxAttemptsExceededError,
+    NondeterminismError,
+    NonRetryableStepError,
+    WaitStepTimedOutError,
+    WorkflowDefinitionError,
+    WorkflowInputError,
+)
+from .states import StepState, StepType
+
+if TYPE_CHECKING:
+    from .store import StepRecord, StepStore
+
+INTERRUPTED_ERROR_NAME = "StepInterruptedError"
+INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
+
+# Failures that replay identically, so retrying the step that saw them cannot help.
+_REPLAYED_FAILURES: dict[str, type[Exception]] = {
+    cls.__name__: cls
+    for cls in (NonRetryableStepError, MaxAttemptsExceededError, WaitStepTimedOutError)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SettledResult:
+    """The outcome of one branch of :meth:`WorkflowDefinition.all_settled`."""
+
+    ok: bool
+    value: Any = None
+    error: BaseException | None = None
+
+
+class _UnserializableResult(Exception):
+    """Leaves an atomic run step's transaction so that its side effects roll back."""
+
+
+def error_message(exc: BaseException) -> str:
+    """``"<ClassName>: <message>"``, or the class name alone when the message is empty."""
+    text = str(exc)
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def _strip_name(message: str, name: str) -> str:
+    prefix = f"{name}: "
+    if message.startswith(prefix):
+        return message[len(prefix) :]
+    return "" if message == name else message
+
+
+class Execution:
+    """The state of one replay pass; the definition's step helpers delegate here."""
+
+    def __init__(self, *, instance_key: str, store: StepStore, deadline: float) -> None:
+        self.instance_key = instance_key
+        self.store = store
+        self.deadline = deadline
+        self.seen_step_ids: set[str] = set()
+        self.parents: list[str] = []
+        self.due_times: list[datetime | None] = []
+        self.suspended = False
+        self.stop_reason: str | None = None
+        self.yielded = False
+        self.fatal: WorkflowDefinitionError | None = None
+        self.atomic_step: str | None = None
+
+    # Outcome of the pass ---------------------------------------------------------------
+
+    def next_due(self) -> datetime | None:
+        """The earliest time at which a suspended step can make progress (None: an event)."""
+        due = [when for when in self.due_times if when is not None]
+        return min(due) if due else None
+
+    # run ------------------------------------------------------------------------------
+
+    def run(
+        self,
+        step_id: str,
+        fn: Callable[[], Any],
+        *,
+        max_attempts: int = 3,
+        backoff: Backoff | None = None,
+        atomic: bool = False,
+    ) -> Any:
+        self._reach(step_id)
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise WorkflowInputError(
+                f"max_attempts of run step '{step_id}' must be a whole number >= 1, "
+                f"not {max_attempts!r}."
+            )
+        if not callable(fn):
+            raise WorkflowInputError(f"Run step '{step_id}' needs a callable, not {fn!r}.")
+        store = self.store
+        record = store.get(step_id)
+        if record is None:
+            self._boundary()
+            record = self._write(
+                store.create_started_run_step,
+                step_id,
+                parent_step_id=self._parent(),
+                max_attempts=max_attempts,
+            )
+            return self._attempt(record, fn, backoff, atomic)
+        self._check_kind(record, StepType.RUN)
+        if record.state == StepState.SUCCEEDED:
+            return record.result
+        if record.state == StepState.FAILED:
+            raise self._recorded_failure(record)
+        if record.state == StepState.RUNNING:
+            if store.has_running_or_waiting_child_steps(step_id):
+                # Suspended by a child step in an earlier pass: the same attempt goes on.
+                return self._attempt(record, fn, backoff, atomic)
+            record = self._write(
+                store.mark_attempt_failed,
+                step_id,
+                record.attempt_count,
+                error_name=INTERRUPTED_ERROR_NAME,
+                error_message=INTERRUPTED_MESSAGE,
+                backoff=backoff,
+            )
+            if record.state == StepState.FAILED:
+                raise self._recorded_failure(record)
+        # pending: a first attempt not yet started, or a retry
+        if record.next_attempt_at is not None and record.next_attempt_at > clock_now():
+            self._suspend(record.next_attempt_at)
+        self._boundary()
+        record = self._write(store.mark_attempt_started, step_id, record.attempt_count + 1)
+        return self._attempt(record, fn, backoff, atomic)
+
+    def _attempt(
+        self, record: StepRecord, fn: Callable[[], Any], backoff: Backoff | None, atomic: bool
+    ) -> Any:
+        step_id, attempt = record.step_id, record.attempt_count
+        self.parents.append(step_id)
+        try:
+            if atomic:
+                self.atomic_step = step_id
+                with transaction.atomic(using=self.store.using):
+                    value = fn()
+                    self.atomic_step = None
+                    result_json = self._serialize_result(step_id, value)
+                    record = self._write(
+                        self.store.mark_attempt_succeeded, step_id, attempt, result_json
+                    )
+                return record.result
+            value = fn()
+        except _UnserializableResult as exc:
+            failure: Exception = exc.__cause__  # type: ignore[assignment]  # set by raise from
+            self._record_failure(record, failure, backoff, non_retryable=True)
+        except Exception as exc:
+            if self.fatal is not None:
+                raise self.fatal from exc
+            self._record_failure(
+                record,
+                exc,
+                backoff,
+                non_retryable=isinstance(exc, tuple(_REPLAYED_FAILURES.values())),
+            )
+        finally:
+            self.parents.pop()
+            self.atomic_step = None
+        try:
+            result_json = self._serialize_result(step_id, value)
+        except _UnserializableResult as exc:
+            self._record_failure(record, exc.__cause__, backoff, non_retryable=True)  # type: ignore[arg-type]
+        return self._write(self.store.mark_attempt_succeeded, step_id, attempt, result_json).result
+
+    def _serialize_result(self, step_id: str, value: Any) -> str:
+        try:
+            return jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
+        except WorkflowInputError as exc:
+            cause = NonRetryableStepError(
+                f"Run step '{step_id}' returned a value that cannot be durably serialized as "
+                f"JSON: {exc.__cause__ or exc}"
+            )
+            raise _UnserializableResult() from cause
+
+    def _record_failure(
+        self,
+        record: StepRecord,
+        exc: BaseException,
+        backoff: Backoff | None,
+        *,
+        non_retryable: bool,
+    ) -> None:
+        """Record a failed attempt, then raise its outcome: a retry suspends, a final failure
+        raises what every replay will raise."""
+        record = self._write(
+            self.store.mark_attempt_failed,
+            record.step_id,
+            record.attempt_count,
+            error_name=type(exc).__name__,
+            error_message=error_message(exc),
+            non_retryable=non_retryable,
+            backoff=backoff,
+        )
+        if record.state == StepState.FAILED:
+            raise self._recorded_failure(record) from exc
+        self._suspend(record.next_attempt_at)
+
+    def _recorded_failure(self, record: StepRecord) -> Exception:
+        """The exception a failed run step raises, the same on the first run and on replay."""
+        replayed = _REPLAYED_FAILURES.get(record.error_name)
+        if replayed is not None:
+            exc = replayed(_strip_name(record.error_message, record.error_name))
+        elif record.attempt_count >= (record.max_attempts or 1):
+            exc = MaxAttemptsExceededError(
+                f"Run step '{record.step_id}' exhausted its configured attempts."
+            )
+        else:
+            exc = NonRetryableStepError(_strip_name(record.error_message, record.error_name))
+        exc.step_id = record.step_id  # type: ignore[attr-defined]
+        return exc
+
+    # sleep ----------------------------------------------------------------------------
+
+    def sleep_until(self, step_id: str, when: datetime) -> None:
+        self._reach(step_id)
+        jsonvalue.check_aware(when, what=f"The wake time of sleep step '{step_id}'")
+        record = self.store.get(step_id)
+        if record is None:
+            record = self._write(
+                self.store.get_or_create_step,
+                step_id,
+                StepType.SLEEP,
+                parent_step_id=self._parent(),
+                wake_at=when,
+                require_running=self.store.lease_token is not None,
+            )
+        self._check_kind(record, StepType.SLEEP)
+        if record.state == StepState.ELAPSED:
+            return
+        if record.wake_at is not None and record.wake_at > clock_now():
+            self._suspend(record.wake_at)
+        self._write(self.store.mark_sleep_elapsed, step_id)
+
+    # wait -----------------------------------------------------------------------------
+
+    def wait(self, step_id: str, event_name: str, timeout_at: datetime | None) -> Any:
+        self._reach(step_id)
+        jsonvalue.check_identifier(event_name, what=f"The event name of wait step '{step_id}'")
+        record = self.store.get(step_id)
+        if record is not None:
+            self._check_kind(record, StepType.WAIT)
+        if record is None or record.state == StepState.WAITING:
+            record = self._write(
+                self.store.get_or_create_step,
+                step_id,
+                StepType.WAIT,
+                parent_step_id=self._parent(),
+                event_name=event_name,
+                timeout_at=timeout_at,
+                require_running=self.store.lease_token is not None,
+            )
+        if record.state == StepState.SATISFIED:
+            return record.payload
+        if record.state == StepState.WAITING:
+            if record.timeout_at is None or record.timeout_at > clock_now():
+                self._suspend(record.timeout_at)
+            record = self._write(self.store.mark_wait_timed_out, step_id)
+        exc = WaitStepTimedOutError(
+            f"Wait step '{step_id}' timed out at {record.timeout_at.isoformat()} before event "
+            f"'{record.event_name}' arrived."
+            if record.timeout_at
+            else f"Wait step '{step_id}' timed out."
+        )
+        exc.step_id = step_id  # type: ignore[attr-defined]
+        raise exc
+
+    # all / all_settled -----------------------------------------------------------------
+
+    def all(self, branches: tuple[Callable[[], Any], ...]) -> list[Any]:
+        outcomes = self._run_branches(branches)
+        for outcome in outcomes:
+            if outcome is not None and not outcome.ok and outcome.error is not None:
+                raise outcome.error
+        if any(outcome is None for outcome in outcomes):
+            raise Suspension()
+        return [outcome.value for outcome in outcomes]  # type: ignore[union-attr]
+
+    def all_settled(self, branches: tuple[Callable[[], Any], ...]) -> list[SettledResult]:
+        outcomes = self._run_branches(branches)
+        if any(outcome is None for outcome in outcomes):
+            raise Suspension()
+        return outcomes  # type: ignore[return-value]
+
+    def _run_branches(self, branches: tuple[Callable[[], Any], ...]) -> list[SettledResult | None]:
+        """Let every branch progress as far as it can; None marks a suspended branch."""
+        for branch in branches:
+            if not callable(branch):
+                raise WorkflowInputError(
+                    f"Each branch must be a zero-argument callable, not {branch!r}."
+                )
+        outcomes: list[SettledResult | None] = []
+        for branch in branches:
+            try:
+                outcomes.append(SettledResult(ok=True, value=branch()))
+            except ExecutionStopped:
+                raise
+            except Suspension:
+                outcomes.append(None)
+            except Exception as exc:
+                if self.fatal is not None:
+                    raise self.fatal from exc
+                outcomes.append(SettledResult(ok=False, error=exc))
+        return outcomes
+
+    # Shared checks ---------------------------------------------------------------------
+
+    def _reach(self, step_id: str) -> None:
+        if self.fatal is not None:
+            raise self.fatal
+        jsonvalue.check_identifier(step_id, what="A step id")
+        if self.atomic_step is not None:
+            self.fatal = WorkflowDefinitionError(
+                f"Step '{step_id}' is called inside the atomic run step '{self.atomic_step}'. "
+                "An atomic step runs in one database transaction and cannot contain other "
+                "steps; make the outer step non-atomic or move the inner step out of it."
+            )
+            raise self.fatal
+        if step_id in self.seen_step_ids:
+            self.fatal = DuplicateStepIdError(
+                f"Step id '{step_id}' was already used earlier in this workflow execution. "
+                "Steps must be uniquely identified within a single workflow execution."
+            )
+            raise self.fatal
+        self.seen_step_ids.add(step_id)
+
+    def _check_kind(self, record: StepRecord, kind: str) -> None:
+        if record.type != kind:
+            self.fatal = NondeterminismError(
+                f"Instance '{self.instance_key}' reached step '{record.step_id}' as a {kind}, "
+                f"but its history recorded a {record.type} there. A workflow must call the "
+                "same steps in the same order on every replay; register a new version to "
+                "change its shape."
+            )
+            raise self.fatal
+
+    def _parent(self) -> str | None:
+        return self.parents[-1] if self.parents else None
+
+    def _boundary(self) -> None:
+        """Before a new attempt starts: yield the worker once the tick's budget is spent."""
+        if time.monotonic() >= self.deadline:
+            self.yielded = True
+            self._suspend(clock_now())
+
+    def _suspend(self, due: datetime | None) -> None:
+        self.suspended = True
+        self.due_times.append(due)
+        raise Suspension()
+
+    def _write(self, method: Callable[..., StepRecord], *args: Any, **kwargs: Any) -> StepRecord:
+        try:
+            return method(*args, **kwargs)
+        except ExecutionStopped as stopped:
+            self.suspended = True
+            self.stop_reason = stopped.reason
+            raise

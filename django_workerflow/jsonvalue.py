@@ -1,0 +1,87 @@
+"""The one JSON encoding the engine stores, and the checks on what users hand it.
+
+Values are stored as JSON text, not ``jsonb``, so that what a replay reads back is exactly
+what the first run returned: key order and number spelling included.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from .conf import settings
+from .exceptions import WorkflowInputError
+
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_decode = json.JSONDecoder().decode
+
+MAX_IDENTIFIER_LENGTH = 200
+
+
+def dumps(value: Any, *, what: str) -> str:
+    """Encode ``value`` as stored JSON text, or raise WorkflowInputError naming ``what``."""
+    try:
+        text = _encoder.encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise WorkflowInputError(f"{what} is not JSON-serializable: {exc}") from exc
+    limit = settings.MAX_JSON_BYTES
+    if len(text) > limit // 4 and len(text.encode()) > limit:
+        raise WorkflowInputError(
+            f"{what} is {len(text.encode())} bytes of JSON, more than the limit of {limit} "
+            "bytes (setting WORKERFLOW_MAX_JSON_BYTES)."
+        )
+    return text
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else _decode(text)
+
+
+def check_identifier(value: Any, *, what: str) -> str:
+    """Return ``value`` if it is a usable step id or event name, else raise."""
+    if not isinstance(value, str):
+        raise WorkflowInputError(f"{what} must be a string, not {type(value).__name__}.")
+    if not value or not value.strip():
+        raise WorkflowInputError(f"{what} must not be empty.")
+    if len(value) > MAX_IDENTIFIER_LENGTH:
+        raise WorkflowInputError(
+            f"{what} {value[:40]!r}... is {len(value)} characters long; "
+            f"the limit is {MAX_IDENTIFIER_LENGTH}."
+        )
+    return value
+
+
+def to_timedelta(value: Any, *, what: str) -> timedelta:
+    """Accept seconds (int/float) or a timedelta that is finite, >= 0 and not absurd."""
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise WorkflowInputError(
+            f"{what} must be a number of seconds or a timedelta, not {type(value).__name__}."
+        )
+    if isinstance(value, int | float):
+        if math.isnan(value) or math.isinf(value):
+            raise WorkflowInputError(f"{what} must be a finite number of seconds, not {value}.")
+        seconds = float(value)
+    else:
+        seconds = value.total_seconds()
+    if seconds < 0:
+        raise WorkflowInputError(f"{what} must not be negative (got {seconds} seconds).")
+    max_days = settings.MAX_DURATION_DAYS
+    if seconds > max_days * 86400:
+        raise WorkflowInputError(
+            f"{what} of {seconds} seconds is longer than the limit of {max_days} days "
+            "(setting WORKERFLOW_MAX_DURATION_DAYS)."
+        )
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+
+
+def check_aware(value: Any, *, what: str) -> datetime:
+    if not isinstance(value, datetime):
+        raise WorkflowInputError(f"{what} must be a datetime, not {type(value).__name__}.")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise WorkflowInputError(
+            f"{what} must be timezone-aware; got the naive datetime {value.isoformat()}. "
+            "Use django.utils.timezone.now() or attach a tzinfo."
+        )
+    return value

@@ -1,0 +1,546 @@
+"""Start, tick, send_event, pause, resume, cancel: the only writer of instance state.
+
+Every operation locks the instance row with ``select_for_update`` in a short transaction, so
+concurrent workers, events and operators serialise on it. A tick takes a lease on the
+instance, replays ``execute()`` once and keeps executing; each step outcome commits in its
+own transaction (see :mod:`django_workerflow.store`), and the tick's last transaction sets
+the instance's single alarm and releases the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from . import alarms, jsonvalue, registry
+from .clock import now as clock_now
+from .conf import settings
+from .control import ExecutionStopped, Suspension
+from .definition import WorkflowDefinition
+from .exceptions import (
+    WorkflowInputError,
+    WorkflowStateError,
+    WorkflowVersionConflictError,
+)
+from .execution import Execution, error_message
+from .models import (
+    ACTIVE_STATUSES,
+    InboundEvent,
+    Step,
+    StepState,
+    StepType,
+    WorkflowEvent,
+    WorkflowEventType,
+    WorkflowInstance,
+    WorkflowStatus,
+)
+from .signals import workflow_status_changed
+from .store import StepStore, satisfy_wait
+
+logger = logging.getLogger(__name__)
+
+# How long an instance whose definition is not registered waits before it is looked at again.
+UNREGISTERED_RETRY = timedelta(minutes=1)
+# A pass that suspends with work already due replays at once; this many passes in one tick
+# means something keeps waking it, so the worker yields to others.
+MAX_REPLAYS_PER_TICK = 100
+
+
+# Start --------------------------------------------------------------------------------
+
+
+def start(
+    definition: str | type[WorkflowDefinition],
+    *,
+    key: str | None = None,
+    input: Any = None,
+    version: str | None = None,
+) -> WorkflowInstance:
+    """Create an instance of ``definition`` under ``key``, or return the existing one.
+
+    Idempotent on ``key``: the first call pins the input and the definition version. A
+    different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
+    """
+    if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
+        name = definition.name
+        version = definition.version if version is None else version
+    elif isinstance(definition, str):
+        name = definition
+    else:
+        raise WorkflowInputError(
+            f"start() takes a definition name or class, not {type(definition).__name__}."
+        )
+    definition_class = registry.get(name, version)
+    key = str(uuid.uuid4()) if key is None else key
+    jsonvalue.check_identifier(key, what="An instance key")
+    if len(key) > 255:
+        raise WorkflowInputError(f"An instance key is at most 255 characters, not {len(key)}.")
+    input_json = jsonvalue.dumps(input, what="The workflow input")
+
+    existing = WorkflowInstance.objects.filter(key=key).first()
+    if existing is None:
+        now = clock_now()
+        try:
+            with transaction.atomic():
+                instance = WorkflowInstance.objects.create(
+                    key=key,
+                    definition_name=name,
+                    definition_version=definition_class.version,
+                    input=jsonvalue.loads(input_json),
+                    status=WorkflowStatus.PENDING,
+                    alarm_at=now,
+                    created_at=now,
+                    updated_at=now,
+                )
+                _record(instance, WorkflowEventType.CREATED, now)
+                alarms.arm(instance.pk, now)
+                _announce(instance, WorkflowStatus.PENDING, None)
+        except IntegrityError:
+            existing = WorkflowInstance.objects.filter(key=key).first()
+            if existing is None:
+                raise
+        else:
+            logger.info(
+                "workflow created key=%s definition=%s version=%s",
+                key,
+                name,
+                instance.definition_version,
+            )
+            return instance
+    return _existing_start(existing, name, version)
+
+
+def _existing_start(instance: WorkflowInstance, name: str, version: str | None) -> WorkflowInstance:
+    if instance.definition_name != name:
+        raise WorkflowInputError(
+            f"Instance key '{instance.key}' already belongs to a '{instance.definition_name}' "
+            f"workflow, not '{name}'. Use another key."
+        )
+    if version is not None and version != instance.definition_version and not instance.is_terminal:
+        raise WorkflowVersionConflictError(
+            f"Workflow definition version is already pinned to '{instance.definition_version}' "
+            f"and cannot be changed to '{version}'."
+        )
+    return instance
+
+
+# Events -------------------------------------------------------------------------------
+
+
+def send_event(
+    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+) -> InboundEvent | None:
+    """Deliver an event: it satisfies the earliest waiting step of that name, or is queued.
+
+    A paused instance only queues it; a finished one ignores it and None is returned.
+    """
+    jsonvalue.check_identifier(event_name, what="An event name")
+    payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
+    pk = _pk(instance)
+    with transaction.atomic():
+        locked = _lock(pk)
+        if locked.is_terminal:
+            return None
+        now = clock_now()
+        event = InboundEvent.objects.create(
+            instance=locked,
+            event_name=event_name,
+            payload=jsonvalue.loads(payload_json),
+            created_at=now,
+        )
+        if locked.status in ACTIVE_STATUSES:
+            step_pk = (
+                Step.objects.filter(
+                    instance_id=pk,
+                    type=StepType.WAIT,
+                    state=StepState.WAITING,
+                    event_name=event_name,
+                )
+                .exclude(timeout_at__lt=now)
+                .order_by("created_at", "id")
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if step_pk is not None:
+                from django.db import connection
+
+                with connection.cursor() as cursor:
+                    satisfy_wait(cursor, "default", step_pk, pk, event.pk, payload_json, now)
+                event.claimed_by_id = step_pk
+                event.claimed_at = now
+                _wake(locked, now)
+    logger.info(
+        "event sent key=%s event=%s claimed=%s",
+        locked.key,
+        event_name,
+        event.claimed_by_id is not None,
+    )
+    return event
+
+
+# Control ------------------------------------------------------------------------------
+
+
+def pause(instance: WorkflowInstance | str) -> bool:
+    """Pause a running instance; it stops at its next step boundary. False: nothing to do."""
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status != WorkflowStatus.RUNNING:
+            return False
+        _transition(locked, WorkflowStatus.PAUSED, WorkflowEventType.PAUSED, alarm_at=None)
+    _refresh(instance, locked)
+    return True
+
+
+def resume(instance: WorkflowInstance | str) -> None:
+    """Resume a paused instance at once; WorkflowStateError if it is not paused."""
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status != WorkflowStatus.PAUSED:
+            raise WorkflowStateError(
+                f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'."
+            )
+        now = clock_now()
+        _transition(locked, WorkflowStatus.RUNNING, WorkflowEventType.RESUMED, alarm_at=now)
+        alarms.arm(locked.pk, now)
+    _refresh(instance, locked)
+
+
+def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
+    """Cancel an unfinished instance; no step starts after this. False: already finished."""
+    if reason is not None and not isinstance(reason, str):
+        raise WorkflowInputError(f"A cancel reason must be a string, not {type(reason).__name__}.")
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.is_terminal:
+            return False
+        _transition(
+            locked,
+            WorkflowStatus.CANCELLED,
+            WorkflowEventType.CANCELLED,
+            alarm_at=None,
+            reason=reason or None,
+            finished=True,
+        )
+    _refresh(instance, locked)
+    return True
+
+
+def wake(instance: WorkflowInstance | str) -> bool:
+    """Ring the instance's alarm now (re-drive it). False if it is not pending or running."""
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status not in ACTIVE_STATUSES:
+            return False
+        _wake(locked, clock_now())
+    return True
+
+
+# Tick ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What a tick did: ``outcome`` is one of completed, failed, suspended, yielded,
+    stopped, busy, not_due, inactive, unregistered, missing."""
+
+    outcome: str
+    alarm_at: datetime | None = None
+    replays: int = 0
+
+
+def tick(instance_pk: int) -> TickResult:
+    """Execute the instance as far as it can go now. Safe to call at any time, any number
+    of times, from any worker: an instance that is not due, not active, or leased by a live
+    worker is left as it is (a live lease gets a request for one more pass)."""
+    token = uuid.uuid4().hex
+    claimed = _claim(instance_pk, token)
+    if isinstance(claimed, TickResult):
+        return claimed
+    instance, definition_class = claimed
+    deadline = time.monotonic() + settings.TICK_BUDGET
+    replays = 0
+    while True:
+        replays += 1
+        outcome = _replay(instance, definition_class, token, deadline)
+        result = _settle(instance, definition_class, token, outcome, replays)
+        if result is not None:
+            return result
+
+
+def _claim(
+    instance_pk: int, token: str
+) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition]]:
+    with transaction.atomic():
+        instance = WorkflowInstance.objects.select_for_update().filter(pk=instance_pk).first()
+        if instance is None:
+            return TickResult("missing")
+        if instance.status not in ACTIVE_STATUSES:
+            return TickResult("inactive", alarm_at=instance.alarm_at)
+        now = clock_now()
+        if instance.alarm_at is None or instance.alarm_at > now:
+            return TickResult("not_due", alarm_at=instance.alarm_at)
+        if instance.lease_token and instance.lease_expires_at and instance.lease_expires_at > now:
+            if not instance.wake_requested:
+                instance.wake_requested = True
+                instance.save(update_fields=["wake_requested"])
+            return TickResult("busy", alarm_at=instance.alarm_at)
+        definition_class = registry.lookup(instance.definition_name, instance.definition_version)
+        if definition_class is None:
+            logger.warning(
+                "definition not registered key=%s definition=%s version=%s: the instance "
+                "waits untouched until the code is deployed again",
+                instance.key,
+                instance.definition_name,
+                instance.definition_version,
+            )
+            instance.alarm_at = now + UNREGISTERED_RETRY
+            instance.save(update_fields=["alarm_at"])
+            alarms.arm(instance.pk, instance.alarm_at)
+            return TickResult("unregistered", alarm_at=instance.alarm_at)
+        expires = now + timedelta(seconds=settings.LEASE_SECONDS)
+        instance.lease_token = token
+        instance.lease_expires_at = expires
+        # If this worker dies, the instance is due again when its lease runs out.
+        instance.alarm_at = expires
+        instance.wake_requested = False
+        fields = ["lease_token", "lease_expires_at", "alarm_at", "wake_requested"]
+        if instance.status == WorkflowStatus.PENDING:
+            _transition(
+                instance, WorkflowStatus.RUNNING, WorkflowEventType.STARTED, alarm_at=expires
+            )
+        else:
+            instance.save(update_fields=fields)
+    return instance, definition_class
+
+
+@dataclass(slots=True)
+class _Outcome:
+    kind: str  # completed, failed, suspended
+    result_json: str | None = None
+    error_name: str = ""
+    error_message: str = ""
+    due: datetime | None = None
+    stop_reason: str | None = None
+    yielded: bool = False
+
+
+def _replay(
+    instance: WorkflowInstance,
+    definition_class: type[WorkflowDefinition],
+    token: str,
+    deadline: float,
+) -> _Outcome:
+    store = StepStore(instance.pk, lease_token=token)
+    store.load()
+    execution = Execution(instance_key=instance.key, store=store, deadline=deadline)
+    definition = definition_class(key=instance.key, input=instance.input, execution=execution)
+    try:
+        value = definition.execute()
+    except ExecutionStopped:
+        return _Outcome("suspended", stop_reason=execution.stop_reason or "stopped")
+    except Suspension:
+        return _suspended(execution)
+    except Exception as exc:
+        failure = execution.fatal or exc
+        return _Outcome(
+            "failed", error_name=type(failure).__name__, error_message=error_message(failure)
+        )
+    if execution.fatal is not None:
+        return _Outcome(
+            "failed",
+            error_name=type(execution.fatal).__name__,
+            error_message=error_message(execution.fatal),
+        )
+    if execution.suspended:
+        # User code swallowed a suspension: a step still waits, so the workflow goes on.
+        return _suspended(execution)
+    try:
+        result_json = jsonvalue.dumps(value, what="The workflow's return value")
+    except WorkflowInputError as exc:
+        return _Outcome("failed", error_name=type(exc).__name__, error_message=error_message(exc))
+    return _Outcome("completed", result_json=result_json)
+
+
+def _suspended(execution: Execution) -> _Outcome:
+    return _Outcome(
+        "suspended",
+        due=execution.next_due(),
+        stop_reason=execution.stop_reason,
+        yielded=execution.yielded,
+    )
+
+
+def _settle(
+    instance: WorkflowInstance,
+    definition_class: type[WorkflowDefinition],
+    token: str,
+    outcome: _Outcome,
+    replays: int,
+) -> TickResult | None:
+    """Commit the pass's outcome and release the lease, or return None to replay again."""
+    with transaction.atomic():
+        locked = _lock(instance.pk)
+        if locked.lease_token != token:
+            logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
+            return TickResult("stopped", alarm_at=locked.alarm_at, replays=replays)
+        now = clock_now()
+        if locked.status != WorkflowStatus.RUNNING:
+            # Paused or cancelled during the pass: leave the state the operator set.
+            _release(locked)
+            return TickResult("stopped", alarm_at=locked.alarm_at, replays=replays)
+        if outcome.kind == "completed":
+            locked.result = jsonvalue.loads(outcome.result_json)
+            _release(locked, save=False)
+            _transition(
+                locked,
+                WorkflowStatus.COMPLETED,
+                WorkflowEventType.COMPLETED,
+                alarm_at=None,
+                finished=True,
+                extra_fields=["result", "lease_token", "lease_expires_at", "wake_requested"],
+            )
+            logger.info("workflow completed key=%s replays=%s", locked.key, replays)
+            return TickResult("completed", replays=replays)
+        if outcome.kind == "failed":
+            locked.error_name = outcome.error_name
+            locked.error_message = outcome.error_message
+            _release(locked, save=False)
+            _transition(
+                locked,
+                WorkflowStatus.FAILED,
+                WorkflowEventType.FAILED,
+                alarm_at=None,
+                finished=True,
+                extra_fields=[
+                    "error_name",
+                    "error_message",
+                    "lease_token",
+                    "lease_expires_at",
+                    "wake_requested",
+                ],
+            )
+            logger.info("workflow failed key=%s error=%s", locked.key, outcome.error_name)
+            return TickResult("failed", replays=replays)
+        if outcome.yielded or replays >= MAX_REPLAYS_PER_TICK:
+            _release(locked, alarm_at=now)
+            alarms.arm(locked.pk, now)
+            return TickResult("yielded", alarm_at=now, replays=replays)
+        ready = outcome.due is not None and outcome.due <= now
+        if locked.wake_requested or ready or outcome.stop_reason == "not_running":
+            if locked.wake_requested:
+                locked.wake_requested = False
+                locked.save(update_fields=["wake_requested"])
+            return None
+        _release(locked, alarm_at=outcome.due)
+        if outcome.due is not None:
+            alarms.arm(locked.pk, outcome.due)
+        return TickResult("suspended", alarm_at=outcome.due, replays=replays)
+
+
+# Helpers ------------------------------------------------------------------------------
+
+
+def _pk(instance: WorkflowInstance | str) -> int:
+    if isinstance(instance, WorkflowInstance):
+        return instance.pk
+    if isinstance(instance, str):
+        return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
+    raise WorkflowInputError(
+        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
+    )
+
+
+def _lock(pk: int) -> WorkflowInstance:
+    return WorkflowInstance.objects.select_for_update().get(pk=pk)
+
+
+def _refresh(target: WorkflowInstance | str, source: WorkflowInstance) -> None:
+    """Copy the committed state onto the caller's object, so ``instance.status`` is current."""
+    if isinstance(target, WorkflowInstance) and target is not source:
+        for field in WorkflowInstance._meta.concrete_fields:
+            setattr(target, field.attname, getattr(source, field.attname))
+
+
+def _wake(locked: WorkflowInstance, now: datetime) -> None:
+    """Ask for a tick now; a tick in progress sees ``wake_requested`` and passes again."""
+    locked.wake_requested = True
+    locked.updated_at = now
+    fields = ["wake_requested", "updated_at"]
+    leased = locked.lease_token and locked.lease_expires_at and locked.lease_expires_at > now
+    if not leased:
+        locked.alarm_at = now
+        fields.append("alarm_at")
+        alarms.arm(locked.pk, now)
+    locked.save(update_fields=fields)
+
+
+def _release(
+    locked: WorkflowInstance, *, alarm_at: datetime | None = None, save: bool = True
+) -> None:
+    locked.lease_token = None
+    locked.lease_expires_at = None
+    locked.wake_requested = False
+    fields = ["lease_token", "lease_expires_at", "wake_requested"]
+    if locked.status in ACTIVE_STATUSES:
+        locked.alarm_at = alarm_at
+        fields.append("alarm_at")
+    if save:
+        locked.updated_at = clock_now()
+        locked.save(update_fields=[*fields, "updated_at"])
+
+
+def _transition(
+    locked: WorkflowInstance,
+    status: str,
+    event_type: str,
+    *,
+    alarm_at: datetime | None,
+    reason: str | None = None,
+    finished: bool = False,
+    extra_fields: list[str] | None = None,
+) -> None:
+    """Change the status, record the workflow event and announce it after commit."""
+    previous = locked.status
+    now = clock_now()
+    locked.status = status
+    locked.alarm_at = alarm_at
+    locked.updated_at = now
+    fields = ["status", "alarm_at", "updated_at", *(extra_fields or [])]
+    if finished:
+        locked.finished_at = now
+        locked.lease_token = None
+        locked.lease_expires_at = None
+        fields += ["finished_at", "lease_token", "lease_expires_at"]
+    if event_type == WorkflowEventType.STARTED:
+        fields += ["lease_token", "lease_expires_at", "wake_requested"]
+    locked.save(update_fields=list(dict.fromkeys(fields)))
+    _record(locked, event_type, now, reason=reason)
+    _announce(locked, status, previous)
+
+
+def _record(
+    instance: WorkflowInstance, event_type: str, now: datetime, *, reason: str | None = None
+) -> None:
+    WorkflowEvent.objects.create(instance=instance, type=event_type, reason=reason, recorded_at=now)
+
+
+def _announce(instance: WorkflowInstance, status: str, previous: str | None) -> None:
+    sender = registry.lookup(instance.definition_name, instance.definition_version)
+    snapshot = WorkflowInstance(
+        **{
+            field.attname: getattr(instance, field.attname)
+            for field in WorkflowInstance._meta.concrete_fields
+        }
+    )
+    transaction.on_commit(
+        lambda: workflow_status_changed.send(
+            sender=sender, instance=snapshot, status=status, previous_status=previous
+        )
+    )
