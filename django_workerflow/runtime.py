@@ -242,6 +242,19 @@ def wake(instance: WorkflowInstance | str) -> bool:
     return True
 
 
+def sweep(*, limit: int = 1000) -> int:
+    """Ring the bell of every active instance whose alarm is overdue (a lost bell, or a
+    worker that died holding the lease); return how many. Safe to run concurrently."""
+    now = clock_now()
+    due = list(WorkflowInstance.objects.due(now).values_list("pk", flat=True)[:limit])
+    for pk in due:
+        with transaction.atomic():
+            alarms.arm(pk, now)
+    if due:
+        logger.info("sweep rang=%s", len(due))
+    return len(due)
+
+
 # Tick ---------------------------------------------------------------------------------
 
 
