@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 
@@ -9,5 +10,9 @@ class WorkerflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import checks  # noqa: F401 - registers the system checks
+        from .schedules import ensure_sweeper_schedule
+
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
+        post_migrate.connect(ensure_sweeper_schedule, sender=self)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from . import alarms, jsonvalue, registry
 from .clock import now as clock_now
@@ -29,6 +31,7 @@ from .exceptions import (
     WorkflowVersionConflictError,
 )
 from .execution import Execution, error_message
+from .lease import LeaseHeartbeat
 from .models import (
     ACTIVE_STATUSES,
     InboundEvent,
@@ -50,6 +53,8 @@ UNREGISTERED_RETRY = timedelta(minutes=1)
 # A pass that suspends with work already due replays at once; this many passes in one tick
 # means something keeps waking it, so the worker yields to others.
 MAX_REPLAYS_PER_TICK = 100
+# An alarm this far overdue has lost its bell (or its worker): the sweeper rings it again.
+SWEEP_GRACE = timedelta(seconds=15)
 
 
 # Start --------------------------------------------------------------------------------
@@ -243,16 +248,33 @@ def wake(instance: WorkflowInstance | str) -> bool:
 
 
 def sweep(*, limit: int = 1000) -> int:
-    """Ring the bell of every active instance whose alarm is overdue (a lost bell, or a
-    worker that died holding the lease); return how many. Safe to run concurrently."""
+    """Ring the bells that are missing; return how many rang. Safe to run concurrently.
+
+    Overdue active instances (a lost bell, or a worker that died holding the lease: its
+    lease expiry is the alarm) are rung now; alarms coming due within the bell horizon get
+    their precise bell if none is queued for that time yet.
+    """
     now = clock_now()
-    due = list(WorkflowInstance.objects.due(now).values_list("pk", flat=True)[:limit])
-    for pk in due:
-        with transaction.atomic():
+    active = WorkflowInstance.objects.active()
+    overdue = list(
+        active.filter(alarm_at__lte=now - SWEEP_GRACE)
+        .order_by("alarm_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    upcoming = list(
+        active.filter(alarm_at__gt=now - SWEEP_GRACE, alarm_at__lte=now + alarms.HORIZON)
+        .exclude(bell_at=F("alarm_at"))
+        .order_by("alarm_at")
+        .values_list("pk", "alarm_at")[:limit]
+    )
+    with transaction.atomic():
+        for pk in overdue:
             alarms.arm(pk, now)
-    if due:
-        logger.info("sweep rang=%s", len(due))
-    return len(due)
+        for pk, alarm_at in upcoming:
+            alarms.arm(pk, alarm_at)
+    if overdue or upcoming:
+        logger.info("sweep overdue=%s upcoming=%s", len(overdue), len(upcoming))
+    return len(overdue) + len(upcoming)
 
 
 # Tick ---------------------------------------------------------------------------------
@@ -268,21 +290,32 @@ class TickResult:
     replays: int = 0
 
 
-def tick(instance_pk: int) -> TickResult:
+def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
     """Execute the instance as far as it can go now. Safe to call at any time, any number
     of times, from any worker: an instance that is not due, not active, or leased by a live
-    worker is left as it is (a live lease gets a request for one more pass)."""
+    worker is left as it is (a live lease gets a request for one more pass).
+
+    ``heartbeat`` renews the lease from a background thread while callbacks run (workers
+    use it; it needs the tick to run outside any transaction).
+    """
     token = uuid.uuid4().hex
     claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickResult):
         return claimed
     instance, definition_class = claimed
+    with LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
+        return _execute(instance, definition_class, token)
+
+
+def _execute(
+    instance: WorkflowInstance, definition_class: type[WorkflowDefinition], token: str
+) -> TickResult:
     deadline = time.monotonic() + settings.TICK_BUDGET
     replays = 0
     while True:
         replays += 1
         outcome = _replay(instance, definition_class, token, deadline)
-        result = _settle(instance, definition_class, token, outcome, replays)
+        result = _settle(instance, token, outcome, replays)
         if result is not None:
             return result
 
@@ -392,7 +425,6 @@ def _suspended(execution: Execution) -> _Outcome:
 
 def _settle(
     instance: WorkflowInstance,
-    definition_class: type[WorkflowDefinition],
     token: str,
     outcome: _Outcome,
     replays: int,

@@ -5,8 +5,8 @@ Environment variables:
 - ``WORKERFLOW_DEBUG``: ``1`` (default) or ``0``.
 - ``WORKERFLOW_DB``: ``sqlite`` (default) or ``postgres``.
 - ``WORKERFLOW_SQLITE_PATH``: SQLite database file (default ``<repo>/db.sqlite3``).
-- ``WORKERFLOW_SQLITE_TEST_PATH``: SQLite file for the test database; unset means an
-  in-memory database (set it for tests that run real qcluster processes).
+- ``WORKERFLOW_SQLITE_TEST_PATH``: SQLite file for the test database (default: a file per
+  process in the temp folder, so qcluster subprocesses can open it).
 - ``WORKERFLOW_PG_NAME``: PostgreSQL database name (default ``workerflow``).
 
 The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each with a
@@ -14,6 +14,7 @@ default, so none are needed here.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -81,8 +82,12 @@ if WORKERFLOW_DB == "sqlite":
                 "timeout": 20,
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
-            # None -> pytest-django / Django use an in-memory test database.
-            "TEST": {"NAME": os.environ.get("WORKERFLOW_SQLITE_TEST_PATH") or None},
+            # A file, not memory: tests that run real qcluster processes or threads must
+            # reach the same database. One per process, so parallel runs do not collide.
+            "TEST": {
+                "NAME": os.environ.get("WORKERFLOW_SQLITE_TEST_PATH")
+                or os.path.join(tempfile.gettempdir(), f"workerflow-test-{os.getpid()}.sqlite3")
+            },
         }
     }
 elif WORKERFLOW_DB == "postgres":

@@ -1,0 +1,15 @@
+"""The django-q2 tasks the engine enqueues: a tick per bell, and the sweeper."""
+
+from __future__ import annotations
+
+from . import runtime
+
+
+def tick(instance_pk: int) -> str:
+    """Run one tick of the instance (a bell rang); return what it did."""
+    return runtime.tick(instance_pk, heartbeat=True).outcome
+
+
+def sweep() -> int:
+    """Ring the bells that are missing (scheduled about once a minute)."""
+    return runtime.sweep()

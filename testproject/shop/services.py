@@ -1,0 +1,39 @@
+"""What the order workflow's steps do. Plain functions: a workflow step just calls them."""
+
+from __future__ import annotations
+
+from django.db.models import F
+
+from .models import Order, Shipment
+
+
+class PaymentGatewayTimeout(Exception):
+    """The (simulated) payment provider did not answer in time; worth a retry."""
+
+
+def reserve_stock(order_id: int) -> dict:
+    Order.objects.filter(pk=order_id).update(status="reserved")
+    return {"reserved": True}
+
+
+def capture_payment(order_id: int, payment: dict) -> dict:
+    """Capture the payment. The simulated gateway times out on the first try of every order,
+    so the demo shows a retry."""
+    Order.objects.filter(pk=order_id).update(capture_attempts=F("capture_attempts") + 1)
+    order = Order.objects.get(pk=order_id)
+    if order.capture_attempts == 1:
+        raise PaymentGatewayTimeout(f"gateway did not answer for order {order.number}")
+    Order.objects.filter(pk=order_id).update(status="paid")
+    return {"captured_cents": payment["amount_cents"], "reference": payment["reference"]}
+
+
+def create_shipment(order_id: int) -> dict:
+    """Runs as an atomic step: the shipment row commits together with the step's result."""
+    order = Order.objects.get(pk=order_id)
+    shipment = Shipment.objects.create(order=order, tracking_number=f"TRK-{order.number}")
+    Order.objects.filter(pk=order_id).update(status="shipped")
+    return {"tracking_number": shipment.tracking_number}
+
+
+def mark_cancelled(order_id: int, reason: str) -> None:
+    Order.objects.filter(pk=order_id).update(status=f"cancelled: {reason}"[:16])

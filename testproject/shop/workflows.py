@@ -1,0 +1,38 @@
+"""The shop's workflows; django-workerflow imports this module when Django starts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django_workerflow import WaitStepTimedOutError, WorkflowDefinition
+
+from . import services
+
+
+class OrderFulfillment(WorkflowDefinition):
+    """Take an order from checkout to shipment.
+
+    Every side effect is a step; the waits are for events the rest of the site sends: the
+    payment (from a post_save signal on Payment) and a manager's approval (from the admin's
+    "send event" action, or ``manage.py workerflow send-event``).
+    """
+
+    name = "order-fulfillment"
+    version = "1"
+
+    def execute(self) -> dict:
+        order_id = self.input["order_id"]
+        self.run("reserve-stock", lambda: services.reserve_stock(order_id))
+        try:
+            payment = self.wait("payment", "payment.received", timeout=timedelta(days=2))
+        except WaitStepTimedOutError:
+            self.run("cancel-unpaid", lambda: services.mark_cancelled(order_id, "unpaid"))
+            return {"status": "cancelled", "reason": "no payment within two days"}
+        charge = self.run(
+            "charge", lambda: services.capture_payment(order_id, payment), max_attempts=5
+        )
+        # A short cooling-off period in which the customer may still cancel.
+        self.sleep("cooling-off", timedelta(seconds=20))
+        approval = self.wait("approval", "order.approved", timeout=timedelta(hours=1))
+        shipment = self.run("ship", lambda: services.create_shipment(order_id), atomic=True)
+        return {"charge": charge, "approved_by": approval.get("by"), **shipment}
