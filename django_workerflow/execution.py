@@ -73,10 +73,22 @@ def _strip_name(message: str, name: str) -> str:
 class Execution:
     """The state of one replay pass; the definition's step helpers delegate here."""
 
-    def __init__(self, *, instance_key: str, store: StepStore, deadline: float) -> None:
+    def __init__(
+        self,
+        *,
+        instance_key: str,
+        store: StepStore,
+        deadline: float,
+        interrupted_suspects: set[str] | None = None,
+    ) -> None:
         self.instance_key = instance_key
         self.store = store
         self.deadline = deadline
+        # Run steps that were 'running' when a crashed tick's lease was taken over; shared by
+        # the passes of one tick, and emptied as each is settled.
+        self.interrupted_suspects = (
+            interrupted_suspects if interrupted_suspects is not None else set()
+        )
         self.seen_step_ids: set[str] = set()
         self.parents: list[str] = []
         self.due_times: list[datetime | None] = []
@@ -129,8 +141,8 @@ class Execution:
         if record.state == StepState.FAILED:
             raise self._recorded_failure(record)
         if record.state == StepState.RUNNING:
-            if store.has_running_or_waiting_child_steps(step_id):
-                # Suspended by a child step in an earlier pass: the same attempt goes on.
+            if not self._was_interrupted(step_id):
+                # Suspended by a child step in an earlier tick: the same attempt goes on.
                 return self._attempt(record, fn, backoff, atomic)
             record = self._write(
                 store.mark_attempt_failed,
@@ -148,6 +160,18 @@ class Execution:
         self._boundary()
         record = self._write(store.mark_attempt_started, step_id, record.attempt_count + 1)
         return self._attempt(record, fn, backoff, atomic)
+
+    def _was_interrupted(self, step_id: str) -> bool:
+        """A 'running' step was interrupted if the tick that ran it crashed (its lease was
+        taken over) while its own code ran: no child step of it was still unsettled.
+
+        After a clean tick a 'running' step is always a parent suspended by a child, even if
+        that child has since been satisfied by an event.
+        """
+        if step_id not in self.interrupted_suspects:
+            return False
+        self.interrupted_suspects.discard(step_id)
+        return not self.store.has_running_or_waiting_child_steps(step_id)
 
     def _attempt(
         self, record: StepRecord, fn: Callable[[], Any], backoff: Backoff | None, atomic: bool

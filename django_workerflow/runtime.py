@@ -247,6 +247,30 @@ def wake(instance: WorkflowInstance | str) -> bool:
     return True
 
 
+def retry_now(instance: WorkflowInstance | str) -> list[str]:
+    """Bring the pending retries of an active instance forward to now; return their step ids.
+
+    Only a run step's backoff is shortened: a sleep or a wait keeps its time, which is part
+    of the workflow. Call :func:`wake` afterwards so that a worker picks the retry up.
+    """
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status not in ACTIVE_STATUSES:
+            return []
+        now = clock_now()
+        retrying = Step.objects.filter(
+            instance_id=locked.pk,
+            type=StepType.RUN,
+            state=StepState.PENDING,
+            next_attempt_at__gt=now,
+        )
+        step_ids = list(retrying.order_by("created_at", "id").values_list("step_id", flat=True))
+        if step_ids:
+            retrying.update(next_attempt_at=now)
+            logger.info("retry brought forward key=%s steps=%s", locked.key, len(step_ids))
+    return step_ids
+
+
 def sweep(*, limit: int = 1000) -> int:
     """Ring the bells that are missing; return how many rang. Safe to run concurrently.
 
@@ -302,19 +326,31 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
     claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickResult):
         return claimed
-    instance, definition_class = claimed
+    instance, definition_class, recovering = claimed
     with LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
-        return _execute(instance, definition_class, token)
+        return _execute(instance, definition_class, token, recovering)
 
 
 def _execute(
-    instance: WorkflowInstance, definition_class: type[WorkflowDefinition], token: str
+    instance: WorkflowInstance,
+    definition_class: type[WorkflowDefinition],
+    token: str,
+    recovering: bool,
 ) -> TickResult:
     deadline = time.monotonic() + settings.TICK_BUDGET
+    suspects: set[str] | None = None if recovering else set()
     replays = 0
     while True:
         replays += 1
-        outcome = _replay(instance, definition_class, token, deadline)
+        store = StepStore(instance.pk, lease_token=token)
+        steps = store.load()
+        if suspects is None:
+            suspects = {
+                step_id
+                for step_id, step in steps.items()
+                if step.type == StepType.RUN and step.state == StepState.RUNNING
+            }
+        outcome = _replay(instance, definition_class, store, deadline, suspects)
         result = _settle(instance, token, outcome, replays)
         if result is not None:
             return result
@@ -322,7 +358,7 @@ def _execute(
 
 def _claim(
     instance_pk: int, token: str
-) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition]]:
+) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool]:
     with transaction.atomic():
         instance = WorkflowInstance.objects.select_for_update().filter(pk=instance_pk).first()
         if instance is None:
@@ -351,6 +387,9 @@ def _claim(
             alarms.arm(instance.pk, instance.alarm_at)
             return TickResult("unregistered", alarm_at=instance.alarm_at)
         expires = now + timedelta(seconds=settings.LEASE_SECONDS)
+        recovering = instance.lease_token is not None
+        if recovering:
+            logger.warning("taking over an expired lease key=%s", instance.key)
         instance.lease_token = token
         instance.lease_expires_at = expires
         # If this worker dies, the instance is due again when its lease runs out.
@@ -363,7 +402,8 @@ def _claim(
             )
         else:
             instance.save(update_fields=fields)
-    return instance, definition_class
+    # A lease still set here has expired: the tick that held it died mid-work.
+    return instance, definition_class, recovering
 
 
 @dataclass(slots=True)
@@ -380,12 +420,16 @@ class _Outcome:
 def _replay(
     instance: WorkflowInstance,
     definition_class: type[WorkflowDefinition],
-    token: str,
+    store: StepStore,
     deadline: float,
+    suspects: set[str],
 ) -> _Outcome:
-    store = StepStore(instance.pk, lease_token=token)
-    store.load()
-    execution = Execution(instance_key=instance.key, store=store, deadline=deadline)
+    execution = Execution(
+        instance_key=instance.key,
+        store=store,
+        deadline=deadline,
+        interrupted_suspects=suspects,
+    )
     definition = definition_class(key=instance.key, input=instance.input, execution=execution)
     try:
         value = definition.execute()
