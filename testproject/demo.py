@@ -1,0 +1,155 @@
+"""`make demo`: the example shop with a worker, the web server and a few orders in flight.
+
+Migrates the SQLite demo database, creates an admin login with a fresh random password,
+starts one `qcluster` and `runserver`, places a few example orders (each starts an order
+workflow) and prints where to look. Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def main() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    os.environ.setdefault("WORKERFLOW_DB", "sqlite")
+    os.chdir(ROOT)
+    manage("migrate", "--verbosity", "0")
+
+    import django
+
+    django.setup()
+    password = reset_admin_password()
+    port = free_port(int(os.environ.get("DEMO_PORT", "8000")))
+
+    # Own sessions: Ctrl-C reaches only this script, which stops the children in order
+    # (qcluster must get SIGTERM on its main process, not on its whole group).
+    worker = spawn("qcluster")
+    web = spawn("runserver", "--noreload", f"127.0.0.1:{port}")
+    try:
+        wait_for_port(port)
+        orders = place_example_orders()
+        print_banner(port, password, orders)
+        while worker.poll() is None and web.poll() is None:
+            time.sleep(0.5)
+        print("A child process exited; stopping the demo.", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nStopping the worker and the web server...")
+        return 0
+    finally:
+        stop(web)
+        stop(worker)
+
+
+def manage(*args: str) -> None:
+    subprocess.run([PYTHON, "manage.py", *args], check=True, cwd=ROOT)
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, "manage.py", *args], cwd=ROOT, start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def reset_admin_password() -> str:
+    from django.contrib.auth import get_user_model
+
+    password = secrets.token_urlsafe(12)
+    user, _ = get_user_model().objects.get_or_create(
+        username="admin", defaults={"email": "admin@example.com"}
+    )
+    user.is_staff = user.is_superuser = True
+    user.set_password(password)
+    user.save()
+    return password
+
+
+def free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise RuntimeError("No free TCP port on 127.0.0.1.")
+
+
+def wait_for_port(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"runserver did not listen on port {port} within {timeout} s.")
+
+
+def place_example_orders() -> list[str]:
+    """Three orders: one paid at once, one awaiting payment, one that gets cancelled."""
+    from django.db import transaction
+
+    import django_workerflow as workerflow
+    from testproject.shop.models import Order, Payment
+    from testproject.shop.workflows import OrderFulfillment
+
+    numbers = []
+    for label in ("paid", "unpaid", "cancelled"):
+        with transaction.atomic():
+            order = Order.objects.create(
+                number=f"{label[:3].upper()}-{secrets.token_hex(2).upper()}",
+                customer_email=f"{label}@example.com",
+                amount_cents=4200,
+            )
+            workerflow.start(OrderFulfillment, key=order.workflow_key, input={"order_id": order.pk})
+        numbers.append(order.number)
+        if label == "paid":
+            Payment.objects.create(order=order, amount_cents=4200, reference="PAY-DEMO")
+        if label == "cancelled":
+            time.sleep(1)
+            workerflow.cancel(order.workflow_key, reason="customer changed their mind")
+    return numbers
+
+
+def print_banner(port: int, password: str, orders: list[str]) -> None:
+    base = f"http://127.0.0.1:{port}"
+    print(
+        f"""
+  django-workerflow demo is running (worker + web server, SQLite: db.sqlite3)
+
+  Admin:     {base}/admin/workerflow/workflowinstance/
+  Login:     admin / {password}
+  Shop:      {base}/shop/orders/   (place orders, pay them)
+
+  Example orders: {", ".join(orders)}. The paid one retries its charge, sleeps 20 s,
+  then waits for approval: select it in the admin and use "Send event" with the event
+  name order.approved and the payload {{"by": "you"}}.
+
+  Press Ctrl-C to stop.
+""",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
