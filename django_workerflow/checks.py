@@ -89,12 +89,12 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
                 id="workerflow.W007",
             )
         )
-    errors += _check_sqlite()
+    errors += check_sqlite_database(django_settings.DATABASES.get("default", {}))
     return errors
 
 
-def _check_sqlite() -> list[Warning]:
-    database = django_settings.DATABASES.get("default", {})
+def check_sqlite_database(database: dict[str, Any]) -> list[Warning]:
+    """W008 for a SQLite ``DATABASES`` entry that concurrent writers would lock up."""
     if "sqlite3" not in database.get("ENGINE", ""):
         return []
     options = database.get("OPTIONS", {})

@@ -1,0 +1,125 @@
+"""Bells on django-q2's ORM broker: precise delayed rows, armed in the state change's
+transaction, and the sweeper that re-rings lost or far-off ones. No cluster runs here."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django_q.brokers import get_broker
+from django_q.models import OrmQ
+from django_q.signing import SignedPackage
+
+import django_workerflow as workerflow
+from django_workerflow import alarms, runtime, tasks
+from django_workerflow.clock import VirtualClock, now, set_clock
+from django_workerflow.models import WorkflowInstance
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sleeper(define):
+    def execute(self):
+        self.sleep("nap", timedelta(minutes=30))
+        return "rested"
+
+    return define(execute)
+
+
+def bells() -> list[tuple[tuple, object]]:
+    """(task args, lock) of every queued tick bell."""
+    rows = OrmQ.objects.order_by("pk").values_list("payload", "lock")
+    return [
+        (tuple(SignedPackage.loads(payload)["args"]), lock)
+        for payload, lock in rows
+        if SignedPackage.loads(payload)["func"] == alarms.TICK_TASK
+    ]
+
+
+def test_start__queues_a_bell_due_now_in_the_same_transaction(sleeper):
+    instance = workerflow.start(sleeper, key="k")
+    [(args, lock)] = bells()
+    assert args == (instance.pk,)
+    assert lock == instance.alarm_at
+    instance.refresh_from_db()
+    assert instance.bell_at == instance.alarm_at
+
+
+def test_start__in_a_rolled_back_transaction_rings_nothing(sleeper):
+    def failing_view():
+        with transaction.atomic():
+            workerflow.start(sleeper, key="k")
+            assert len(bells()) == 1
+            raise RuntimeError("the view failed")
+
+    with pytest.raises(RuntimeError):
+        failing_view()
+    assert bells() == []
+    assert not WorkflowInstance.objects.exists()
+
+
+def test_bell__is_not_handed_out_before_its_due_time():
+    """Contract with django-q2's ORM broker: a row is dequeued only once its lock passed."""
+    broker = get_broker()
+    OrmQ.objects.all().delete()
+    with transaction.atomic():
+        alarms._enqueue(1, broker=alarms._delayed_orm_broker(now() + timedelta(hours=1)))
+    assert broker.dequeue() is None
+    OrmQ.objects.update(lock=now() - timedelta(seconds=1))
+    [(_, payload)] = broker.dequeue()
+    assert SignedPackage.loads(payload)["args"] == (1,)
+
+
+def test_tick_task__runs_the_instance_until_it_suspends(sleeper):
+    instance = workerflow.start(sleeper, key="k")
+    assert tasks.tick(instance.pk) == "suspended"
+    instance.refresh_from_db()
+    assert instance.status == "running"
+    assert instance.alarm_at == instance.steps.get().wake_at
+
+
+def test_suspension__beyond_the_horizon_queues_no_bell(sleeper):
+    instance = workerflow.start(sleeper, key="k")
+    OrmQ.objects.all().delete()
+    runtime.tick(instance.pk)
+    assert bells() == []
+    instance.refresh_from_db()
+    assert instance.alarm_at > now() + alarms.HORIZON
+
+
+def test_sweep__queues_the_bell_of_an_alarm_coming_due_once(sleeper):
+    instance = workerflow.start(sleeper, key="k")
+    runtime.tick(instance.pk)
+    OrmQ.objects.all().delete()
+    instance.refresh_from_db()
+    clock = VirtualClock(instance.alarm_at - timedelta(minutes=2))
+    previous = set_clock(clock)
+    try:
+        assert runtime.sweep() == 1
+        assert runtime.sweep() == 0
+    finally:
+        set_clock(previous)
+    [(args, lock)] = bells()
+    assert args == (instance.pk,)
+    assert lock == instance.alarm_at
+
+
+def test_sweep__rings_an_overdue_instance_whose_bell_was_lost(sleeper):
+    instance = workerflow.start(sleeper, key="k")
+    OrmQ.objects.all().delete()
+    instance.refresh_from_db()
+    clock = VirtualClock(instance.alarm_at + runtime.SWEEP_GRACE + timedelta(seconds=1))
+    previous = set_clock(clock)
+    try:
+        assert runtime.sweep() == 1
+    finally:
+        set_clock(previous)
+    assert [args for args, _ in bells()] == [(instance.pk,)]
+
+
+def test_harness__rings_no_bells(sleeper, workerflow_harness):
+    workerflow.start(sleeper, key="k")
+    workerflow_harness.drain()
+    assert bells() == []

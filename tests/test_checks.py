@@ -1,0 +1,84 @@
+"""System checks: each warns about a setting that breaks the engine, with an id and a hint."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from django_workerflow.checks import check_sqlite_database, check_worker_settings
+
+RECOMMENDED = {
+    "name": "workerflow",
+    "orm": "default",
+    "timeout": 60,
+    "retry": 90,
+    "max_attempts": 3,
+    "poll": 0.05,
+}
+SQLITE_OK = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": "db.sqlite3",
+    "OPTIONS": {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL;",
+    },
+}
+
+
+def ids(q_cluster=RECOMMENDED) -> list[str]:
+    with override_settings(Q_CLUSTER=q_cluster):
+        return [warning.id for warning in check_worker_settings()]
+
+
+def test_checks__recommended_settings_raise_nothing():
+    assert ids() == []
+
+
+def test_checks__the_test_project_passes_its_own_checks():
+    assert check_worker_settings() == []
+
+
+def test_checks__warn_when_django_q_is_not_installed():
+    with override_settings(INSTALLED_APPS=["django_workerflow"]):
+        warnings = check_worker_settings()
+    assert [warning.id for warning in warnings] == ["workerflow.W001"]
+    assert "qcluster" in warnings[0].hint
+
+
+@pytest.mark.parametrize(
+    ("q_cluster", "expected"),
+    [
+        ({**RECOMMENDED, "timeout": None}, "workerflow.W002"),
+        ({**RECOMMENDED, "retry": 60}, "workerflow.W003"),
+        ({**RECOMMENDED, "max_attempts": 0}, "workerflow.W004"),
+        ({**RECOMMENDED, "timeout": 10, "retry": 20}, "workerflow.W005"),
+        ({key: value for key, value in RECOMMENDED.items() if key != "orm"}, "workerflow.W006"),
+        ({**RECOMMENDED, "orm": "other"}, "workerflow.W007"),
+    ],
+)
+def test_checks__warn_about_a_cluster_setting_that_breaks_the_engine(q_cluster, expected):
+    assert ids(q_cluster) == [expected]
+
+
+def test_checks__unlimited_max_attempts_is_the_django_q_default():
+    without = {key: value for key, value in RECOMMENDED.items() if key != "max_attempts"}
+    assert ids(without) == ["workerflow.W004"]
+
+
+def test_checks__warn_about_sqlite_without_wal_immediate_and_timeout():
+    database = {"ENGINE": "django.db.backends.sqlite3", "NAME": "db.sqlite3"}
+    warnings = check_sqlite_database(database)
+    assert [warning.id for warning in warnings] == ["workerflow.W008"]
+    assert "IMMEDIATE" in warnings[0].hint
+    assert "journal_mode=WAL" in warnings[0].hint
+    assert "'timeout'" in warnings[0].hint
+
+
+def test_checks__a_well_configured_sqlite_database_passes():
+    assert check_sqlite_database(SQLITE_OK) == []
+
+
+def test_checks__postgresql_needs_no_sqlite_settings():
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
+    assert check_sqlite_database(database) == []
