@@ -15,6 +15,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_JSON_BYTES": 1024 * 1024,
     # Longest accepted sleep, retry delay or wait timeout, in days.
     "MAX_DURATION_DAYS": 3650,
+    # PostgreSQL: run the hot statements as server-side prepared statements. Turn it off
+    # behind PgBouncer in transaction mode older than 1.21 (no prepared statement support).
+    "PREPARED_STATEMENTS": True,
     # Include payloads and results in log messages (off: they may hold personal data).
     "LOG_PAYLOADS": False,
 }

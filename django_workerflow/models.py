@@ -142,7 +142,10 @@ class WorkflowInstance(models.Model):
 class Step(models.Model):
     """A durable step of an instance: a run, a sleep or a wait."""
 
-    instance = models.ForeignKey(WorkflowInstance, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: the unique (instance, step_id) constraint's index leads with it.
+    instance = models.ForeignKey(
+        WorkflowInstance, on_delete=models.CASCADE, related_name="steps", db_index=False
+    )
     step_id = models.CharField(max_length=200)
     type = models.CharField(max_length=8, choices=StepType.choices)
     state = models.CharField(max_length=16, choices=StepState.choices)

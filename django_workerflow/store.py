@@ -13,6 +13,10 @@ serialises it with events and control operations.
 
 from __future__ import annotations
 
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +29,7 @@ from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped
 from .exceptions import StepStateError
+from .hotsql import hot_sql, prepared
 from .models import (
     InboundEvent,
     Step,
@@ -40,6 +45,10 @@ INSTANCE_TABLE = WorkflowInstance._meta.db_table
 STEP_TABLE = Step._meta.db_table
 STEP_EVENT_TABLE = StepEvent._meta.db_table
 INBOUND_TABLE = InboundEvent._meta.db_table
+
+# The hot statements already prepared on each PostgreSQL connection (they live as long as
+# the server session, and survive rollbacks).
+_prepared_on: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 # States in which a step still holds up its parent run step.
 UNSETTLED_STATES = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
@@ -104,6 +113,8 @@ class StepStore:
         self.using = using
         self._by_id: dict[str, StepRecord] | None = None
         self._by_pk: dict[int, StepRecord] = {}
+        # SQLite renews the lease every quarter lease instead of on every write.
+        self._renew_due = 0.0
 
     # Reading ---------------------------------------------------------------------------
 
@@ -226,16 +237,57 @@ class StepStore:
         The instance must still be 'running': the start of an attempt is where a pause or a
         cancel takes effect.
         """
-        return self._insert_step(
-            step_id,
-            StepType.RUN,
-            StepState.RUNNING,
-            parent_step_id=parent_step_id,
-            max_attempts=max_attempts,
+        if self.lease_token is None:
+            return self._insert_step(
+                step_id,
+                StepType.RUN,
+                StepState.RUNNING,
+                parent_step_id=parent_step_id,
+                max_attempts=max_attempts,
+                attempt_count=1,
+                event=(StepEventType.ATTEMPT_STARTED, {"attempt_number": 1}),
+                require_running=True,
+            )
+        parent_pk = self.require(parent_step_id).pk if parent_step_id else None
+        now = clock_now()
+        params = {
+            **self._fence_params(now),
+            "step_id": step_id,
+            "parent": parent_pk,
+            "max_attempts": max_attempts,
+            "now": self._adapt(now),
+        }
+        with self._hot_write(params) as cursor:
+            self._execute_hot(cursor, "start_new_run", params)
+            row = cursor.fetchone()
+            if row is None:
+                raise self._fence_failure(cursor)
+            if self.vendor != "postgresql":
+                self._insert_events(
+                    cursor, row[0], now, [(StepEventType.ATTEMPT_STARTED, {"attempt_number": 1})]
+                )
+        record = StepRecord(
+            pk=row[0],
+            step_id=step_id,
+            type=StepType.RUN,
+            state=StepState.RUNNING,
+            parent_pk=parent_pk,
             attempt_count=1,
-            event=(StepEventType.ATTEMPT_STARTED, {"attempt_number": 1}),
-            require_running=True,
+            max_attempts=max_attempts,
+            next_attempt_at=None,
+            result=None,
+            error_name="",
+            error_message="",
+            wake_at=None,
+            event_name="",
+            timeout_at=None,
+            payload=None,
+            resolved_at=None,
+            created_at=now,
+            parent_step_id=parent_step_id,
         )
+        self._remember(record)
+        return record
 
     def _insert_step(
         self,
@@ -345,6 +397,37 @@ class StepStore:
         """running -> succeeded, storing the JSON text of the result."""
         record = self.require(step_id)
         now = clock_now()
+        if self.lease_token is not None:
+            params = {
+                **self._fence_params(now),
+                "step": record.pk,
+                "attempt": attempt,
+                "result": result_json,
+                "now": self._adapt(now),
+            }
+            with self._hot_write(params) as cursor:
+                self._execute_hot(cursor, "succeed_run", params)
+                row = cursor.fetchone()
+                if row is None or not (row[0] and row[1]):
+                    if not self._lease_held(cursor):
+                        raise ExecutionStopped("lease_lost")
+                    raise self._explain_refusal(step_id, StepState.RUNNING, attempt, now)
+                if self.vendor != "postgresql":
+                    self._insert_events(
+                        cursor,
+                        record.pk,
+                        now,
+                        [
+                            (
+                                StepEventType.ATTEMPT_SUCCEEDED,
+                                {"attempt_number": attempt, "result": result_json},
+                            )
+                        ],
+                    )
+            record.state = StepState.SUCCEEDED
+            record.result = jsonvalue.loads(result_json)
+            record.resolved_at = now
+            return record
         with transaction.atomic(using=self.using), self._cursor() as cursor:
             self._fence(cursor, now)
             cursor.execute(
@@ -516,6 +599,64 @@ class StepStore:
 
     def _adapt(self, value: datetime | None) -> Any:
         return connections[self.using].ops.adapt_datetimefield_value(value)
+
+    @property
+    def vendor(self) -> str:
+        return connections[self.using].vendor
+
+    def _fence_params(self, now: datetime) -> dict[str, Any]:
+        """Lease check (and renewal, when due) parameters of the hot statements."""
+        renew = self.vendor == "postgresql" or time.monotonic() >= self._renew_due
+        expires = self._adapt(now + timedelta(seconds=settings.LEASE_SECONDS))
+        if renew:
+            self._renew_due = time.monotonic() + settings.LEASE_SECONDS / 4
+        return {
+            "instance": self.instance_pk,
+            "token": self.lease_token,
+            "running": WorkflowStatus.RUNNING,
+            "expires": expires,
+            "renew": renew,
+        }
+
+    @contextmanager
+    def _hot_write(self, params: dict[str, Any]) -> Iterator[Any]:
+        """PostgreSQL: one self-contained statement, no explicit transaction needed (it is
+        atomic on its own). SQLite: a short IMMEDIATE transaction around two statements, and
+        a third when the lease is due for renewal."""
+        if self.vendor == "postgresql":
+            with self._cursor() as cursor:
+                yield cursor
+            return
+        with transaction.atomic(using=self.using), self._cursor() as cursor:
+            if params["renew"]:
+                cursor.execute(hot_sql(self.vendor, "renew_lease"), params)
+            yield cursor
+
+    def _execute_hot(self, cursor: Any, name: str, params: dict[str, Any]) -> None:
+        """Run a hot statement; on PostgreSQL as a server-side prepared statement (planned
+        once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
+        if self.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
+            cursor.execute(hot_sql(self.vendor, name), params)
+            return
+        statement, prepare, names = prepared(name)
+        raw = connections[self.using].connection
+        done = _prepared_on.setdefault(raw, set())
+        if statement not in done:
+            cursor.execute(prepare)
+            done.add(statement)
+        placeholders = ", ".join(["%s"] * len(names))
+        cursor.execute(f"EXECUTE {statement}({placeholders})", [params[n] for n in names])
+
+    def _lease_held(self, cursor: Any) -> bool:
+        cursor.execute(
+            f"SELECT lease_token FROM {INSTANCE_TABLE} WHERE id = %s", [self.instance_pk]
+        )
+        row = cursor.fetchone()
+        return row is not None and row[0] == self.lease_token
+
+    def _fence_failure(self, cursor: Any) -> ExecutionStopped:
+        """Why a fenced write that requires a running instance matched nothing."""
+        return ExecutionStopped("not_running" if self._lease_held(cursor) else "lease_lost")
 
     def _fence(self, cursor: Any, now: datetime, *, require_running: bool = False) -> None:
         """Check the lease (and status) on the instance row, renew the lease, lock the row."""

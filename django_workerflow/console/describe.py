@@ -10,6 +10,7 @@ or failed), which the change list prefetches for a whole page in one query.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
@@ -105,6 +106,11 @@ def step_error(step: Step) -> str:
     if step.state == StepState.TIMED_OUT:
         return f"no event '{step.event_name}' arrived before the wait timed out"
     return step.error_message or step.error_name or "unknown error"
+
+
+def pretty_json(value: object) -> str:
+    """Indented JSON for reading; keys keep their stored order."""
+    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 # Time ------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ are percentages of the instance's lifetime, so the page draws it with plain HTML
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -25,7 +24,7 @@ from ..models import (
     WorkflowEventType,
     WorkflowInstance,
 )
-from .describe import format_duration, step_error
+from .describe import format_duration, pretty_json, step_error
 
 # Steps shown on one page; an instance with more says how many it leaves out.
 MAX_STEPS = 500
@@ -49,6 +48,11 @@ class Attempt:
     def duration(self) -> timedelta | None:
         return None if self.ended_at is None else self.ended_at - self.started_at
 
+    @property
+    def duration_text(self) -> str:
+        duration = self.duration
+        return "" if duration is None else format_duration(duration)
+
 
 @dataclass(slots=True)
 class StepNode:
@@ -67,13 +71,40 @@ class StepNode:
         return self.step.resolved_at - self.step.created_at
 
     @property
-    def is_resolved(self) -> bool:
-        return self.step.resolved_at is not None
+    def indent(self) -> range:
+        return range(self.depth)
 
     @property
     def error(self) -> str:
         if self.step.state in (StepState.FAILED, StepState.TIMED_OUT):
             return step_error(self.step)
+        return ""
+
+    @property
+    def duration_text(self) -> str:
+        duration = self.duration
+        return "" if duration is None else format_duration(duration)
+
+    @property
+    def value_json(self) -> str:
+        """A succeeded run step's result or a satisfied wait's payload, as indented JSON."""
+        if self.step.state == StepState.SUCCEEDED:
+            return pretty_json(self.step.result)
+        if self.step.state == StepState.SATISFIED:
+            return pretty_json(self.step.payload)
+        return ""
+
+    @property
+    def detail(self) -> str:
+        """What a sleep or wait step waits for."""
+        step = self.step
+        if step.type == StepType.SLEEP:
+            return f"until {clock_text(step.wake_at)}"
+        if step.type == StepType.WAIT:
+            words = f"event '{step.event_name}'"
+            return f"{words} until {clock_text(step.timeout_at)}" if step.timeout_at else words
+        if step.state == StepState.PENDING and step.next_attempt_at and step.attempt_count:
+            return f"next attempt at {clock_text(step.next_attempt_at)}"
         return ""
 
     @property
@@ -98,6 +129,11 @@ class Segment:
     width: float = 0.0
     open: bool = False
 
+    @property
+    def style(self) -> str:
+        """Inline CSS placing the segment (formatted here: templates would localize it)."""
+        return f"left:{self.left:.3f}%;width:{self.width:.3f}%"
+
 
 @dataclass(slots=True)
 class Row:
@@ -110,11 +146,19 @@ class Row:
     segments: list[Segment]
     marks: list[Segment] = field(default_factory=list)
 
+    @property
+    def indent(self) -> range:
+        return range(self.depth)
+
 
 @dataclass(slots=True)
 class Tick:
     left: float
     label: str
+
+    @property
+    def style(self) -> str:
+        return f"left:{self.left:.3f}%"
 
 
 @dataclass(slots=True)
@@ -249,13 +293,13 @@ def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: 
 
 
 def _event_label(event: WorkflowEvent) -> str:
-    label = f"{event.type} at {_clock(event.recorded_at)}"
+    label = f"{event.type} at {clock_text(event.recorded_at)}"
     return f"{label}: {event.reason}" if event.reason else label
 
 
 def _span(kind: str, start: datetime, end: datetime, *, open: bool = False) -> Segment:
     duration = format_duration(end - start)
-    label = f"{kind} {_clock(start)} - {'now' if open else _clock(end)} ({duration})"
+    label = f"{kind} {clock_text(start)} - {'now' if open else clock_text(end)} ({duration})"
     return Segment(kind, start, end, label, open=open)
 
 
@@ -298,7 +342,7 @@ def _run_segments(node: StepNode, end: datetime) -> list[Segment]:
         kind = "backoff" if segments else "pending"
         waiting = _span(kind, cursor, max(end, cursor), open=True)
         if step.next_attempt_at is not None:
-            waiting.label += f"; next attempt at {_clock(step.next_attempt_at)}"
+            waiting.label += f"; next attempt at {clock_text(step.next_attempt_at)}"
         segments.append(waiting)
     return segments
 
@@ -311,7 +355,7 @@ def _summary(node: StepNode, end: datetime) -> str:
         if failed:
             words += f", {failed} failed"
     elif step.type == StepType.SLEEP:
-        words = f"sleep until {_clock(step.wake_at)}"
+        words = f"sleep until {clock_text(step.wake_at)}"
     else:
         words = f"wait for '{step.event_name}'"
     if step.resolved_at is not None:
@@ -319,7 +363,8 @@ def _summary(node: StepNode, end: datetime) -> str:
     return f"{words}; {step.state} for {format_duration(end - step.created_at)}"
 
 
-def _clock(when: datetime | None) -> str:
+def clock_text(when: datetime | None) -> str:
+    """A full local timestamp, with milliseconds when there are any."""
     if when is None:
         return ""
     local = timezone.localtime(when)

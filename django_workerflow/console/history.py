@@ -1,0 +1,82 @@
+"""Everything the instance page shows, read in a fixed number of queries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
+from .describe import cancel_reason_of, pretty_json, waiting_on
+from .timeline import MAX_STEPS, StepNode, Timeline, build_timeline, step_tree
+
+# Step events listed on the page (the newest ones); each step's own attempts are always shown.
+MAX_STEP_EVENTS = 300
+MAX_INBOUND_EVENTS = 300
+
+
+@dataclass(slots=True)
+class History:
+    """An instance's steps, events and timeline, ready for a template or a terminal."""
+
+    instance: WorkflowInstance
+    waiting_on: str
+    nodes: list[StepNode]
+    step_count: int
+    step_events: list[StepEvent]
+    step_event_count: int
+    workflow_events: list[WorkflowEvent]
+    inbound_events: list[InboundEvent]
+    inbound_event_count: int
+    timeline: Timeline
+
+    @property
+    def input_json(self) -> str:
+        return pretty_json(self.instance.input)
+
+    @property
+    def result_json(self) -> str:
+        return pretty_json(self.instance.result)
+
+    @property
+    def error_json(self) -> str:
+        instance = self.instance
+        if not instance.error_name and not instance.error_message:
+            return ""
+        return pretty_json({"name": instance.error_name, "message": instance.error_message})
+
+
+def load_history(instance: WorkflowInstance, now: datetime) -> History:
+    """Read the instance's history; at most ``MAX_STEPS`` steps and the newest events."""
+    steps = list(Step.objects.filter(instance=instance).order_by("created_at", "id")[:MAX_STEPS])
+    step_count = len(steps)
+    if step_count == MAX_STEPS:
+        step_count = Step.objects.filter(instance=instance).count()
+    events = list(
+        StepEvent.objects.filter(instance=instance, step__in=[step.pk for step in steps])
+        .select_related("step")
+        .order_by("recorded_at", "id")
+    )
+    nodes = step_tree(steps, events)
+    workflow_events = list(instance.workflow_events.order_by("recorded_at", "id"))
+    instance.cancel_events = [event for event in workflow_events if event.type == "cancelled"]
+    inbound = instance.inbound_events.select_related("claimed_by").order_by("-created_at", "-id")
+    inbound_events = list(inbound[:MAX_INBOUND_EVENTS])
+    for event in inbound_events:
+        event.payload_json = pretty_json(event.payload)
+    newest_events = events[-MAX_STEP_EVENTS:]
+    return History(
+        instance=instance,
+        waiting_on=waiting_on(
+            instance, steps, now, cancel_reason=cancel_reason_of(instance), limit=None
+        ),
+        nodes=nodes,
+        step_count=step_count,
+        step_events=list(reversed(newest_events)),
+        step_event_count=len(events),
+        workflow_events=workflow_events,
+        inbound_events=inbound_events,
+        inbound_event_count=len(inbound_events)
+        if len(inbound_events) < MAX_INBOUND_EVENTS
+        else instance.inbound_events.count(),
+        timeline=build_timeline(instance, nodes, workflow_events, now),
+    )

@@ -1,0 +1,200 @@
+"""Operator actions on a set of instances, each through the runtime, reported per outcome.
+
+Every function takes instances and returns a :class:`Report`: what was done to which
+instance and why the others were skipped, so the admin can say "3 workflows paused; 1
+skipped: already completed" and log each change with its reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import jsonvalue, runtime
+from ..clock import now as clock_now
+from ..exceptions import WorkflowInputError, WorkflowStateError
+from ..models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
+from .describe import format_when
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What an action did to one instance. ``label`` groups outcomes in the summary;
+    ``detail`` says it for this instance alone (and is what the admin history records)."""
+
+    instance: WorkflowInstance
+    done: bool
+    label: str
+    detail: str
+
+
+@dataclass(slots=True)
+class Report:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def add(self, instance: WorkflowInstance, done: bool, label: str, detail: str = "") -> None:
+        if not detail:
+            detail = label if done else f"Skipped '{instance.key}': {label}."
+        self.outcomes.append(Outcome(instance, done, label, detail))
+
+    @property
+    def done(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if outcome.done]
+
+    @property
+    def skipped(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if not outcome.done]
+
+    def summary(self) -> str:
+        """ "3 workflows paused; 1 skipped: already completed", or the one instance's detail."""
+        if len(self.outcomes) == 1:
+            return self.outcomes[0].detail
+        if not self.outcomes:
+            return "No workflow selected."
+        parts = [
+            f"{count} {_workflows(count)} {label}"
+            for label, count in Counter(o.label for o in self.done).items()
+        ]
+        parts += [
+            f"{count} skipped: {label}"
+            for label, count in Counter(o.label for o in self.skipped).items()
+        ]
+        return "; ".join(parts)
+
+
+def pause(instances: Iterable[WorkflowInstance]) -> Report:
+    """Pause each running instance at its next step boundary."""
+    report = Report()
+    for instance in instances:
+        if runtime.pause(instance):
+            report.add(instance, True, "paused", f"Paused '{instance.key}'.")
+        else:
+            report.add(instance, False, _why_not(instance, "running"))
+    return report
+
+
+def resume(instances: Iterable[WorkflowInstance]) -> Report:
+    """Resume each paused instance at once."""
+    report = Report()
+    for instance in instances:
+        try:
+            runtime.resume(instance)
+        except WorkflowStateError:
+            report.add(instance, False, _why_not(instance, "paused"))
+        else:
+            report.add(instance, True, "resumed", f"Resumed '{instance.key}'.")
+    return report
+
+
+def cancel(instances: Iterable[WorkflowInstance], reason: str | None) -> Report:
+    """Cancel each unfinished instance, recording ``reason`` with the cancellation."""
+    report = Report()
+    because = f" Reason: {reason}" if reason else " No reason given."
+    for instance in instances:
+        if runtime.cancel(instance, reason=reason):
+            report.add(instance, True, "cancelled", f"Cancelled '{instance.key}'.{because}")
+        else:
+            report.add(instance, False, _why_not(instance, "unfinished"))
+    return report
+
+
+def send_event(instances: Iterable[WorkflowInstance], event_name: str, payload: Any) -> Report:
+    """Send the event to each instance; a waiting step claims it, or it is queued."""
+    report = Report()
+    sent = f"event '{event_name}'"
+    for instance in instances:
+        try:
+            event = runtime.send_event(instance, event_name, payload)
+        except WorkflowInputError as exc:
+            report.add(instance, False, str(exc))
+            continue
+        if event is None:
+            report.add(instance, False, _why_not(instance, "unfinished"))
+        elif event.claimed_by_id is not None:
+            step_id = Step.objects.values_list("step_id", flat=True).get(pk=event.claimed_by_id)
+            detail = f"Sent {sent} to '{instance.key}': step '{step_id}' claimed it."
+            report.add(instance, True, f"received {sent} in a waiting step", detail)
+        else:
+            instance.refresh_from_db(fields=["status"])
+            why = "the instance is paused" if instance.status == WorkflowStatus.PAUSED else None
+            why = why or "no step waits for it yet"
+            detail = f"Sent {sent} to '{instance.key}': queued, {why}."
+            report.add(instance, True, f"queued {sent}", detail)
+    return report
+
+
+def wake(instances: Iterable[WorkflowInstance]) -> Report:
+    """Ring each active instance's alarm now: a pending retry runs at once, a stuck instance
+    is driven again. A sleep or a wait is never skipped, and the report says so."""
+    report = Report()
+    for instance in instances:
+        now = clock_now()
+        sleeping, waiting = _waiting_steps(instance, now)
+        retried = runtime.retry_now(instance)
+        if not runtime.wake(instance):
+            report.add(instance, False, _why_not(instance, "pending or running"))
+            continue
+        key = f"'{instance.key}'"
+        if retried:
+            steps = ", ".join(f"'{step_id}'" for step_id in retried)
+            detail = f"Woke {key}: the next attempt of step {steps} runs now."
+            report.add(instance, True, "woken: retry runs now", detail)
+        elif sleeping:
+            step = sleeping[0]
+            detail = (
+                f"Woke {key}, but it keeps sleeping in step '{step.step_id}' until "
+                f"{format_when(step.wake_at, now)}: a wake never skips a sleep."
+            )
+            label = "woken but still sleeping (a wake never skips a sleep)"
+            report.add(instance, True, label, detail)
+        elif waiting:
+            step = waiting[0]
+            detail = (
+                f"Woke {key}, but it keeps waiting for event '{step.event_name}' in step "
+                f"'{step.step_id}': send the event to move it on."
+            )
+            report.add(instance, True, "woken but still waiting for an event", detail)
+        else:
+            detail = f"Woke {key}: a worker will execute it now."
+            report.add(instance, True, "woken", detail)
+    return report
+
+
+def _waiting_steps(instance: WorkflowInstance, now: datetime) -> tuple[list[Step], list[Step]]:
+    """The instance's sleeps that have not come due and waits that have not timed out."""
+    steps = (
+        Step.objects.filter(instance_id=instance.pk, state=StepState.WAITING)
+        .order_by("created_at", "id")
+        .only("step_id", "type", "wake_at", "event_name", "timeout_at")
+    )
+    sleeping, waiting = [], []
+    for step in steps:
+        if step.type == StepType.SLEEP and step.wake_at and step.wake_at > now:
+            sleeping.append(step)
+        elif step.type == StepType.WAIT and (step.timeout_at is None or step.timeout_at > now):
+            waiting.append(step)
+    return sleeping, waiting
+
+
+def describe_payload(payload: Any, limit: int = 200) -> str:
+    """The payload as compact JSON for the history, cut at ``limit`` characters."""
+    text = jsonvalue.dumps(payload, what="The payload")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _why_not(instance: WorkflowInstance, expected: str) -> str:
+    """Why an action skipped ``instance``: its status now, read back from the database."""
+    instance.refresh_from_db(fields=["status"])
+    status = instance.status
+    if instance.is_terminal:
+        return f"already {status}"
+    if status == WorkflowStatus.PENDING and expected == "running":
+        return "not started yet"
+    return f"{status}, not {expected}"
+
+
+def _workflows(count: int) -> str:
+    return "workflow" if count == 1 else "workflows"

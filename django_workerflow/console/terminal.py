@@ -1,0 +1,132 @@
+"""Plain-text views of instances for ``manage.py workerflow show`` and ``list``.
+
+Step ids, event names and errors are user data: control characters are escaped so that a
+hostile name cannot move the cursor or recolour the operator's terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from ..models import WorkflowInstance
+from .describe import cancel_reason_of, format_when, waiting_on
+from .history import History
+from .timeline import clock_text
+
+MAX_VALUE = 120
+MAX_ID_WIDTH = 40
+
+
+def render_show(history: History, now: datetime) -> str:
+    """The instance's status, data, step tree and inbound events."""
+    instance = history.instance
+    lines = [
+        f"Instance {safe(instance.key)} ({safe(instance.definition_name)} "
+        f"v{safe(instance.definition_version)}): {instance.status}",
+    ]
+    if history.waiting_on:
+        lines.append(f"Waiting on: {safe(history.waiting_on)}")
+    lines += [
+        f"Created {clock_text(instance.created_at)}; updated {clock_text(instance.updated_at)}"
+        + (f"; finished {clock_text(instance.finished_at)}" if instance.finished_at else ""),
+        f"Next alarm: {format_when(instance.alarm_at, now) or '-'}",
+        f"Input:  {compact(instance.input)}",
+    ]
+    if instance.status == "completed":
+        lines.append(f"Result: {compact(instance.result)}")
+    if instance.error_name or instance.error_message:
+        lines.append(f"Error:  {safe(instance.error_message or instance.error_name)}")
+    lines.append(f"Steps ({history.step_count}):" if history.nodes else "Steps: none yet")
+    lines += _step_lines(history)
+    if history.step_count > len(history.nodes):
+        lines.append(f"  ... {history.step_count - len(history.nodes)} more steps not shown")
+    if history.inbound_events:
+        lines.append(f"Inbound events ({history.inbound_event_count}):")
+        for event in reversed(history.inbound_events):
+            claimed = (
+                f"claimed by step {safe(event.claimed_by.step_id)}"
+                if event.claimed_by
+                else "queued"
+            )
+            lines.append(
+                f"  {clock_text(event.created_at)}  {safe(event.event_name)}  "
+                f"{compact(event.payload)}  {claimed}"
+            )
+    return "\n".join(lines)
+
+
+def _step_lines(history: History) -> list[str]:
+    rows = []
+    for node in history.nodes:
+        step = node.step
+        name = "  " * node.depth + safe(step.step_id)
+        if len(name) > MAX_ID_WIDTH:
+            name = name[: MAX_ID_WIDTH - 1] + "…"
+        outcome = ""
+        if node.error:
+            outcome = f"error: {safe(node.error)}"
+        elif node.value_json:
+            outcome = f"-> {compact(step.result if step.type == 'run' else step.payload)}"
+        took = f"took {node.duration_text}" if node.duration_text else ""
+        attempts = f"{node.attempts_text} attempts" if node.attempts_text else ""
+        rows.append(
+            (name, node, [step.type, step.state, attempts, safe(node.detail), took, outcome])
+        )
+    width = max((len(name) for name, _, _ in rows), default=0)
+    lines = []
+    for name, node, cells in rows:
+        text = "  ".join(cell for cell in cells if cell)
+        lines.append(f"  {name.ljust(width)}  {text}")
+        for attempt in node.attempts:
+            if attempt.outcome == "failed":
+                indent = "  " * (node.depth + 2)
+                lines.append(f"  {indent}attempt {attempt.number} failed: {safe(attempt.error)}")
+    return lines
+
+
+def render_list(instances: Iterable[WorkflowInstance], now: datetime) -> str:
+    """One line per instance: key, definition, status, last update and what it waits on."""
+    header = ("KEY", "DEFINITION", "STATUS", "UPDATED", "WAITING ON")
+    rows = [
+        (
+            safe(instance.key),
+            f"{safe(instance.definition_name)} v{safe(instance.definition_version)}",
+            instance.status,
+            format_when(instance.updated_at, now, relative=False),
+            safe(
+                waiting_on(
+                    instance,
+                    getattr(instance, "attention_steps", []),
+                    now,
+                    cancel_reason=cancel_reason_of(instance),
+                    limit=80,
+                )
+            )
+            or "-",
+        )
+        for instance in instances
+    ]
+    if not rows:
+        return "No workflow instance matches."
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])), row[-1]]).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def compact(value: Any) -> str:
+    """A JSON value on one line, cut at ``MAX_VALUE`` characters."""
+    text = safe(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
+
+
+def safe(text: str | None) -> str:
+    """``text`` with control characters (escape sequences, newlines) shown escaped."""
+    text = text or ""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)

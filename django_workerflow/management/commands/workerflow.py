@@ -1,0 +1,211 @@
+"""``manage.py workerflow <subcommand>``: operate workflow instances from the command line.
+
+Each subcommand parses its arguments and calls the runtime. A refused operation or a bad
+argument exits non-zero with a one-line message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ... import purge as purging
+from ... import runtime
+from ...clock import now as clock_now
+from ...console import describe
+from ...console.history import load_history
+from ...console.terminal import render_list, render_show, safe
+from ...exceptions import WorkerflowError, WorkflowStateError
+from ...models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
+
+
+class OneLineParser(CommandParser):
+    """On the command line, print an argument error as one line (not usage + error)."""
+
+    def error(self, message: str) -> None:
+        if self.called_from_command_line:
+            self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        super().error(message)
+
+
+class Command(BaseCommand):
+    help = (
+        "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
+        "show, list, sweep, purge."
+    )
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # Django builds the top-level parser itself; give it the one-line errors too
+        # (a missing or unknown subcommand).
+        parser.__class__ = OneLineParser
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(
+            dest="subcommand", metavar="SUBCOMMAND", required=True, parser_class=OneLineParser
+        )
+        start = sub.add_parser("start", help="Start a workflow (idempotent on --key).")
+        start.add_argument("name", metavar="NAME", help="The definition's name.")
+        start.add_argument("--key", help="The instance key (default: a new UUID).")
+        start.add_argument("--input", default="null", help="The input as JSON.")
+        start.add_argument("--version", dest="definition_version", help="A definition version.")
+
+        send = sub.add_parser("send-event", help="Send an event to an instance.")
+        send.add_argument("key", metavar="KEY")
+        send.add_argument("event", metavar="EVENT")
+        send.add_argument("--payload", default="null", help="The payload as JSON.")
+
+        for name, text in (("pause", "Pause a running instance."), ("resume", "Resume it.")):
+            sub.add_parser(name, help=text).add_argument("key", metavar="KEY")
+
+        cancel = sub.add_parser("cancel", help="Cancel an unfinished instance.")
+        cancel.add_argument("key", metavar="KEY")
+        cancel.add_argument("--reason", help="Recorded with the cancellation.")
+
+        show = sub.add_parser("show", help="Show an instance's status and step tree.")
+        show.add_argument("key", metavar="KEY")
+
+        listing = sub.add_parser("list", help="List instances, newest first.")
+        listing.add_argument("--status", choices=WorkflowStatus.values)
+        listing.add_argument("--name", help="Only instances of this definition.")
+        listing.add_argument("--limit", type=_positive_int, default=50)
+
+        sub.add_parser("sweep", help="Ring the alarm of every overdue instance once.")
+
+        purge = sub.add_parser("purge", help="Delete finished instances and all their rows.")
+        purge.add_argument(
+            "--older-than",
+            required=True,
+            type=_duration,
+            metavar="DURATION",
+            help="Finished longer ago than this: 30d, 12h, 45m, 90s, 2w.",
+        )
+        purge.add_argument(
+            "--status",
+            action="append",
+            choices=sorted(TERMINAL_STATUSES),
+            help="Only this finished status (repeatable; default: all finished ones).",
+        )
+        purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
+
+    def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
+        handler = getattr(self, f"handle_{subcommand.replace('-', '_')}")
+        try:
+            handler(**options)
+        except WorkflowInstance.DoesNotExist:
+            raise CommandError(
+                f"No workflow instance has the key {options.get('key')!r}."
+            ) from None
+        except WorkerflowError as exc:
+            raise CommandError(str(exc)) from None
+
+    # Subcommands ---------------------------------------------------------------------------
+
+    def handle_start(
+        self, *, name: str, key: str | None, input: str, definition_version: str | None, **_: Any
+    ) -> None:
+        value = _json(input, "--input")
+        existed = key is not None and WorkflowInstance.objects.filter(key=key).exists()
+        instance = runtime.start(name, key=key, input=value, version=definition_version)
+        what = f"'{safe(instance.key)}' ({instance.definition_name} v{instance.definition_version})"
+        if existed:
+            self.stdout.write(
+                f"Instance {what} already exists: {instance.status}. Nothing changed."
+            )
+        else:
+            self.stdout.write(f"Started instance {what}: {instance.status}.")
+
+    def handle_send_event(self, *, key: str, event: str, payload: str, **_: Any) -> None:
+        value = _json(payload, "--payload")
+        sent = runtime.send_event(key, event, value)
+        if sent is None:
+            raise CommandError(f"Instance {key!r} is {_status(key)}: the event was not delivered.")
+        if sent.claimed_by_id is not None:
+            self.stdout.write(f"Event '{safe(event)}' sent to {key!r}: a waiting step claimed it.")
+        else:
+            self.stdout.write(f"Event '{safe(event)}' sent to {key!r}: queued until a step waits.")
+
+    def handle_pause(self, *, key: str, **_: Any) -> None:
+        if not runtime.pause(key):
+            raise CommandError(f"Instance {key!r} is {_status(key)}, not running: not paused.")
+        self.stdout.write(f"Paused {key!r}: it stops at its next step boundary.")
+
+    def handle_resume(self, *, key: str, **_: Any) -> None:
+        try:
+            runtime.resume(key)
+        except WorkflowStateError:
+            raise CommandError(f"Instance {key!r} is {_status(key)}, not paused.") from None
+        self.stdout.write(f"Resumed {key!r}.")
+
+    def handle_cancel(self, *, key: str, reason: str | None, **_: Any) -> None:
+        if not runtime.cancel(key, reason=reason or None):
+            raise CommandError(f"Instance {key!r} is already {_status(key)}: not cancelled.")
+        self.stdout.write(f"Cancelled {key!r}." + (f" Reason: {reason}" if reason else ""))
+
+    def handle_show(self, *, key: str, **_: Any) -> None:
+        instance = WorkflowInstance.objects.get(key=key)
+        now = clock_now()
+        self.stdout.write(render_show(load_history(instance, now), now))
+
+    def handle_list(self, *, status: str | None, name: str | None, limit: int, **_: Any) -> None:
+        instances = WorkflowInstance.objects.order_by("-created_at", "-id")
+        if status:
+            instances = instances.filter(status=status)
+        if name:
+            instances = instances.filter(definition_name=name)
+        page = instances.prefetch_related(*describe.attention_prefetches())[:limit]
+        self.stdout.write(render_list(page, clock_now()))
+
+    def handle_sweep(self, **_: Any) -> None:
+        rang = runtime.sweep()
+        self.stdout.write(f"Rang the alarm of {rang} overdue instance{'s' if rang != 1 else ''}.")
+
+    def handle_purge(
+        self, *, older_than: timedelta, status: list[str] | None, dry_run: bool, **_: Any
+    ) -> None:
+        report = purging.purge(older_than, status, dry_run=dry_run)
+        when = report.cutoff.strftime("%Y-%m-%d %H:%M:%S %Z")
+        if not report.instances:
+            self.stdout.write(f"No instance finished before {when}: nothing to delete.")
+            return
+        verb = "Would delete" if dry_run else "Deleted"
+        rows = ", ".join(
+            f"{count} {name}" for name, count in report.counts.items() if name != "instances"
+        )
+        self.stdout.write(
+            f"{verb} {report.instances} finished instance{'s' if report.instances != 1 else ''} "
+            f"(finished before {when}) and their rows: {rows}."
+        )
+
+
+def _json(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"{option} is not valid JSON: {exc}.") from None
+
+
+def _status(key: str) -> str:
+    return WorkflowInstance.objects.values_list("status", flat=True).get(key=key)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {text!r}")
+    return value
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return purging.parse_duration(text)
+    except WorkerflowError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

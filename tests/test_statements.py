@@ -1,0 +1,107 @@
+"""The hot path's cost in SQL statements, counted exactly (issue 5's budget).
+
+A run step costs two transactions: one starts the attempt, one records the outcome. On
+PostgreSQL each is a single statement; on SQLite each is a short IMMEDIATE transaction of
+two statements. Replaying recorded steps costs no statement at all.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+import django_workerflow as workerflow
+from django_workerflow import runtime
+
+pytestmark = pytest.mark.django_db
+
+
+TRANSACTION_CONTROL = ("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK")
+
+
+class StatementCounter:
+    """Counts statements, and transactions: explicit ones (BEGIN, or SAVEPOINT inside the
+    test's wrapping transaction) and single statements run on their own (autocommit)."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.transactions = 0
+        # Inside a test's wrapping transaction, a statement at this savepoint depth stands
+        # for a transaction of its own in production.
+        self.base_depth = len(connection.savepoint_ids)
+
+    def __call__(self, execute, sql, params, many, context):
+        keyword = sql.lstrip().split(None, 1)[0].upper()
+        if keyword in ("BEGIN", "SAVEPOINT"):
+            self.transactions += 1
+        elif keyword not in TRANSACTION_CONTROL:
+            self.statements.append(sql)
+            if len(context["connection"].savepoint_ids) == self.base_depth:
+                self.transactions += 1
+        return execute(sql, params, many, context)
+
+
+def count_tick(instance_pk: int) -> StatementCounter:
+    counter = StatementCounter()
+    with connection.execute_wrapper(counter):
+        runtime.tick(instance_pk)
+    return counter
+
+
+def statements_of_a_tick(instance_pk: int) -> list[str]:
+    return count_tick(instance_pk).statements
+
+
+@pytest.fixture
+def steps_workflow(define):
+    def make(steps: int):
+        def execute(self):
+            for number in range(steps):
+                self.run(f"step-{number}", lambda number=number: number)
+            self.sleep("rest", 60)
+
+        return define(execute)
+
+    return make
+
+
+def cost_per_step(steps_workflow, small: int = 10, large: int = 30) -> tuple[float, float]:
+    """(statements, transactions) per run step, from the difference of two workflow sizes."""
+    counters = []
+    for steps in (small, large):
+        instance = workerflow.start(steps_workflow(steps))
+        counters.append(count_tick(instance.pk))
+    statements = (len(counters[1].statements) - len(counters[0].statements)) / (large - small)
+    transactions = (counters[1].transactions - counters[0].transactions) / (large - small)
+    return statements, transactions
+
+
+def test_run_step__costs_two_transactions_of_at_most_three_statements_on_postgresql(
+    steps_workflow,
+):
+    statements, transactions = cost_per_step(steps_workflow)
+    print(f"\n{connection.vendor}: {statements} statements, {transactions} transactions a step")
+    assert transactions <= 2
+    if connection.vendor == "postgresql":
+        assert statements <= 3
+    else:
+        assert statements <= 5
+
+
+def test_replay__of_recorded_steps_costs_no_statement(steps_workflow, workerflow_harness):
+    costs = []
+    for steps in (10, 30):
+        instance = workerflow.start(steps_workflow(steps))
+        workerflow_harness.drain()
+        workerflow_harness.advance(61)
+        instance.refresh_from_db()
+        assert instance.status == "completed"
+    for steps in (10, 30):
+        # A fresh instance replaying `steps` recorded steps: wake it after it finished its
+        # run steps and measure the replay tick.
+        instance = workerflow.start(steps_workflow(steps))
+        workerflow_harness.drain()
+        workflow_instance = type(instance).objects.get(pk=instance.pk)
+        type(instance).objects.filter(pk=instance.pk).update(alarm_at=workerflow_harness.now())
+        costs.append(len(statements_of_a_tick(workflow_instance.pk)))
+    assert costs[0] == costs[1], costs
