@@ -80,6 +80,8 @@ class WorkflowInstance(models.Model):
     # Ownership: the worker holding the lease is the only one executing the instance.
     lease_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL: no lease
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Recorded steps that the last whole replay did not reach: the definition changed.
+    unreached_step_ids = JSONTextField(null=True, blank=True)
     # When the last bell queued for the alarm rings (see alarms.py); None: none queued.
     bell_at = models.DateTimeField(null=True, blank=True)
     # Set when something changed under a running tick: it takes one more pass.

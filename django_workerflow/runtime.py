@@ -415,6 +415,7 @@ class _Outcome:
     due: datetime | None = None
     stop_reason: str | None = None
     yielded: bool = False
+    unreached: list[str] | None = None
 
 
 def _replay(
@@ -431,6 +432,16 @@ def _replay(
         interrupted_suspects=suspects,
     )
     definition = definition_class(key=instance.key, input=instance.input, execution=execution)
+    outcome = _outcome_of(definition, execution)
+    if not (outcome.stop_reason or outcome.yielded):
+        # A whole pass reaches every recorded step again, unless the code changed.
+        outcome.unreached = [
+            step_id for step_id in store.steps if step_id not in execution.seen_step_ids
+        ]
+    return outcome
+
+
+def _outcome_of(definition: WorkflowDefinition, execution: Execution) -> _Outcome:
     try:
         value = definition.execute()
     except ExecutionStopped:
@@ -438,24 +449,21 @@ def _replay(
     except Suspension:
         return _suspended(execution)
     except Exception as exc:
-        failure = execution.fatal or exc
-        return _Outcome(
-            "failed", error_name=type(failure).__name__, error_message=error_message(failure)
-        )
+        return _failed(execution.fatal or exc)
     if execution.fatal is not None:
-        return _Outcome(
-            "failed",
-            error_name=type(execution.fatal).__name__,
-            error_message=error_message(execution.fatal),
-        )
+        return _failed(execution.fatal)
     if execution.suspended:
         # User code swallowed a suspension: a step still waits, so the workflow goes on.
         return _suspended(execution)
     try:
         result_json = jsonvalue.dumps(value, what="The workflow's return value")
     except WorkflowInputError as exc:
-        return _Outcome("failed", error_name=type(exc).__name__, error_message=error_message(exc))
+        return _failed(exc)
     return _Outcome("completed", result_json=result_json)
+
+
+def _failed(exc: BaseException) -> _Outcome:
+    return _Outcome("failed", error_name=type(exc).__name__, error_message=error_message(exc))
 
 
 def _suspended(execution: Execution) -> _Outcome:
@@ -484,6 +492,7 @@ def _settle(
             # Paused or cancelled during the pass: leave the state the operator set.
             _release(locked)
             return TickResult("stopped", alarm_at=locked.alarm_at, replays=replays)
+        _note_unreached(locked, outcome.unreached)
         if outcome.kind == "completed":
             locked.result = jsonvalue.loads(outcome.result_json)
             _release(locked, save=False)
@@ -534,6 +543,23 @@ def _settle(
 
 
 # Helpers ------------------------------------------------------------------------------
+
+
+def _note_unreached(locked: WorkflowInstance, unreached: list[str] | None) -> None:
+    """Keep (and log once) the recorded steps a whole replay pass no longer reached: the
+    definition changed under the instance."""
+    if unreached is None or (unreached or None) == locked.unreached_step_ids:
+        return
+    if unreached:
+        logger.warning(
+            "replay no longer reaches recorded steps key=%s version=%s steps=%s: the "
+            "definition changed under a running instance; register a new version instead",
+            locked.key,
+            locked.definition_version,
+            ",".join(unreached),
+        )
+    locked.unreached_step_ids = unreached or None
+    locked.save(update_fields=["unreached_step_ids"])
 
 
 def _pk(instance: WorkflowInstance | str) -> int:

@@ -105,6 +105,10 @@ class Migration(migrations.Migration):
                 ("alarm_at", models.DateTimeField(blank=True, null=True)),
                 ("lease_token", models.CharField(blank=True, max_length=64, null=True)),
                 ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "unreached_step_ids",
+                    django_workerflow.models.JSONTextField(blank=True, null=True),
+                ),
                 ("bell_at", models.DateTimeField(blank=True, null=True)),
                 ("wake_requested", models.BooleanField(default=False)),
                 ("created_at", models.DateTimeField()),
