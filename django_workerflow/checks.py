@@ -72,11 +72,11 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
     if orm is None:
         errors.append(
             Warning(
-                "Q_CLUSTER does not use the ORM broker: sleeps, retries and wait timeouts fire "
-                "only when the sweeper runs (about once a minute), and a bell queued before a "
-                "rollback cannot be taken back.",
+                "Q_CLUSTER does not use the ORM broker, which alone can delay a task: sleeps, "
+                "retries and wait timeouts fire only when the sweeper finds them overdue "
+                "(15 s to 2 min late), and a bell lost with a crashed worker waits for it too.",
                 hint="Set Q_CLUSTER['orm'] = 'default' for timers precise to a tenth of a "
-                "second (see the README on brokers).",
+                "second (docs/operations.md, Brokers). Silence this check if the delay is fine.",
                 id="workerflow.W006",
             )
         )

@@ -49,7 +49,8 @@ _POSTGRESQL = {
         WITH fence AS (
             UPDATE {INSTANCE}
             SET lease_expires_at = %(expires)s::timestamptz,
-                alarm_at = %(expires)s::timestamptz
+                alarm_at = CASE WHEN status = 'running'
+                    THEN %(expires)s::timestamptz ELSE alarm_at END
             WHERE id = %(instance)s::bigint AND lease_token = %(token)s::varchar
             RETURNING id
         ), done AS (
@@ -90,7 +91,8 @@ _SQLITE = {
         RETURNING (SELECT count(*) FROM {INSTANCE}
                    WHERE id = %(instance)s AND lease_token = %(token)s), 1""",
     "renew_lease": f"""
-        UPDATE {INSTANCE} SET lease_expires_at = %(expires)s, alarm_at = %(expires)s
+        UPDATE {INSTANCE} SET lease_expires_at = %(expires)s,
+            alarm_at = CASE WHEN status = 'running' THEN %(expires)s ELSE alarm_at END
         WHERE id = %(instance)s AND lease_token = %(token)s""",
 }
 

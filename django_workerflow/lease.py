@@ -11,6 +11,7 @@ from django.db import connection
 
 from .clock import now as clock_now
 from .conf import settings
+from .states import ACTIVE_STATUSES
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +51,11 @@ class LeaseHeartbeat:
         try:
             while not self._stop.wait(seconds / 3):
                 expires = clock_now() + timedelta(seconds=seconds)
-                renewed = WorkflowInstance.objects.filter(
+                leased = WorkflowInstance.objects.filter(
                     pk=self.instance_pk, lease_token=self.token
-                ).update(lease_expires_at=expires, alarm_at=expires)
+                )
+                renewed = leased.update(lease_expires_at=expires)
+                leased.filter(status__in=ACTIVE_STATUSES).update(alarm_at=expires)
                 if not renewed:
                     logger.warning("lease lost instance=%s", self.instance_pk)
                     return

@@ -181,10 +181,11 @@ def send_event(
                 event.claimed_at = now
                 _wake(locked, now)
     logger.info(
-        "event sent key=%s event=%s claimed=%s",
+        "event sent key=%s event=%s claimed=%s%s",
         locked.key,
         event_name,
         event.claimed_by_id is not None,
+        f" payload={payload_json}" if settings.LOG_PAYLOADS else "",
     )
     return event
 
@@ -602,10 +603,9 @@ def _release(
     locked.lease_token = None
     locked.lease_expires_at = None
     locked.wake_requested = False
-    fields = ["lease_token", "lease_expires_at", "wake_requested"]
-    if locked.status in ACTIVE_STATUSES:
-        locked.alarm_at = alarm_at
-        fields.append("alarm_at")
+    fields = ["lease_token", "lease_expires_at", "wake_requested", "alarm_at"]
+    # Lease renewals moved the alarm while the tick ran; an inactive instance has none.
+    locked.alarm_at = alarm_at if locked.status in ACTIVE_STATUSES else None
     if save:
         locked.updated_at = clock_now()
         locked.save(update_fields=[*fields, "updated_at"])
@@ -629,10 +629,9 @@ def _transition(
     locked.updated_at = now
     fields = ["status", "alarm_at", "updated_at", *(extra_fields or [])]
     if finished:
+        # The lease stays: a tick still executing records its step in flight, then ends.
         locked.finished_at = now
-        locked.lease_token = None
-        locked.lease_expires_at = None
-        fields += ["finished_at", "lease_token", "lease_expires_at"]
+        fields.append("finished_at")
     if event_type == WorkflowEventType.STARTED:
         fields += ["lease_token", "lease_expires_at", "wake_requested"]
     locked.save(update_fields=list(dict.fromkeys(fields)))

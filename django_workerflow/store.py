@@ -664,10 +664,17 @@ class StepStore:
             return
         expires = self._adapt(now + timedelta(seconds=settings.LEASE_SECONDS))
         sql = (
-            f"UPDATE {INSTANCE_TABLE} SET lease_expires_at = %s, alarm_at = %s "
+            f"UPDATE {INSTANCE_TABLE} SET lease_expires_at = %s, "
+            "alarm_at = CASE WHEN status = %s THEN %s ELSE alarm_at END "
             "WHERE id = %s AND lease_token = %s"
         )
-        params: list[Any] = [expires, expires, self.instance_pk, self.lease_token]
+        params: list[Any] = [
+            expires,
+            WorkflowStatus.RUNNING,
+            expires,
+            self.instance_pk,
+            self.lease_token,
+        ]
         if require_running:
             sql += " AND status = %s"
             params.append(WorkflowStatus.RUNNING)
