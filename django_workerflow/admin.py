@@ -7,6 +7,7 @@ recorded in the admin history with its reason.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
@@ -22,7 +23,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from .clock import now as clock_now
-from .console import describe, operations
+from .console import describe, operations, timeline
 from .console.forms import CancelForm, SendEventForm
 from .console.history import load_history
 from .models import (
@@ -36,13 +37,28 @@ from .models import (
     WorkflowStatus,
 )
 
-# Operator actions: the permission each needs (a codename suffix) and where it applies.
+UNFINISHED = frozenset(ACTIVE_STATUSES | {WorkflowStatus.PAUSED})
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A button of the instance page: what it says, the permission it needs (the codename
+    prefix of ``<prefix>_workflowinstance``), the statuses it applies to, and whether it
+    opens a form first (otherwise it is a one-click POST)."""
+
+    label: str
+    permission: str
+    statuses: frozenset[str]
+    form: bool = False
+
+
 CONTROLS = {
-    "pause": ("pause", {WorkflowStatus.RUNNING}),
-    "resume": ("resume", {WorkflowStatus.PAUSED}),
-    "wake": ("resume", set(ACTIVE_STATUSES)),
-    "send_event": ("send_event", set(ACTIVE_STATUSES) | {WorkflowStatus.PAUSED}),
-    "cancel": ("cancel", set(ACTIVE_STATUSES) | {WorkflowStatus.PAUSED}),
+    "pause": Control("Pause", "pause", frozenset({WorkflowStatus.RUNNING})),
+    "resume": Control("Resume", "resume", frozenset({WorkflowStatus.PAUSED})),
+    # Waking re-drives an instance: the same power as resuming one.
+    "wake": Control("Wake now", "resume", frozenset(ACTIVE_STATUSES)),
+    "send_event": Control("Send event…", "send_event", UNFINISHED, form=True),
+    "cancel": Control("Cancel…", "cancel", UNFINISHED, form=True),
 }
 
 
@@ -61,8 +77,8 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         "definition",
         "status_badge",
         "waiting_on",
-        "created_at",
-        "updated_at",
+        "created",
+        "updated",
         "next_alarm",
     ]
     list_filter = ["status", "definition_name", "definition_version"]
@@ -83,9 +99,9 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         "definition",
         "status_badge",
         "waiting_on",
-        "created_at",
-        "updated_at",
-        "finished_at",
+        "created_at_full",
+        "updated_at_full",
+        "finished_at_full",
         "next_alarm",
         "lease",
     ]
@@ -165,6 +181,36 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         )
         return text or "-"
 
+    @admin.display(description="created", ordering="created_at")
+    def created(self, instance: WorkflowInstance) -> str:
+        return self._time(instance.created_at)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, instance: WorkflowInstance) -> str:
+        return self._time(instance.updated_at)
+
+    def _time(self, when: Any) -> str:
+        """A short time in the list; the full one on hover."""
+        full = timeline.clock_text(when)
+        return format_html('<span title="{}">{}</span>', full, timeline.short_time(when))
+
+    @admin.display(description="created")
+    def created_at_full(self, instance: WorkflowInstance) -> str:
+        return self._full_time(instance.created_at)
+
+    @admin.display(description="updated")
+    def updated_at_full(self, instance: WorkflowInstance) -> str:
+        return self._full_time(instance.updated_at)
+
+    @admin.display(description="finished")
+    def finished_at_full(self, instance: WorkflowInstance) -> str:
+        return self._full_time(instance.finished_at)
+
+    def _full_time(self, when: Any) -> str:
+        if when is None:
+            return "-"
+        return f"{timeline.clock_text(when)} ({describe.relative_time(when, clock_now())})"
+
     @admin.display(description="next alarm", ordering="alarm_at")
     def next_alarm(self, instance: WorkflowInstance) -> str:
         return describe.format_when(instance.alarm_at, clock_now()) or "-"
@@ -194,38 +240,30 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
 
     def _controls(self, request: HttpRequest, instance: WorkflowInstance) -> list[dict[str, Any]]:
         """The buttons the user may press on this instance now."""
-        buttons = []
-        labels = {
-            "pause": "Pause",
-            "resume": "Resume",
-            "wake": "Wake now",
-            "send_event": "Send event…",
-            "cancel": "Cancel…",
-        }
-        for name, (permission, statuses) in CONTROLS.items():
-            if instance.status in statuses and self._has_perm(request, permission):
-                buttons.append(
-                    {
-                        "name": name,
-                        "label": labels[name],
-                        "url": self._url(f"{name}", instance.pk),
-                        "post": name in ("pause", "resume", "wake"),
-                    }
-                )
-        return buttons
+        return [
+            {
+                "name": name,
+                "label": control.label,
+                "url": self._url(name, instance.pk),
+                "post": not control.form,
+            }
+            for name, control in CONTROLS.items()
+            if instance.status in control.statuses and self._has_perm(request, control.permission)
+        ]
 
     def get_urls(self) -> list[Any]:
+        views = {
+            "pause": require_POST(self.pause_view),
+            "resume": require_POST(self.resume_view),
+            "wake": require_POST(self.wake_view),
+            "cancel": self.cancel_view,
+            "send_event": self.send_event_view,
+        }
         wrap = self.admin_site.admin_view
         urls = [
-            path("<path:object_id>/pause/", wrap(require_POST(self.pause_view))),
-            path("<path:object_id>/resume/", wrap(require_POST(self.resume_view))),
-            path("<path:object_id>/wake/", wrap(require_POST(self.wake_view))),
-            path("<path:object_id>/cancel/", wrap(self.cancel_view)),
-            path("<path:object_id>/send_event/", wrap(self.send_event_view)),
+            path(f"<path:object_id>/{name}/", wrap(view), name=self._url_name(name))
+            for name, view in views.items()
         ]
-        names = ["pause", "resume", "wake", "cancel", "send_event"]
-        for url, name in zip(urls, names, strict=True):
-            url.name = self._url_name(name)
         return urls + super().get_urls()
 
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -258,7 +296,7 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         return self._form_page(request, "send_event", form, [instance])
 
     def _instance_for(self, request: HttpRequest, object_id: str, control: str) -> WorkflowInstance:
-        if not self._has_perm(request, CONTROLS[control][0]):
+        if not self._has_perm(request, CONTROLS[control].permission):
             raise PermissionDenied
         instance = self.get_object(request, unquote(object_id))
         if instance is None:
@@ -356,7 +394,7 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         """The confirmation page of cancel and send event, for a selection or one instance."""
         titles = {"cancel": "Cancel workflows", "send_event": "Send an event"}
         buttons = {"cancel": "Yes, cancel", "send_event": "Send event"}
-        statuses = CONTROLS[control][1]
+        statuses = CONTROLS[control].statuses
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

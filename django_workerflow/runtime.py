@@ -435,11 +435,24 @@ def _replay(
     definition = definition_class(key=instance.key, input=instance.input, execution=execution)
     outcome = _outcome_of(definition, execution)
     if not (outcome.stop_reason or outcome.yielded):
-        # A whole pass reaches every recorded step again, unless the code changed.
-        outcome.unreached = [
-            step_id for step_id in store.steps if step_id not in execution.seen_step_ids
-        ]
+        outcome.unreached = _unreached_steps(store, execution.seen_step_ids)
     return outcome
+
+
+def _unreached_steps(store: StepStore, seen: set[str]) -> list[str]:
+    """Recorded steps a whole pass should have reached again but did not: the code changed.
+
+    Steps nested in a settled run step are not expected: its callback does not run again.
+    """
+    steps = store.steps
+    unreached = []
+    for step_id, step in steps.items():
+        if step_id in seen:
+            continue
+        parent = steps.get(step.parent_step_id) if step.parent_step_id else None
+        if parent is None or parent.state == StepState.RUNNING:
+            unreached.append(step_id)
+    return unreached
 
 
 def _outcome_of(definition: WorkflowDefinition, execution: Execution) -> _Outcome:

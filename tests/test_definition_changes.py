@@ -80,3 +80,17 @@ def test_tick__leaves_an_instance_whose_version_is_not_registered_untouched_unti
     instance.refresh_from_db()
     assert instance.status == "completed"
     assert calls == ["a", "b"]
+
+
+def test_replay__does_not_expect_steps_nested_in_a_finished_run_step(define, workerflow_harness):
+    def execute(self):
+        self.run("outer", lambda: self.run("inner", lambda: 1))
+        self.sleep("nap", 60)
+        return "done"
+
+    instance = workerflow.start(define(execute), key="nested")
+    workerflow_harness.drain()
+    workerflow_harness.advance(timedelta(minutes=2))
+    instance.refresh_from_db()
+    assert instance.status == "completed"
+    assert instance.unreached_step_ids is None

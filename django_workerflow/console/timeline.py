@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from ..clock import now as clock_now
 from ..models import (
     Step,
     StepEvent,
@@ -75,6 +76,11 @@ class StepNode:
         return range(self.depth)
 
     @property
+    def retried(self) -> bool:
+        """True when the step's attempts are worth listing: more than one, or a failure."""
+        return len(self.attempts) > 1 or any(a.outcome == "failed" for a in self.attempts)
+
+    @property
     def error(self) -> str:
         if self.step.state in (StepState.FAILED, StepState.TIMED_OUT):
             return step_error(self.step)
@@ -99,12 +105,12 @@ class StepNode:
         """What a sleep or wait step waits for."""
         step = self.step
         if step.type == StepType.SLEEP:
-            return f"until {clock_text(step.wake_at)}"
+            return f"until {short_time(step.wake_at)}"
         if step.type == StepType.WAIT:
             words = f"event '{step.event_name}'"
-            return f"{words} until {clock_text(step.timeout_at)}" if step.timeout_at else words
+            return f"{words} until {short_time(step.timeout_at)}" if step.timeout_at else words
         if step.state == StepState.PENDING and step.next_attempt_at and step.attempt_count:
-            return f"next attempt at {clock_text(step.next_attempt_at)}"
+            return f"next attempt at {short_time(step.next_attempt_at)}"
         return ""
 
     @property
@@ -282,11 +288,17 @@ def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: 
         for event in events
         if event.type not in (WorkflowEventType.CREATED, WorkflowEventType.STARTED)
     ]
+    lifetime = format_duration(end - instance.created_at)
+    summary = (
+        f"{instance.status} after {lifetime}"
+        if instance.finished_at
+        else f"{instance.status} for {lifetime}"
+    )
     return Row(
         label="workflow",
         kind="instance",
         depth=0,
-        summary=instance.get_status_display(),
+        summary=summary,
         segments=segments,
         marks=marks,
     )
@@ -348,19 +360,31 @@ def _run_segments(node: StepNode, end: datetime) -> list[Segment]:
 
 
 def _summary(node: StepNode, end: datetime) -> str:
+    """The row's outcome in a few words: "3 attempts, 2 failed; succeeded after 1 min"."""
     step = node.step
-    if step.type == StepType.RUN:
-        failed = sum(1 for attempt in node.attempts if attempt.outcome == "failed")
-        words = f"{len(node.attempts)} attempt{'s' if len(node.attempts) != 1 else ''}"
-        if failed:
-            words += f", {failed} failed"
-    elif step.type == StepType.SLEEP:
-        words = f"sleep until {clock_text(step.wake_at)}"
-    else:
-        words = f"wait for '{step.event_name}'"
-    if step.resolved_at is not None:
-        return f"{words}; {step.state} after {format_duration(step.resolved_at - step.created_at)}"
-    return f"{words}; {step.state} for {format_duration(end - step.created_at)}"
+    resolved = step.resolved_at is not None
+    took = format_duration((step.resolved_at or end) - step.created_at)
+    if step.type == StepType.SLEEP:
+        return f"slept {took}" if resolved else f"sleeping until {short_time(step.wake_at)}"
+    if step.type == StepType.WAIT:
+        if step.state == StepState.SATISFIED:
+            return f"event received after {took}"
+        if step.state == StepState.TIMED_OUT:
+            return f"timed out after {took}"
+        return f"waiting for '{step.event_name}' for {took}"
+    failed = sum(1 for attempt in node.attempts if attempt.outcome == "failed")
+    words = f"{len(node.attempts)} attempt{'s' if len(node.attempts) != 1 else ''}"
+    if failed:
+        words += f", {failed} failed"
+    return f"{words}; {step.state} after {took}" if resolved else f"{words}; {step.state}"
+
+
+def short_time(when: datetime | None) -> str:
+    """A local time to the second, with the date when it is not today's."""
+    if when is None:
+        return ""
+    local, today = timezone.localtime(when), timezone.localtime(clock_now()).date()
+    return local.strftime("%H:%M:%S" if local.date() == today else "%b %d %H:%M:%S")
 
 
 def clock_text(when: datetime | None) -> str:

@@ -115,7 +115,7 @@ class Command(BaseCommand):
         what = f"'{safe(instance.key)}' ({instance.definition_name} v{instance.definition_version})"
         if existed:
             self.stdout.write(
-                f"Instance {what} already exists: {instance.status}. Nothing changed."
+                f"Instance {what} already exists: {instance.status}; nothing changed."
             )
         else:
             self.stdout.write(f"Started instance {what}: {instance.status}.")
