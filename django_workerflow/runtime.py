@@ -289,6 +289,8 @@ def sweep(*, limit: int = 1000) -> int:
     upcoming = list(
         active.filter(alarm_at__gt=now - SWEEP_GRACE, alarm_at__lte=now + alarms.HORIZON)
         .exclude(bell_at=F("alarm_at"))
+        # A leased instance's alarm is its lease expiry: its tick is still at work.
+        .exclude(lease_expires_at__gt=now)
         .order_by("alarm_at")
         .values_list("pk", "alarm_at")[:limit]
     )

@@ -8,12 +8,16 @@ Environment variables:
 - ``WORKERFLOW_SQLITE_TEST_PATH``: SQLite file for the test database (default: a file per
   process in the temp folder, so qcluster subprocesses can open it).
 - ``WORKERFLOW_PG_NAME``: PostgreSQL database name (default ``workerflow``).
+- ``WORKERFLOW_TEST_APPS``: ``1`` adds the test-only app ``tests.clusterapp`` (always added
+  under pytest), so qcluster subprocesses started by the tests import its workflows.
+- ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
 
 The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each with a
 default, so none are needed here.
 """
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -36,6 +40,10 @@ INSTALLED_APPS = [
     "django_workerflow",
     "testproject.shop",
 ]
+
+# The test workflows must be importable by the tests' qcluster subprocesses too.
+if "pytest" in sys.modules or os.environ.get("WORKERFLOW_TEST_APPS"):
+    INSTALLED_APPS.append("tests.clusterapp")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -98,6 +106,10 @@ elif WORKERFLOW_DB == "postgres":
             "USER": "postgres",
             "HOST": "127.0.0.1",
             "PORT": 5432,
+            # Workers reuse connections: django-q2 closes old ones around every task, and a
+            # new PostgreSQL connection per bell costs ~30 ms (check workerflow.W009).
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
         }
     }
 else:
@@ -129,6 +141,11 @@ Q_CLUSTER = {
     "catch_up": False,
     "ack_failures": True,
 }
+
+# --- django-workerflow -----------------------------------------------------------------
+
+if "WORKERFLOW_LEASE_SECONDS" in os.environ:
+    WORKERFLOW_LEASE_SECONDS = float(os.environ["WORKERFLOW_LEASE_SECONDS"])
 
 # --- Logging ---------------------------------------------------------------------------
 

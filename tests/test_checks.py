@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from django_workerflow.checks import check_sqlite_database, check_worker_settings
+from django_workerflow.checks import (
+    check_connection_reuse,
+    check_sqlite_database,
+    check_worker_settings,
+)
 
 RECOMMENDED = {
     "name": "workerflow",
@@ -82,3 +86,12 @@ def test_checks__a_well_configured_sqlite_database_passes():
 def test_checks__postgresql_needs_no_sqlite_settings():
     database = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
     assert check_sqlite_database(database) == []
+
+
+def test_checks__warn_about_postgresql_without_connection_reuse():
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
+    [warning] = check_connection_reuse(database)
+    assert warning.id == "workerflow.W009"
+    assert "CONN_MAX_AGE = 60" in warning.hint
+    assert check_connection_reuse({**database, "CONN_MAX_AGE": 60}) == []
+    assert check_connection_reuse(SQLITE_OK) == []

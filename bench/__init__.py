@@ -1,0 +1,1 @@
+"""Benchmarks of django-workerflow with real qcluster processes (``python -m bench``)."""

@@ -1,0 +1,57 @@
+"""Workflows measured by bench/timers.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django_workerflow import WorkflowDefinition
+
+
+class Sleeper(WorkflowDefinition):
+    """One sleep of ``input["seconds"]``: its lateness is resolved_at - wake_at."""
+
+    name = "bench-sleep"
+    version = "1"
+
+    def execute(self) -> None:
+        self.sleep("nap", self.input["seconds"])
+
+
+class Retrier(WorkflowDefinition):
+    """A run step whose first attempt fails, retried after a 250 ms backoff."""
+
+    name = "bench-retry"
+    version = "1"
+
+    def execute(self) -> None:
+        marker = Path(self.input["dir"]) / self.key
+        self.run("flaky", lambda: self.fail_once(marker), backoff=lambda attempt: 0.25)
+
+    @staticmethod
+    def fail_once(marker: Path) -> None:
+        if not marker.exists():
+            marker.touch()
+            raise RuntimeError("The first attempt fails on purpose.")
+
+
+class Waiter(WorkflowDefinition):
+    """Waits for the event "go", then runs one step."""
+
+    name = "bench-event"
+    version = "1"
+
+    def execute(self) -> None:
+        self.wait("go", "go")
+        self.run("after", lambda: None)
+
+
+class Stepper(WorkflowDefinition):
+    """``input["steps"]`` trivial run steps back to back."""
+
+    name = "bench-steps"
+    version = "1"
+
+    def execute(self) -> int:
+        for index in range(self.input["steps"]):
+            self.run(f"step-{index}", lambda index=index: index)
+        return self.input["steps"]

@@ -1,0 +1,1 @@
+"""Tests that run real qcluster processes (marked ``cluster``)."""

@@ -1,0 +1,1 @@
+"""A test-only Django app whose workflows the qcluster subprocesses of tests/cluster run."""
