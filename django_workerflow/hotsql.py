@@ -6,6 +6,10 @@ checks and renews the lease (locking the instance row against a concurrent pause
 writes the step and appends its event, atomically and without BEGIN/COMMIT round trips.
 SQLite has no data-modifying CTEs; there the lease check is a subquery of the step write, the
 event a second statement, both in one IMMEDIATE transaction.
+
+Recording an outcome needs no lease check: the step row's own condition (still 'running', same
+attempt) is the fence. A worker that took the instance over records the interrupted attempt
+through the same condition, so exactly one of the two outcomes lands.
 """
 
 from __future__ import annotations
@@ -43,23 +47,19 @@ _POSTGRESQL = {
             SELECT %(instance)s::bigint, id, 'attempt_started', %(now)s::timestamptz, 1,
                 '', '', ''
             FROM new_step
+        ), no_flush AS (
+            -- The start marker need not wait for its WAL flush: the outcome's synchronous
+            -- commit hardens it, and only a server crash in between can lose it.
+            SELECT set_config('synchronous_commit', 'off', true)
         )
-        SELECT id FROM new_step""",
+        SELECT id FROM new_step, no_flush""",
     "succeed_run": f"""
-        WITH fence AS (
-            UPDATE {INSTANCE}
-            SET lease_expires_at = %(expires)s::timestamptz,
-                alarm_at = CASE WHEN status = 'running'
-                    THEN %(expires)s::timestamptz ELSE alarm_at END
-            WHERE id = %(instance)s::bigint AND lease_token = %(token)s::varchar
-            RETURNING id
-        ), done AS (
+        WITH done AS (
             UPDATE {STEP}
             SET state = 'succeeded', result = %(result)s::text,
                 resolved_at = %(now)s::timestamptz
             WHERE id = %(step)s::bigint AND state = 'running'
                 AND attempt_count = %(attempt)s::integer
-                AND EXISTS (SELECT 1 FROM fence)
             RETURNING id
         ), succeeded AS (
             INSERT INTO {STEP_EVENT} (instance_id, step_id, type, recorded_at, attempt_number,
@@ -68,7 +68,7 @@ _POSTGRESQL = {
                 %(attempt)s::integer, %(result)s::text, '', '', ''
             FROM done
         )
-        SELECT (SELECT count(*) FROM fence), (SELECT count(*) FROM done)""",
+        SELECT count(*) FROM done""",
 }
 
 _SQLITE = {
@@ -84,12 +84,7 @@ _SQLITE = {
         RETURNING id""",
     "succeed_run": f"""
         UPDATE {STEP} SET state = 'succeeded', result = %(result)s, resolved_at = %(now)s
-        WHERE id = %(step)s AND state = 'running' AND attempt_count = %(attempt)s
-            AND EXISTS (
-                SELECT 1 FROM {INSTANCE} WHERE id = %(instance)s AND lease_token = %(token)s
-            )
-        RETURNING (SELECT count(*) FROM {INSTANCE}
-                   WHERE id = %(instance)s AND lease_token = %(token)s), 1""",
+        WHERE id = %(step)s AND state = 'running' AND attempt_count = %(attempt)s""",
     "renew_lease": f"""
         UPDATE {INSTANCE} SET lease_expires_at = %(expires)s,
             alarm_at = CASE WHEN status = 'running' THEN %(expires)s ELSE alarm_at END

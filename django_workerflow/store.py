@@ -407,8 +407,8 @@ class StepStore:
             }
             with self._hot_write(params) as cursor:
                 self._execute_hot(cursor, "succeed_run", params)
-                row = cursor.fetchone()
-                if row is None or not (row[0] and row[1]):
+                recorded = cursor.fetchone()[0] if self.vendor == "postgresql" else cursor.rowcount
+                if recorded != 1:
                     if not self._lease_held(cursor):
                         raise ExecutionStopped("lease_lost")
                     raise self._explain_refusal(step_id, StepState.RUNNING, attempt, now)
