@@ -95,6 +95,7 @@ class Execution:
         self.suspended = False
         self.stop_reason: str | None = None
         self.yielded = False
+        self.attempts_started = 0
         self.fatal: WorkflowDefinitionError | None = None
         self.atomic_step: str | None = None
 
@@ -386,10 +387,12 @@ class Execution:
         return self.parents[-1] if self.parents else None
 
     def _boundary(self) -> None:
-        """Before a new attempt starts: yield the worker once the tick's budget is spent."""
-        if time.monotonic() >= self.deadline:
+        """Before a new attempt starts: yield the worker once the tick's budget is spent
+        (after at least one attempt of this pass, so that every tick makes progress)."""
+        if self.attempts_started and time.monotonic() >= self.deadline:
             self.yielded = True
             self._suspend(clock_now())
+        self.attempts_started += 1
 
     def _suspend(self, due: datetime | None) -> None:
         self.suspended = True
