@@ -11,6 +11,8 @@ Environment variables:
 - ``WORKERFLOW_TEST_APPS``: ``1`` adds the test-only app ``tests.clusterapp`` (always added
   under pytest), so qcluster subprocesses started by the tests import its workflows.
 - ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
+- ``WORKERFLOW_TICK_BUDGET``: overrides how long a tick may execute before it yields (tests
+  that stop a cluster while it works).
 
 The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each with a
 default, so none are needed here.
@@ -146,6 +148,8 @@ Q_CLUSTER = {
 
 if "WORKERFLOW_LEASE_SECONDS" in os.environ:
     WORKERFLOW_LEASE_SECONDS = float(os.environ["WORKERFLOW_LEASE_SECONDS"])
+if "WORKERFLOW_TICK_BUDGET" in os.environ:
+    WORKERFLOW_TICK_BUDGET = float(os.environ["WORKERFLOW_TICK_BUDGET"])
 
 # --- Logging ---------------------------------------------------------------------------
 
@@ -162,3 +166,6 @@ LOGGING = {
         "django_workerflow": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
+
+# Django 6.1 configures email senders in MAILERS (older versions ignore it).
+MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
