@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,11 @@ _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 _decode = json.JSONDecoder().decode
 
 MAX_IDENTIFIER_LENGTH = 200
+# Python's JSON code recurses once per level: a value nested deeper than this might not be
+# readable again where the stack is already deep (a tick), so it is refused up front.
+MAX_NESTING = 100
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
 def dumps(value: Any, *, what: str) -> str:
@@ -26,6 +32,8 @@ def dumps(value: Any, *, what: str) -> str:
         text = _encoder.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise WorkflowInputError(f"{what} is not JSON-serializable: {exc}") from exc
+    if text.count("[") + text.count("{") > MAX_NESTING:
+        _check_nesting(text, what)
     limit = settings.MAX_JSON_BYTES
     if len(text) > limit // 4 and len(text.encode()) > limit:
         raise WorkflowInputError(
@@ -35,20 +43,30 @@ def dumps(value: Any, *, what: str) -> str:
     return text
 
 
+def _check_nesting(text: str, what: str) -> None:
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    if deepest > MAX_NESTING:
+        raise WorkflowInputError(
+            f"{what} is nested {deepest} levels deep; the limit is {MAX_NESTING}."
+        )
+
+
 def loads(text: str | None) -> Any:
     return None if text is None else _decode(text)
 
 
-def check_identifier(value: Any, *, what: str) -> str:
-    """Return ``value`` if it is a usable step id or event name, else raise."""
+def check_identifier(value: Any, *, what: str, max_length: int = MAX_IDENTIFIER_LENGTH) -> str:
+    """Return ``value`` if it is a usable step id, event name or key, else raise."""
     if not isinstance(value, str):
         raise WorkflowInputError(f"{what} must be a string, not {type(value).__name__}.")
     if not value or not value.strip():
         raise WorkflowInputError(f"{what} must not be empty.")
-    if len(value) > MAX_IDENTIFIER_LENGTH:
+    if len(value) > max_length:
         raise WorkflowInputError(
-            f"{what} {value[:40]!r}... is {len(value)} characters long; "
-            f"the limit is {MAX_IDENTIFIER_LENGTH}."
+            f"{what} {value[:40]!r}... is {len(value)} characters long; the limit is {max_length}."
         )
     return value
 

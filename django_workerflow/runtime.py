@@ -83,9 +83,7 @@ def start(
         )
     definition_class = registry.get(name, version)
     key = str(uuid.uuid4()) if key is None else key
-    jsonvalue.check_identifier(key, what="An instance key")
-    if len(key) > 255:
-        raise WorkflowInputError(f"An instance key is at most 255 characters, not {len(key)}.")
+    jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     input_json = jsonvalue.dumps(input, what="The workflow input")
 
     existing = WorkflowInstance.objects.filter(key=key).first()
@@ -582,7 +580,12 @@ def _pk(instance: WorkflowInstance | str) -> int:
     if isinstance(instance, WorkflowInstance):
         return instance.pk
     if isinstance(instance, str):
-        return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
+        try:
+            return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
+        except WorkflowInstance.DoesNotExist:
+            raise WorkflowInstance.DoesNotExist(
+                f"No workflow instance has the key {instance!r}."
+            ) from None
     raise WorkflowInputError(
         f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
     )

@@ -475,7 +475,18 @@ class StepStore:
         now = clock_now()
         max_attempts = record.max_attempts or 1
         retry = not non_retryable and attempt < max_attempts
-        next_attempt_at = now + retry_delay(attempt, backoff) if retry else None
+        next_attempt_at = None
+        if retry:
+            try:
+                next_attempt_at = now + retry_delay(attempt, backoff)
+            except Exception as exc:
+                # A broken backoff must not leave the attempt unrecorded: it fails the step.
+                retry = False
+                error_name = "WorkflowInputError"
+                error_message = (
+                    f"WorkflowInputError: Run step '{step_id}' failed ({error_message}) and its "
+                    f"backoff gave no usable delay: {exc}"
+                )
         state = StepState.PENDING if retry else StepState.FAILED
         with transaction.atomic(using=self.using), self._cursor() as cursor:
             self._fence(cursor, now)
