@@ -13,3 +13,8 @@ class ExecutionStopped(Suspension):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class TickAborted(BaseException):
+    """The engine's own bookkeeping hit a database error: the tick ends at once, without
+    recording anything more; its lease runs out and the next tick recovers the instance."""

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from . import jsonvalue
 from .backoff import Backoff
 from .clock import now as clock_now
-from .control import ExecutionStopped, Suspension
+from .control import ExecutionStopped, Suspension, TickAborted
 from .exceptions import (
     DuplicateStepIdError,
     MaxAttemptsExceededError,
@@ -406,3 +406,6 @@ class Execution:
             self.suspended = True
             self.stop_reason = stopped.reason
             raise
+        except DatabaseError as exc:
+            # Not the workflow's failure: user code must not see (or swallow) it.
+            raise TickAborted() from exc

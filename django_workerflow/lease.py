@@ -7,7 +7,7 @@ import threading
 from datetime import timedelta
 from types import TracebackType
 
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from .clock import now as clock_now
 from .conf import settings
@@ -54,8 +54,15 @@ class LeaseHeartbeat:
                 leased = WorkflowInstance.objects.filter(
                     pk=self.instance_pk, lease_token=self.token
                 )
-                renewed = leased.update(lease_expires_at=expires)
-                leased.filter(status__in=ACTIVE_STATUSES).update(alarm_at=expires)
+                try:
+                    renewed = leased.update(lease_expires_at=expires)
+                    leased.filter(status__in=ACTIVE_STATUSES).update(alarm_at=expires)
+                except DatabaseError:
+                    # The database went away (a restart, a failover): the lease is still
+                    # ours until it expires, so reconnect and renew at the next beat.
+                    logger.warning("lease renewal failed instance=%s", self.instance_pk)
+                    connection.close()
+                    continue
                 if not renewed:
                     logger.warning("lease lost instance=%s", self.instance_pk)
                     return

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from . import alarms, jsonvalue, registry
 from .clock import now as clock_now
@@ -55,6 +55,8 @@ UNREGISTERED_RETRY = timedelta(minutes=1)
 MAX_REPLAYS_PER_TICK = 100
 # An alarm this far overdue has lost its bell (or its worker): the sweeper rings it again.
 SWEEP_GRACE = timedelta(seconds=15)
+# How long the sweeper waits before ringing the same overdue instance again.
+SWEEP_RERING = timedelta(minutes=2)
 
 
 # Start --------------------------------------------------------------------------------
@@ -281,6 +283,12 @@ def sweep(*, limit: int = 1000) -> int:
     active = WorkflowInstance.objects.active()
     overdue = list(
         active.filter(alarm_at__lte=now - SWEEP_GRACE)
+        # Not again while the sweep's own bell may still be waiting in a busy queue.
+        .filter(
+            Q(bell_at__isnull=True)
+            | Q(bell_at__lte=F("alarm_at"))
+            | Q(bell_at__lte=now - SWEEP_RERING)
+        )
         .order_by("alarm_at")
         .values_list("pk", flat=True)[:limit]
     )

@@ -8,6 +8,8 @@ Environment variables:
 - ``WORKERFLOW_SQLITE_TEST_PATH``: SQLite file for the test database (default: a file per
   process in the temp folder, so qcluster subprocesses can open it).
 - ``WORKERFLOW_PG_NAME``: PostgreSQL database name (default ``workerflow``).
+- ``WORKERFLOW_PG_PORT``: PostgreSQL port on 127.0.0.1 (default 5432; a private server lets
+  the database restart test run without disturbing others).
 - ``WORKERFLOW_TEST_APPS``: ``1`` adds the test-only app ``tests.clusterapp`` (always added
   under pytest), so qcluster subprocesses started by the tests import its workflows.
 - ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
@@ -107,7 +109,7 @@ elif WORKERFLOW_DB == "postgres":
             "NAME": os.environ.get("WORKERFLOW_PG_NAME", "workerflow"),
             "USER": "postgres",
             "HOST": "127.0.0.1",
-            "PORT": 5432,
+            "PORT": int(os.environ.get("WORKERFLOW_PG_PORT", "5432")),
             # Workers reuse connections: django-q2 closes old ones around every task, and a
             # new PostgreSQL connection per bell costs ~30 ms (check workerflow.W009).
             "CONN_MAX_AGE": 60,

@@ -123,3 +123,19 @@ def test_harness__rings_no_bells(sleeper, workerflow_harness):
     workerflow.start(sleeper, key="k")
     workerflow_harness.drain()
     assert bells() == []
+
+
+def test_sweep__does_not_ring_an_overdue_instance_again_while_its_bell_may_be_queued(sleeper):
+    instance = workerflow.start(sleeper, key="k")
+    OrmQ.objects.all().delete()
+    instance.refresh_from_db()
+    overdue = instance.alarm_at + runtime.SWEEP_GRACE + timedelta(seconds=1)
+    previous = set_clock(VirtualClock(overdue))
+    try:
+        assert runtime.sweep() == 1
+        assert runtime.sweep() == 0
+        set_clock(VirtualClock(overdue + runtime.SWEEP_RERING + timedelta(seconds=1)))
+        assert runtime.sweep() == 1
+    finally:
+        set_clock(previous)
+    assert len(bells()) == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import uuid
 from pathlib import Path
 
 from django_workerflow import WorkflowDefinition
@@ -118,3 +119,132 @@ class Touch(WorkflowDefinition):
 
     def execute(self) -> None:
         self.run("touch", lambda: Path(self.input["path"]).touch())
+
+
+# Fault injection (tests/reliability/faults) ---------------------------------------------
+
+
+def trace_callback(path: str | Path, *fields: object) -> None:
+    """Append one line of space-separated ``fields`` to ``path`` in one O_APPEND write."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (" ".join(str(field) for field in fields) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+class FaultSteps(WorkflowDefinition):
+    """Run steps that take a while, alternately plain and atomic, with an optional sleep.
+
+    Input: ``trace`` (a file shared by all instances), ``steps``, ``seconds`` (the range of a
+    callback's duration), ``linger`` (seconds a callback waits after its effect), ``nap``
+    (seconds of a sleep in the middle, or None) and ``max_attempts``.
+
+    Every callback appends ``start <key> <step> <pid> <time> <seconds>`` to the trace before
+    its work and ``end <key> <step> <pid> <time>`` after its effect. The end line is a plain
+    step's effect. An atomic step's effect is one auth ``Group`` named ``<key>/<step>/<random>``
+    created in the transaction that records the step's result, so one exists per committed
+    execution. The linger keeps the outcome unrecorded for a moment after the effect: a test
+    can kill the worker exactly there.
+    """
+
+    name = "fault-steps"
+    version = "1"
+
+    def execute(self) -> int:
+        total = 0
+        for index in range(self.input["steps"]):
+            if index == self.input["steps"] // 2 and self.input.get("nap"):
+                self.sleep("nap", self.input["nap"])
+            step_id = f"step-{index}"
+            atomic = index % 2 == 1
+            total += self.run(
+                step_id,
+                lambda step_id=step_id, atomic=atomic: self.work(step_id, atomic=atomic),
+                max_attempts=self.input.get("max_attempts", 3),
+                atomic=atomic,
+            )
+        return total
+
+    def work(self, step_id: str, *, atomic: bool) -> int:
+        from django.contrib.auth.models import Group
+
+        trace = self.input["trace"]
+        seconds = random.uniform(*self.input["seconds"])
+        pid = os.getpid()
+        trace_callback(trace, "start", self.key, step_id, pid, f"{time.time():.6f}", seconds)
+        time.sleep(seconds)
+        if atomic:
+            Group.objects.create(name=f"{self.key}/{step_id}/{uuid.uuid4().hex[:12]}")
+        trace_callback(trace, "end", self.key, step_id, pid, f"{time.time():.6f}")
+        time.sleep(self.input.get("linger", 0))
+        return 1
+
+
+class Poison(WorkflowDefinition):
+    """A step whose callback kills the worker process that runs it, every time.
+
+    Input: ``trace`` (callbacks write the trace lines of :class:`FaultSteps`) and the poison
+    step's ``max_attempts``.
+    """
+
+    name = "fault-poison"
+    version = "1"
+
+    def execute(self) -> str:
+        trace = self.input["trace"]
+        self.run("before", lambda: self.note(trace, "before"))
+        self.run("poison", lambda: self.die(trace), max_attempts=self.input["max_attempts"])
+        return self.run("after", lambda: self.note(trace, "after"))
+
+    def note(self, trace: str, step_id: str) -> str:
+        pid = os.getpid()
+        trace_callback(trace, "start", self.key, step_id, pid, f"{time.time():.6f}", 0)
+        trace_callback(trace, "end", self.key, step_id, pid, f"{time.time():.6f}")
+        return step_id
+
+    def die(self, trace: str) -> None:
+        trace_callback(trace, "start", self.key, "poison", os.getpid(), f"{time.time():.6f}", 0)
+        os._exit(1)
+
+
+class FailsLater(WorkflowDefinition):
+    """One run step whose first attempt waits until the file ``go`` exists, then raises;
+    a later attempt (the file exists when it starts) succeeds at once."""
+
+    name = "fault-fails-later"
+    version = "1"
+
+    def execute(self) -> str:
+        return self.run("flaky", self.flaky, max_attempts=3)
+
+    def flaky(self) -> str:
+        trace, go, pid = self.input["trace"], Path(self.input["go"]), os.getpid()
+        trace_callback(trace, "start", self.key, "flaky", pid, f"{time.time():.6f}", 0)
+        retry = go.exists()
+        deadline = time.monotonic() + 60
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        trace_callback(trace, "end", self.key, "flaky", pid, f"{time.time():.6f}")
+        if not retry:
+            raise RuntimeError("The first attempt fails on purpose.")
+        return "retried"
+
+
+class LongStep(WorkflowDefinition):
+    """One run step: its first execution takes ``seconds``, a later one a moment."""
+
+    name = "fault-long-step"
+    version = "1"
+
+    def execute(self) -> int:
+        return self.run("long", self.long, max_attempts=5)
+
+    def long(self) -> int:
+        trace, marker, pid = self.input["trace"], Path(self.input["marker"]), os.getpid()
+        seconds = 0.2 if marker.exists() else self.input["seconds"]
+        marker.touch()
+        trace_callback(trace, "start", self.key, "long", pid, f"{time.time():.6f}", seconds)
+        time.sleep(seconds)
+        trace_callback(trace, "end", self.key, "long", pid, f"{time.time():.6f}")
+        return pid
