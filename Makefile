@@ -46,8 +46,18 @@ format: install
 demo: install
 	$(BIN)/python -m testproject.demo
 
-bench: install
-	$(BIN)/python -m bench
+# The benchmark has its own venv: DBOS (the peer) and the profiler stay out of the test venv.
+BENCH_VENV ?= .venv-bench
+BENCH_ARGS ?=
+
+$(BENCH_VENV)/.installed: pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[test,bench]' '$(DJANGO)'
+	touch $@
+
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf .venv .venv-* db.sqlite3 db.sqlite3-* artifacts/ build/ dist/ *.egg-info

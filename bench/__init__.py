@@ -1,1 +1,4 @@
-"""Benchmarks of django-workerflow with real qcluster processes (``python -m bench``)."""
+"""The benchmark suite of django-workerflow (issue 5): ``make bench`` or ``python -m bench``.
+
+``bench.run`` measures one database in its own process; ``bench.report`` prints the table.
+"""

@@ -95,8 +95,10 @@ class WorkflowInstance(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
+            # Serves due() on both databases: SQLite without statistics otherwise prefers
+            # the (status, finished_at) index, 40x slower at 100,000 sleeping instances.
             models.Index(
-                fields=["alarm_at"],
+                fields=["status", "alarm_at"],
                 name="workerflow_alarm_due",
                 condition=Q(alarm_at__isnull=False),
             ),

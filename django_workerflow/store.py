@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from django.db import connections, transaction
@@ -605,15 +606,19 @@ class StepStore:
             parent = self._by_pk.get(record.parent_pk)
             record.parent_step_id = parent.step_id if parent else None
 
+    @cached_property
+    def _connection(self) -> Any:
+        return connections[self.using]
+
     def _cursor(self) -> Any:
-        return connections[self.using].cursor()
+        return self._connection.cursor()
 
     def _adapt(self, value: datetime | None) -> Any:
-        return connections[self.using].ops.adapt_datetimefield_value(value)
+        return self._connection.ops.adapt_datetimefield_value(value)
 
-    @property
+    @cached_property
     def vendor(self) -> str:
-        return connections[self.using].vendor
+        return self._connection.vendor
 
     def _fence_params(self, now: datetime) -> dict[str, Any]:
         """Lease check (and renewal, when due) parameters of the hot statements."""
@@ -638,10 +643,25 @@ class StepStore:
             with self._cursor() as cursor:
                 yield cursor
             return
-        with transaction.atomic(using=self.using), self._cursor() as cursor:
-            if params["renew"]:
-                cursor.execute(hot_sql(self.vendor, "renew_lease"), params)
-            yield cursor
+        connection = self._connection
+        if connection.in_atomic_block:
+            with transaction.atomic(using=self.using), self._cursor() as cursor:
+                if params["renew"]:
+                    cursor.execute(hot_sql(self.vendor, "renew_lease"), params)
+                yield cursor
+            return
+        # Outside any atomic block no on-commit hook can be pending, so the transaction is
+        # plain SQL: Django's savepoint and autocommit bookkeeping cost a third of a step.
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                if params["renew"]:
+                    cursor.execute(hot_sql(self.vendor, "renew_lease"), params)
+                yield cursor
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            cursor.execute("COMMIT")
 
     def _execute_hot(self, cursor: Any, name: str, params: dict[str, Any]) -> None:
         """Run a hot statement; on PostgreSQL as a server-side prepared statement (planned

@@ -1,1 +1,1 @@
-"""The benchmark's workflows, installed when ``WORKERFLOW_BENCH_APPS=1`` (see bench/timers.py)."""
+"""The benchmark's workflows; bench/settings.py installs this app."""

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class BenchAppConfig(AppConfig):
-    """Installed by testproject/settings.py when ``WORKERFLOW_BENCH_APPS=1``."""
+    """Installed by bench/settings.py; its ``workflows`` module registers the definitions."""
 
     name = "bench.benchapp"
     label = "benchapp"

@@ -1,10 +1,34 @@
-"""Workflows measured by bench/timers.py."""
+"""The workflows the benchmark measures (registered in the bench process and its clusters)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from django_workerflow import WorkflowDefinition
+
+
+class Stepper(WorkflowDefinition):
+    """``input["steps"]`` trivial run steps back to back (sequential and fleet)."""
+
+    name = "bench-steps"
+    version = "1"
+
+    def execute(self) -> int:
+        for index in range(self.input["steps"]):
+            self.run(f"step-{index}", lambda index=index: index)
+        return self.input["steps"]
+
+
+class StepsThenSleep(WorkflowDefinition):
+    """``input["steps"]`` trivial run steps, then an hour's sleep (replay and statements)."""
+
+    name = "bench-steps-then-sleep"
+    version = "1"
+
+    def execute(self) -> None:
+        for index in range(self.input["steps"]):
+            self.run(f"step-{index}", lambda index=index: index)
+        self.sleep("rest", 3600)
 
 
 class Sleeper(WorkflowDefinition):
@@ -43,15 +67,3 @@ class Waiter(WorkflowDefinition):
     def execute(self) -> None:
         self.wait("go", "go")
         self.run("after", lambda: None)
-
-
-class Stepper(WorkflowDefinition):
-    """``input["steps"]`` trivial run steps back to back."""
-
-    name = "bench-steps"
-    version = "1"
-
-    def execute(self) -> int:
-        for index in range(self.input["steps"]):
-            self.run(f"step-{index}", lambda index=index: index)
-        return self.input["steps"]

@@ -1,0 +1,481 @@
+"""The printed table: every scenario's figures per database, then the targets.
+
+Results are the JSON written by ``bench.run``, one per database; a scenario that failed or
+was skipped shows as such in its cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+COLUMNS = (("sqlite", "SQLite (WAL)"), ("postgresql", "PostgreSQL"))
+LABEL_WIDTH = 50
+CELL_WIDTH = 30
+
+Results = dict[str, dict[str, Any]]  # vendor -> results of bench.run
+Cell = Callable[[dict[str, Any]], str]
+
+
+class Missing(Exception):
+    """A figure a cell needs is not in the results."""
+
+
+# Formatting ---------------------------------------------------------------------------
+
+
+def number(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f}" if seconds >= 0.1 else f"{seconds * 1000:,.1f}"
+
+
+def spread(stats: dict[str, Any]) -> str:
+    """min / median / p99 / max in ms."""
+    return " / ".join(ms(stats[key]) for key in ("min", "median", "p99", "max")) + " ms"
+
+
+def dig(results: dict[str, Any], *path: str) -> Any:
+    value: Any = results
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            raise Missing(path)
+        if "error" in value:
+            raise Missing(path)
+        value = value[key]
+    return value
+
+
+def status(results: dict[str, Any], scenario: str) -> str | None:
+    """'error' or 'skipped: ...' for a scenario that produced no figures, else None."""
+    section = results.get(scenario)
+    if section is None:
+        return "not run"
+    if "error" in section:
+        return "ERROR"
+    if "skipped" in section:
+        return f"skipped: {section['skipped']}"
+    return None
+
+
+# The table ----------------------------------------------------------------------------
+
+
+class Table:
+    def __init__(self, results: Results) -> None:
+        self.results = results
+        self.lines: list[str] = []
+
+    def header(self, title: str) -> None:
+        self.lines.append("")
+        self.lines.append(self._row(title, [title_cell for _, title_cell in COLUMNS]))
+        self.lines.append("-" * (LABEL_WIDTH + CELL_WIDTH * len(COLUMNS)))
+
+    def section(self, title: str) -> None:
+        self.lines.append(title)
+
+    def row(self, label: str, cell: Cell, scenario: str) -> None:
+        cells = []
+        for vendor, _ in COLUMNS:
+            results = self.results.get(vendor)
+            if results is None:
+                cells.append("-")
+                continue
+            problem = status(results, scenario)
+            if problem:
+                cells.append(problem)
+                continue
+            try:
+                cells.append(cell(results))
+            except Missing:
+                cells.append("-")
+        self.lines.append(self._row("  " + label, cells))
+
+    @staticmethod
+    def _row(label: str, cells: list[str]) -> str:
+        text = f"{label:<{LABEL_WIDTH}}" + "".join(f"{cell:>{CELL_WIDTH}}" for cell in cells)
+        return text.rstrip()
+
+
+def any_result(results: Results, *path: str) -> Any:
+    for vendor, _ in COLUMNS:
+        try:
+            return dig(results.get(vendor, {}), *path)
+        except Missing:
+            continue
+    return None
+
+
+def figures_table(results: Results) -> Table:
+    table = Table(results)
+    table.header("django-workerflow benchmark")
+
+    sizes = any_result(results, "sequential") or {}
+    table.section("1. Sequential: one workflow of N trivial run steps, inline (median)")
+    for steps in sizes:
+        n = f"N={int(steps):,}"
+
+        def steps_per_second(r: dict[str, Any], steps: str = steps) -> str:
+            run = dig(r, "sequential", steps)
+            return f"{number(run['steps_per_second'])} steps/s"
+
+        def per_step(r: dict[str, Any], steps: str = steps) -> str:
+            run = dig(r, "sequential", steps)
+            return f"{run['ms_per_step']:.3f} ms ({run['cpu_ms_per_step']:.3f} CPU)"
+
+        def raw(r: dict[str, Any], steps: str = steps) -> str:
+            run = dig(r, "sequential", steps)
+            return f"{number(run['raw_commits_per_second'])}/s -> x{run['ratio_to_raw']:.2f}"
+
+        table.row(f"{n}: steps/s", steps_per_second, "sequential")
+        table.row(f"{n}: ms/step (client CPU ms/step)", per_step, "sequential")
+        table.row(f"{n}: raw commit rate -> steps/s ratio to it", raw, "sequential")
+    if len(sizes) > 1:
+        first, *_, last = sizes
+        table.row(
+            f"ms/step N={int(last):,} / N={int(first):,}",
+            lambda r: f"{flatness(r):.2f}",
+            "sequential",
+        )
+        table.row(
+            "  the same, each relative to its raw commit rate",
+            lambda r: f"{normalized_flatness(r):.2f}",
+            "sequential",
+        )
+
+    replay_steps = any_result(results, "replay", "steps") or 0
+    table.section(f"2. Replay: a tick resuming {replay_steps:,} recorded steps")
+    table.row(
+        "tick (replays, then sleeps again)",
+        lambda r: f"{dig(r, 'replay', 'tick_ms'):.1f} ms",
+        "replay",
+    )
+    table.row(
+        "per replayed step (minus an empty tick)",
+        lambda r: f"{dig(r, 'replay', 'ms_per_step'):.4f} ms",
+        "replay",
+    )
+
+    table.section("3. Statements (counted with connection.execute_wrapper)")
+    table.row(
+        "per run step: statements / transactions",
+        lambda r: "{statements:g} / {transactions:g}".format(**dig(r, "statements", "run_step")),
+        "statements",
+    )
+    table.row(
+        "per replayed step: statements / transactions",
+        lambda r: "{statements:g} / {transactions:g}".format(
+            **dig(r, "statements", "replayed_step")
+        ),
+        "statements",
+    )
+    table.row(
+        "per tick, fixed (claim, settle): statements",
+        lambda r: f"{dig(r, 'statements', 'tick_fixed_statements'):g}",
+        "statements",
+    )
+
+    instances = any_result(results, "clusters", "fleet", "1", "instances") or 0
+    each = any_result(results, "clusters", "fleet", "1", "steps_each") or 0
+    table.section(f"4. Fleet: {instances:,} workflows x {each} steps in one burst, qcluster")
+    for count in ("1", "2"):
+        table.row(
+            f"{count} cluster{'s' if count != '1' else ''}",
+            lambda r, count=count: (
+                f"{number(dig(r, 'clusters', 'fleet', count, 'steps_per_second'))} steps/s"
+            ),
+            "clusters",
+        )
+    table.row(
+        "workers per cluster",
+        lambda r: str(dig(r, "clusters", "q_cluster", "workers")),
+        "clusters",
+    )
+
+    table.section("5. Latency, 1 cluster: min / median / p99 / max")
+    for key, label in (
+        ("start_to_first_step", "start -> first step started"),
+        ("event_to_resume", "send_event -> next step started"),
+        ("sleep_lateness", "sleep lateness"),
+        ("retry_lateness", "retry (250 ms backoff) lateness"),
+    ):
+        table.row(
+            f"{label} ({count_of(results, key)})",
+            lambda r, key=key: spread(dig(r, "clusters", "latency", key)),
+            "clusters",
+        )
+    table.row(
+        "timers fired early",
+        lambda r: str(dig(r, "clusters", "latency", "timer_lateness", "early")),
+        "clusters",
+    )
+
+    instances = any_result(results, "scale", "instances") or 0
+    due = any_result(results, "scale", "due") or 0
+    table.section(f"6. Scale: {instances:,} sleeping instances, {due} of them due")
+    table.row(
+        "database bytes per instance",
+        lambda r: f"{number(dig(r, 'scale', 'bytes_per_instance'))} B",
+        "scale",
+    )
+    table.row(
+        "bulk insert (instances, steps, events)",
+        lambda r: f"{dig(r, 'scale', 'insert_seconds'):.1f} s",
+        "scale",
+    )
+    table.row(
+        "due lookup, objects.due(now) (median)",
+        lambda r: f"{dig(r, 'scale', 'due_lookup_ms'):.2f} ms ({dig(r, 'scale', 'due_found')})",
+        "scale",
+    )
+    table.row(
+        "due lookup after ANALYZE (PG: autovacuum's)",
+        lambda r: f"{dig(r, 'scale', 'due_lookup_analyzed_ms'):.2f} ms",
+        "scale",
+    )
+    table.row(
+        "sweeper pass, bells suppressed",
+        lambda r: f"{dig(r, 'scale', 'sweep_suppressed_ms'):.1f} ms",
+        "scale",
+    )
+    table.row(
+        "sweeper pass, ringing the due bells",
+        lambda r: f"{dig(r, 'scale', 'sweep_ms'):.1f} ms ({dig(r, 'scale', 'sweep_rang')})",
+        "scale",
+    )
+
+    version = any_result(results, "peer", "version")
+    peer_steps = any_result(results, "peer", "sequential", "steps") or 0
+    table.section(f"7. Peer: DBOS Transact {version or ''}, same process, same server".strip())
+    table.row(
+        f"sequential N={peer_steps:,}: ours, side by side",
+        lambda r: f"{number(dig(r, 'peer', 'sequential', 'ours_steps_per_second'))} steps/s",
+        "peer",
+    )
+    table.row(
+        f"sequential N={peer_steps:,}: DBOS",
+        lambda r: f"{number(dig(r, 'peer', 'sequential', 'dbos_steps_per_second'))} steps/s",
+        "peer",
+    )
+    table.row(
+        "sequential: ours / DBOS",
+        lambda r: f"x{dig(r, 'peer', 'sequential', 'ratio'):.2f}",
+        "peer",
+    )
+    table.row(
+        "fleet: DBOS (start_workflow, in-process)",
+        lambda r: f"{number(dig(r, 'peer', 'fleet', 'steps_per_second'))} steps/s",
+        "peer",
+    )
+    table.row("fleet: ours with 1 cluster / DBOS", lambda r: f"x{fleet_ratio(r):.2f}", "peer")
+    return table
+
+
+def count_of(results: Results, key: str) -> str:
+    count = any_result(results, "clusters", "latency", key, "count")
+    return f"{count}" if count is not None else "-"
+
+
+def flatness(r: dict[str, Any]) -> float:
+    runs = dig(r, "sequential")
+    sizes = list(runs)
+    return runs[sizes[-1]]["ms_per_step"] / runs[sizes[0]]["ms_per_step"]
+
+
+def normalized_flatness(r: dict[str, Any]) -> float:
+    """The flatness with each size's time per step measured in raw commits: it discounts
+    load that slowed the database during one size's runs."""
+    runs = dig(r, "sequential")
+    sizes = list(runs)
+    return runs[sizes[0]]["ratio_to_raw"] / runs[sizes[-1]]["ratio_to_raw"]
+
+
+def fleet_ratio(r: dict[str, Any]) -> float:
+    ours = dig(r, "clusters", "fleet", "1", "steps_per_second")
+    return ours / dig(r, "peer", "fleet", "steps_per_second")
+
+
+# Targets ------------------------------------------------------------------------------
+
+
+def check(figure: str, ok: bool) -> str:
+    return f"{figure} {'PASS' if ok else 'MISS'}"
+
+
+def targets_table(results: Results) -> Table:
+    sizes = list((any_result(results, "sequential") or {}).keys())
+    middle = "1000" if "1000" in sizes else (sizes[len(sizes) // 2] if sizes else "1000")
+    instances = any_result(results, "scale", "instances") or 100_000
+    smallest, largest = (int(sizes[0]), int(sizes[-1])) if sizes else (100, 10_000)
+    table = Table(results)
+    table.header("Targets (issue 5)")
+
+    def raw_ratio(r: dict[str, Any]) -> str:
+        ratio = dig(r, "sequential", middle, "ratio_to_raw")
+        if r["environment"]["vendor"] != "postgresql":
+            return f"x{ratio:.2f} (no target)"
+        return check(f"x{ratio:.2f}", ratio >= 0.45)
+
+    def statements(r: dict[str, Any]) -> str:
+        count = dig(r, "statements", "run_step", "statements")
+        budget = 3 if r["environment"]["vendor"] == "postgresql" else 5
+        return check(f"{count:g} (<= {budget})", count <= budget)
+
+    rows: list[tuple[str, Cell, str]] = [
+        (f"steps/s >= 0.45 x raw commit rate (PG, N={int(middle):,})", raw_ratio, "sequential"),
+        (
+            "steps/s >= 3 x DBOS (sequential)",
+            lambda r: check(
+                f"x{dig(r, 'peer', 'sequential', 'ratio'):.2f}",
+                dig(r, "peer", "sequential", "ratio") >= 3,
+            ),
+            "peer",
+        ),
+        (
+            f"ms/step N={largest:,} <= 1.2 x N={smallest:,}",
+            lambda r: check(f"x{flatness(r):.2f}", flatness(r) <= 1.2),
+            "sequential",
+        ),
+        (
+            "<= 2 transactions per run step",
+            lambda r: check(
+                f"{dig(r, 'statements', 'run_step', 'transactions'):g}",
+                dig(r, "statements", "run_step", "transactions") <= 2,
+            ),
+            "statements",
+        ),
+        ("statements per run step (PG <= 3, SQLite <= 5)", statements, "statements"),
+        (
+            "0 statements per replayed step",
+            lambda r: check(
+                f"{dig(r, 'statements', 'replayed_step', 'statements'):g}",
+                dig(r, "statements", "replayed_step", "statements") == 0,
+            ),
+            "statements",
+        ),
+        (
+            "replay <= 0.1 ms per recorded step",
+            lambda r: check(
+                f"{dig(r, 'replay', 'ms_per_step'):.3f} ms",
+                dig(r, "replay", "ms_per_step") <= 0.1,
+            ),
+            "replay",
+        ),
+        (
+            "timer lateness p99 <= 0.25 s",
+            lambda r: check(
+                f"{ms(dig(r, 'clusters', 'latency', 'timer_lateness', 'p99'))} ms",
+                dig(r, "clusters", "latency", "timer_lateness", "p99") <= 0.25,
+            ),
+            "clusters",
+        ),
+        (
+            "event-to-resume median <= 0.06 s",
+            lambda r: check(
+                f"{ms(dig(r, 'clusters', 'latency', 'event_to_resume', 'median'))} ms",
+                dig(r, "clusters", "latency", "event_to_resume", "median") <= 0.06,
+            ),
+            "clusters",
+        ),
+        (
+            "event-to-resume p99 <= 0.25 s",
+            lambda r: check(
+                f"{ms(dig(r, 'clusters', 'latency', 'event_to_resume', 'p99'))} ms",
+                dig(r, "clusters", "latency", "event_to_resume", "p99") <= 0.25,
+            ),
+            "clusters",
+        ),
+        (
+            "zero timers early",
+            lambda r: check(
+                str(dig(r, "clusters", "latency", "timer_lateness", "early")),
+                dig(r, "clusters", "latency", "timer_lateness", "early") == 0,
+            ),
+            "clusters",
+        ),
+        (
+            f"due lookup at {instances:,} instances <= 10 ms",
+            lambda r: check(
+                f"{dig(r, 'scale', 'due_lookup_ms'):.2f} ms",
+                dig(r, "scale", "due_lookup_ms") <= 10,
+            ),
+            "scale",
+        ),
+    ]
+    for label, cell, scenario in rows:
+        table.row(label, cell, scenario)
+    return table
+
+
+# Everything ---------------------------------------------------------------------------
+
+
+def environment_lines(results: Results) -> list[str]:
+    lines = []
+    for vendor, title in COLUMNS:
+        r = results.get(vendor)
+        if r is None:
+            continue
+        env = r["environment"]
+        load = r.get("load", {})
+        lines.append(
+            f"{title}: {env['server']}; Python {env['python']}, Django {env['django']}, "
+            f"{env['cpus']} CPUs; load average before {fmt_load(load.get('before'))}, "
+            f"after {fmt_load(load.get('after'))}; {r.get('seconds', 0):.0f} s"
+        )
+    return lines
+
+
+def fmt_load(values: list[float] | None) -> str:
+    return " ".join(f"{value:.2f}" for value in values) if values else "?"
+
+
+def details(results: Results) -> list[str]:
+    """The due lookup's plan and the profile's findings, after the tables."""
+    lines: list[str] = []
+    for vendor, title in COLUMNS:
+        r = results.get(vendor)
+        if r is None:
+            continue
+        scale = r.get("scale", {})
+        if scale.get("explain"):
+            lines += [
+                "",
+                f"{title}: EXPLAIN of WorkflowInstance.objects.due(now)",
+                scale["explain"],
+            ]
+        if scale.get("explain_analyzed"):
+            lines += [f"{title}: the same after ANALYZE", scale["explain_analyzed"]]
+        profile = r.get("profile", {})
+        if "layers" in profile:
+            lines += [
+                "",
+                f"{title}: profile of {profile['steps']:,} sequential steps "
+                f"({profile['ms_per_step']:.3f} ms/step under the profiler, "
+                f"{profile['cpu_ms_per_step']:.3f} ms of it CPU; tree: {profile['file']})",
+                "  share of wall time by layer (own time of each frame):",
+            ]
+            lines += [
+                f"  {share * 100:5.1f} %  {layer}" for layer, share in profile["layers"].items()
+            ]
+            lines.append("  top functions by own time:")
+            lines += [
+                f"  {share * 100:5.1f} %  {where}" for where, share in profile["top_self_time"]
+            ]
+    return lines
+
+
+def render(results: Results, *, smoke: bool) -> str:
+    lines = figures_table(results).lines + targets_table(results).lines
+    lines.append("")
+    if smoke:
+        lines.append("Smoke sizes: the figures only show that every scenario ran.")
+    lines += environment_lines(results)
+    lines.append(
+        "p99 is nearest-rank (with fewer than 100 samples it is the maximum); "
+        "ratios compare figures measured side by side in the same run."
+    )
+    lines += details(results)
+    return "\n".join(lines)
