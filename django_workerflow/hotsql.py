@@ -53,6 +53,33 @@ _POSTGRESQL = {
             SELECT set_config('synchronous_commit', 'off', true)
         )
         SELECT id FROM new_step, no_flush""",
+    # The same without renewing the lease (it is renewed every quarter lease): the fence
+    # only takes a share lock, which still waits for a pause or cancel holding the row, but
+    # writes no new version of the instance row and none of its index entries.
+    "start_new_run_checked": f"""
+        WITH fence AS (
+            SELECT id FROM {INSTANCE}
+            WHERE id = %(instance)s::bigint
+                AND lease_token = %(token)s::varchar
+                AND status = %(running)s::varchar
+            FOR SHARE
+        ), new_step AS (
+            INSERT INTO {STEP} (instance_id, step_id, type, state, parent_id, attempt_count,
+                max_attempts, error_name, error_message, event_name, created_at)
+            SELECT id, %(step_id)s::varchar, 'run', 'running', %(parent)s::bigint, 1,
+                %(max_attempts)s::integer, '', '', '', %(now)s::timestamptz
+            FROM fence
+            RETURNING id
+        ), started AS (
+            INSERT INTO {STEP_EVENT} (instance_id, step_id, type, recorded_at, attempt_number,
+                error_name, error_message, event_name)
+            SELECT %(instance)s::bigint, id, 'attempt_started', %(now)s::timestamptz, 1,
+                '', '', ''
+            FROM new_step
+        ), no_flush AS (
+            SELECT set_config('synchronous_commit', 'off', true)
+        )
+        SELECT id FROM new_step, no_flush""",
     "succeed_run": f"""
         WITH done AS (
             UPDATE {STEP}

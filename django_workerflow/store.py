@@ -114,7 +114,7 @@ class StepStore:
         self.using = using
         self._by_id: dict[str, StepRecord] | None = None
         self._by_pk: dict[int, StepRecord] = {}
-        # SQLite renews the lease every quarter lease instead of on every write.
+        # The hot path renews the lease every quarter lease, not on every write.
         self._renew_due = 0.0
 
     # Reading ---------------------------------------------------------------------------
@@ -259,7 +259,10 @@ class StepStore:
             "now": self._adapt(now),
         }
         with self._hot_write(params) as cursor:
-            self._execute_hot(cursor, "start_new_run", params)
+            statement = "start_new_run"
+            if self.vendor == "postgresql" and not params["renew"]:
+                statement = "start_new_run_checked"
+            self._execute_hot(cursor, statement, params)
             row = cursor.fetchone()
             if row is None:
                 raise self._fence_failure(cursor)
@@ -622,7 +625,7 @@ class StepStore:
 
     def _fence_params(self, now: datetime) -> dict[str, Any]:
         """Lease check (and renewal, when due) parameters of the hot statements."""
-        renew = self.vendor == "postgresql" or time.monotonic() >= self._renew_due
+        renew = time.monotonic() >= self._renew_due
         expires = self._adapt(now + timedelta(seconds=settings.LEASE_SECONDS))
         if renew:
             self._renew_due = time.monotonic() + settings.LEASE_SECONDS / 4
