@@ -24,7 +24,30 @@ STEP = Step._meta.db_table
 STEP_EVENT = StepEvent._meta.db_table
 INBOUND = InboundEvent._meta.db_table
 
+# Creating a run step with its first attempt started, after the fence CTE has checked the
+# lease and the status. The start marker need not wait for its WAL flush: the outcome's
+# synchronous commit hardens it, and only a server crash in between can lose it.
+_START_NEW_RUN = f"""
+        new_step AS (
+            INSERT INTO {STEP} (instance_id, step_id, type, state, parent_id, attempt_count,
+                max_attempts, error_name, error_message, event_name, created_at)
+            SELECT id, %(step_id)s::varchar, 'run', 'running', %(parent)s::bigint, 1,
+                %(max_attempts)s::integer, '', '', '', %(now)s::timestamptz
+            FROM fence
+            RETURNING id
+        ), started AS (
+            INSERT INTO {STEP_EVENT} (instance_id, step_id, type, recorded_at, attempt_number,
+                error_name, error_message, event_name)
+            SELECT %(instance)s::bigint, id, 'attempt_started', %(now)s::timestamptz, 1,
+                '', '', ''
+            FROM new_step
+        ), no_flush AS (
+            SELECT set_config('synchronous_commit', 'off', true)
+        )
+        SELECT id FROM new_step, no_flush"""
+
 _POSTGRESQL = {
+    # Renews the lease while it checks it (every quarter lease).
     "start_new_run": f"""
         WITH fence AS (
             UPDATE {INSTANCE}
@@ -34,27 +57,8 @@ _POSTGRESQL = {
                 AND lease_token = %(token)s::varchar
                 AND status = %(running)s::varchar
             RETURNING id
-        ), new_step AS (
-            INSERT INTO {STEP} (instance_id, step_id, type, state, parent_id, attempt_count,
-                max_attempts, error_name, error_message, event_name, created_at)
-            SELECT id, %(step_id)s::varchar, 'run', 'running', %(parent)s::bigint, 1,
-                %(max_attempts)s::integer, '', '', '', %(now)s::timestamptz
-            FROM fence
-            RETURNING id
-        ), started AS (
-            INSERT INTO {STEP_EVENT} (instance_id, step_id, type, recorded_at, attempt_number,
-                error_name, error_message, event_name)
-            SELECT %(instance)s::bigint, id, 'attempt_started', %(now)s::timestamptz, 1,
-                '', '', ''
-            FROM new_step
-        ), no_flush AS (
-            -- The start marker need not wait for its WAL flush: the outcome's synchronous
-            -- commit hardens it, and only a server crash in between can lose it.
-            SELECT set_config('synchronous_commit', 'off', true)
-        )
-        SELECT id FROM new_step, no_flush""",
-    # The same without renewing the lease (it is renewed every quarter lease): the fence
-    # only takes a share lock, which still waits for a pause or cancel holding the row, but
+        ),{_START_NEW_RUN}""",
+    # Only checks it: the share lock still waits for a pause or cancel holding the row, but
     # writes no new version of the instance row and none of its index entries.
     "start_new_run_checked": f"""
         WITH fence AS (
@@ -63,23 +67,7 @@ _POSTGRESQL = {
                 AND lease_token = %(token)s::varchar
                 AND status = %(running)s::varchar
             FOR SHARE
-        ), new_step AS (
-            INSERT INTO {STEP} (instance_id, step_id, type, state, parent_id, attempt_count,
-                max_attempts, error_name, error_message, event_name, created_at)
-            SELECT id, %(step_id)s::varchar, 'run', 'running', %(parent)s::bigint, 1,
-                %(max_attempts)s::integer, '', '', '', %(now)s::timestamptz
-            FROM fence
-            RETURNING id
-        ), started AS (
-            INSERT INTO {STEP_EVENT} (instance_id, step_id, type, recorded_at, attempt_number,
-                error_name, error_message, event_name)
-            SELECT %(instance)s::bigint, id, 'attempt_started', %(now)s::timestamptz, 1,
-                '', '', ''
-            FROM new_step
-        ), no_flush AS (
-            SELECT set_config('synchronous_commit', 'off', true)
-        )
-        SELECT id FROM new_step, no_flush""",
+        ),{_START_NEW_RUN}""",
     "succeed_run": f"""
         WITH done AS (
             UPDATE {STEP}

@@ -401,64 +401,25 @@ class StepStore:
         """running -> succeeded, storing the JSON text of the result."""
         record = self.require(step_id)
         now = clock_now()
-        if self.lease_token is not None:
-            params = {
-                **self._fence_params(now),
-                "step": record.pk,
-                "attempt": attempt,
-                "result": result_json,
-                "now": self._adapt(now),
-            }
-            with self._hot_write(params) as cursor:
-                self._execute_hot(cursor, "succeed_run", params)
-                recorded = cursor.fetchone()[0] if self.vendor == "postgresql" else cursor.rowcount
-                if recorded != 1:
-                    if not self._lease_held(cursor):
-                        raise ExecutionStopped("lease_lost")
-                    raise self._explain_refusal(step_id, StepState.RUNNING, attempt, now)
-                if self.vendor != "postgresql":
-                    self._insert_events(
-                        cursor,
-                        record.pk,
-                        now,
-                        [
-                            (
-                                StepEventType.ATTEMPT_SUCCEEDED,
-                                {"attempt_number": attempt, "result": result_json},
-                            )
-                        ],
-                    )
-            record.state = StepState.SUCCEEDED
-            record.result = jsonvalue.loads(result_json)
-            record.resolved_at = now
-            return record
-        with transaction.atomic(using=self.using), self._cursor() as cursor:
-            self._fence(cursor, now)
-            cursor.execute(
-                f"UPDATE {STEP_TABLE} SET state = %s, result = %s, resolved_at = %s "
-                "WHERE id = %s AND state = %s AND attempt_count = %s",
-                [
-                    StepState.SUCCEEDED,
-                    result_json,
-                    self._adapt(now),
-                    record.pk,
-                    StepState.RUNNING,
-                    attempt,
-                ],
-            )
-            if cursor.rowcount != 1:
+        params = {
+            **self._fence_params(now),
+            "step": record.pk,
+            "attempt": attempt,
+            "result": result_json,
+            "now": self._adapt(now),
+        }
+        with self._hot_write(params) as cursor:
+            self._execute_hot(cursor, "succeed_run", params)
+            recorded = cursor.fetchone()[0] if self.vendor == "postgresql" else cursor.rowcount
+            if recorded != 1:
+                if not self._lease_held(cursor):
+                    raise ExecutionStopped("lease_lost")
                 raise self._explain_refusal(step_id, StepState.RUNNING, attempt, now)
-            self._insert_events(
-                cursor,
-                record.pk,
-                now,
-                [
-                    (
-                        StepEventType.ATTEMPT_SUCCEEDED,
-                        {"attempt_number": attempt, "result": result_json},
-                    )
-                ],
-            )
+            if self.vendor != "postgresql":
+                event = {"attempt_number": attempt, "result": result_json}
+                self._insert_events(
+                    cursor, record.pk, now, [(StepEventType.ATTEMPT_SUCCEEDED, event)]
+                )
         record.state = StepState.SUCCEEDED
         record.result = jsonvalue.loads(result_json)
         record.resolved_at = now
@@ -625,7 +586,7 @@ class StepStore:
 
     def _fence_params(self, now: datetime) -> dict[str, Any]:
         """Lease check (and renewal, when due) parameters of the hot statements."""
-        renew = time.monotonic() >= self._renew_due
+        renew = self.lease_token is not None and time.monotonic() >= self._renew_due
         expires = self._adapt(now + timedelta(seconds=settings.LEASE_SECONDS))
         if renew:
             self._renew_due = time.monotonic() + settings.LEASE_SECONDS / 4
