@@ -21,6 +21,10 @@ PYTHON = sys.executable
 
 
 def main() -> int:
+    # Ctrl-C (or a SIGTERM) stops the demo even when started from a shell that ignores
+    # SIGINT for background jobs.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     os.environ.setdefault("WORKERFLOW_DB", "sqlite")
     os.chdir(ROOT)
@@ -50,6 +54,10 @@ def main() -> int:
     finally:
         stop(web)
         stop(worker)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def manage(*args: str) -> None:
