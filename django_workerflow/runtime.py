@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
 from . import alarms, jsonvalue, registry
@@ -173,10 +173,8 @@ def send_event(
                 .first()
             )
             if step_pk is not None:
-                from django.db import connection
-
                 with connection.cursor() as cursor:
-                    satisfy_wait(cursor, "default", step_pk, pk, event.pk, payload_json, now)
+                    satisfy_wait(cursor, connection.alias, step_pk, pk, event.pk, payload_json, now)
                 event.claimed_by_id = step_pk
                 event.claimed_at = now
                 _wake(locked, now)

@@ -98,6 +98,45 @@ class StepRecord:
     created_at: datetime
     parent_step_id: str | None = None
 
+    @classmethod
+    def new(
+        cls,
+        pk: int,
+        step_id: str,
+        type: str,
+        state: str,
+        created_at: datetime,
+        *,
+        parent_pk: int | None,
+        parent_step_id: str | None,
+        attempt_count: int = 0,
+        max_attempts: int | None = None,
+        wake_at: datetime | None = None,
+        event_name: str = "",
+        timeout_at: datetime | None = None,
+    ) -> StepRecord:
+        """The record of a step just inserted: no outcome, no error, no payload yet."""
+        return cls(
+            pk=pk,
+            step_id=step_id,
+            type=type,
+            state=state,
+            parent_pk=parent_pk,
+            attempt_count=attempt_count,
+            max_attempts=max_attempts,
+            next_attempt_at=None,
+            result=None,
+            error_name="",
+            error_message="",
+            wake_at=wake_at,
+            event_name=event_name,
+            timeout_at=timeout_at,
+            payload=None,
+            resolved_at=None,
+            created_at=created_at,
+            parent_step_id=parent_step_id,
+        )
+
 
 class StepStore:
     """Reads and writes the steps of one instance.
@@ -270,25 +309,16 @@ class StepStore:
                 self._insert_events(
                     cursor, row[0], now, [(StepEventType.ATTEMPT_STARTED, {"attempt_number": 1})]
                 )
-        record = StepRecord(
-            pk=row[0],
-            step_id=step_id,
-            type=StepType.RUN,
-            state=StepState.RUNNING,
+        record = StepRecord.new(
+            row[0],
+            step_id,
+            StepType.RUN,
+            StepState.RUNNING,
+            now,
             parent_pk=parent_pk,
+            parent_step_id=parent_step_id,
             attempt_count=1,
             max_attempts=max_attempts,
-            next_attempt_at=None,
-            result=None,
-            error_name="",
-            error_message="",
-            wake_at=None,
-            event_name="",
-            timeout_at=None,
-            payload=None,
-            resolved_at=None,
-            created_at=now,
-            parent_step_id=parent_step_id,
         )
         self._remember(record)
         return record
@@ -335,25 +365,19 @@ class StepStore:
                 ],
             )
             pk = cursor.fetchone()[0]
-            record = StepRecord(
-                pk=pk,
-                step_id=step_id,
-                type=type,
-                state=state,
+            record = StepRecord.new(
+                pk,
+                step_id,
+                type,
+                state,
+                now,
                 parent_pk=parent_pk,
+                parent_step_id=parent_step_id,
                 attempt_count=attempt_count,
                 max_attempts=max_attempts,
-                next_attempt_at=None,
-                result=None,
-                error_name="",
-                error_message="",
                 wake_at=wake_at,
                 event_name=event_name,
                 timeout_at=timeout_at,
-                payload=None,
-                resolved_at=None,
-                created_at=now,
-                parent_step_id=parent_step_id,
             )
             if event is not None:
                 self._insert_events(cursor, pk, now, [event])

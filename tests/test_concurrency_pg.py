@@ -10,14 +10,12 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
-from django_workerflow import alarms, runtime
+from django_workerflow import runtime
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -26,6 +24,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from tests.threads import in_threads
 
 pytestmark = [
     pytest.mark.postgres_only,
@@ -38,35 +37,6 @@ pytestmark = [
 THREAD_TIMEOUT = 60
 # Seeds the jitter, so a failing interleaving can be replayed.
 rng = random.Random(20260319)
-
-
-def in_threads(*targets: Callable[[], Any]) -> list[Any]:
-    """Run each target in its own thread with its own connection; return their results."""
-    results: list[Any] = [None] * len(targets)
-    errors: list[BaseException | None] = [None] * len(targets)
-
-    def body(index: int, target: Callable[[], Any]) -> None:
-        try:
-            with alarms.suppressed():
-                results[index] = target()
-        except BaseException as exc:  # re-raised in the main thread
-            errors[index] = exc
-        finally:
-            connection.close()
-
-    threads = [
-        threading.Thread(target=body, args=(index, target), daemon=True)
-        for index, target in enumerate(targets)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(THREAD_TIMEOUT)
-    assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
-    for error in errors:
-        if error is not None:
-            raise error
-    return results
 
 
 def jitter(upper: float) -> None:
