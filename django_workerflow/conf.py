@@ -1,4 +1,9 @@
-"""Settings of the engine: flat ``WORKERFLOW_*`` names with defaults, read on every access."""
+"""Settings of the engine: flat ``WORKERFLOW_*`` names with defaults, read on every access.
+
+``settings.TICK_BUDGET`` is ``django.conf.settings.WORKERFLOW_TICK_BUDGET`` when the project
+sets it, else the default. Nothing is cached, so ``override_settings`` takes effect at once.
+docs/operations.md lists the settings with their meaning.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +11,48 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-DEFAULTS: dict[str, Any] = {
-    # Seconds a tick may keep executing before it yields and re-enqueues itself.
-    "TICK_BUDGET": 20.0,
-    # Seconds a worker's lease on an instance lasts without renewal.
-    "LEASE_SECONDS": 60.0,
-    # Largest accepted JSON text (input, event payload, step result), in bytes.
-    "MAX_JSON_BYTES": 1024 * 1024,
-    # Longest accepted sleep, retry delay or wait timeout, in days.
-    "MAX_DURATION_DAYS": 3650,
-    # PostgreSQL: run the hot statements as server-side prepared statements. Turn it off
-    # behind PgBouncer in transaction mode older than 1.21 (no prepared statement support).
-    "PREPARED_STATEMENTS": True,
-    # Include payloads and results in log messages (off: they may hold personal data).
-    "LOG_PAYLOADS": False,
-}
+
+def _read(name: str, default: Any) -> Any:
+    return getattr(django_settings, f"WORKERFLOW_{name}", default)
 
 
 class Settings:
-    """``settings.WORKERFLOW_<NAME>`` if set, else the default; never cached."""
+    """The engine's settings, one typed property each; an unknown name is an AttributeError."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"Unknown django-workerflow setting {name!r}.")
-        return getattr(django_settings, f"WORKERFLOW_{name}", DEFAULTS[name])
+    __slots__ = ()
+
+    @property
+    def TICK_BUDGET(self) -> float:
+        """Seconds a tick may keep executing before it yields and re-enqueues itself."""
+        return _read("TICK_BUDGET", 20.0)
+
+    @property
+    def LEASE_SECONDS(self) -> float:
+        """Seconds a worker's lease on an instance lasts without renewal."""
+        return _read("LEASE_SECONDS", 60.0)
+
+    @property
+    def MAX_JSON_BYTES(self) -> int:
+        """Largest accepted JSON text (input, event payload, step result), in bytes."""
+        return _read("MAX_JSON_BYTES", 1024 * 1024)
+
+    @property
+    def MAX_DURATION_DAYS(self) -> float:
+        """Longest accepted sleep, retry delay or wait timeout, in days."""
+        return _read("MAX_DURATION_DAYS", 3650)
+
+    @property
+    def PREPARED_STATEMENTS(self) -> bool:
+        """PostgreSQL: run the hot statements as server-side prepared statements.
+
+        Turn it off behind PgBouncer in transaction mode older than 1.21 (no prepared
+        statement support)."""
+        return _read("PREPARED_STATEMENTS", True)
+
+    @property
+    def LOG_PAYLOADS(self) -> bool:
+        """Include payloads and results in log messages (off: they may hold personal data)."""
+        return _read("LOG_PAYLOADS", False)
 
 
 settings = Settings()
