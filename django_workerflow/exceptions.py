@@ -26,7 +26,21 @@ class WorkflowVersionConflictError(WorkerflowError):
     """A start() asked for a version other than the one the instance is pinned to."""
 
 
-class NonRetryableStepError(WorkerflowError):
+class _StepOutcomeError(WorkerflowError):
+    """A step's recorded failure; ``step_id`` names the step (None when raised by user code).
+
+    The engine sets it when it raises the error from a workflow, on the first run and on
+    every replay: ``NonRetryableStepError("declined", step_id="charge")``.
+    """
+
+    step_id: str | None
+
+    def __init__(self, *args: object, step_id: str | None = None) -> None:
+        super().__init__(*args)
+        self.step_id = step_id
+
+
+class NonRetryableStepError(_StepOutcomeError):
     """Raise from a step callback to fail the step at once, without further attempts.
 
     A run step that failed this way raises it again on every replay, with the recorded
@@ -34,11 +48,11 @@ class NonRetryableStepError(WorkerflowError):
     """
 
 
-class MaxAttemptsExceededError(WorkerflowError):
+class MaxAttemptsExceededError(_StepOutcomeError):
     """A run step failed on each of its configured attempts."""
 
 
-class WaitStepTimedOutError(WorkerflowError):
+class WaitStepTimedOutError(_StepOutcomeError):
     """A wait step's deadline passed before a matching event arrived."""
 
 
