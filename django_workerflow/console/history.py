@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
+from ..models import (
+    InboundEvent,
+    Step,
+    StepEvent,
+    WorkflowEvent,
+    WorkflowEventType,
+    WorkflowInstance,
+    WorkflowStatus,
+)
 from .describe import cancel_reason_of, pretty_json, waiting_on
 from .timeline import MAX_STEPS, StepNode, Timeline, build_timeline, step_tree
 
@@ -28,6 +36,11 @@ class History:
     inbound_events: list[InboundEvent]
     inbound_event_count: int
     timeline: Timeline
+
+    @property
+    def completed(self) -> bool:
+        """True when the instance completed, so it has a result to show."""
+        return self.instance.status == WorkflowStatus.COMPLETED
 
     @property
     def input_json(self) -> str:
@@ -58,11 +71,14 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
     )
     nodes = step_tree(steps, events)
     workflow_events = list(instance.workflow_events.order_by("recorded_at", "id"))
-    instance.cancel_events = [event for event in workflow_events if event.type == "cancelled"]
+    # Set like the change list's prefetch (to_attr) does, for cancel_reason_of to read.
+    instance.cancel_events = [  # type: ignore[attr-defined]
+        event for event in workflow_events if event.type == WorkflowEventType.CANCELLED
+    ]
     inbound = instance.inbound_events.select_related("claimed_by").order_by("-created_at", "-id")
     inbound_events = list(inbound[:MAX_INBOUND_EVENTS])
     for event in inbound_events:
-        event.payload_json = pretty_json(event.payload)
+        event.payload_json = pretty_json(event.payload)  # type: ignore[attr-defined]  # for the page
     newest_events = events[-MAX_STEP_EVENTS:]
     return History(
         instance=instance,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import jsonvalue, runtime
+from .. import runtime
 from ..clock import now as clock_now
 from ..exceptions import WorkflowInputError, WorkflowStateError
 from ..models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
@@ -72,7 +72,7 @@ def pause(instances: Iterable[WorkflowInstance]) -> Report:
         if runtime.pause(instance):
             report.add(instance, True, "paused", f"Paused '{instance.key}'.")
         else:
-            report.add(instance, False, _why_not(instance, "running"))
+            report.add(instance, False, _why_not(instance, WorkflowStatus.RUNNING))
     return report
 
 
@@ -83,7 +83,7 @@ def resume(instances: Iterable[WorkflowInstance]) -> Report:
         try:
             runtime.resume(instance)
         except WorkflowStateError:
-            report.add(instance, False, _why_not(instance, "paused"))
+            report.add(instance, False, _why_not(instance, WorkflowStatus.PAUSED))
         else:
             report.add(instance, True, "resumed", f"Resumed '{instance.key}'.")
     return report
@@ -179,19 +179,15 @@ def _waiting_steps(instance: WorkflowInstance, now: datetime) -> tuple[list[Step
     return sleeping, waiting
 
 
-def describe_payload(payload: Any, limit: int = 200) -> str:
-    """The payload as compact JSON for the history, cut at ``limit`` characters."""
-    text = jsonvalue.dumps(payload, what="The payload")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _why_not(instance: WorkflowInstance, expected: str) -> str:
-    """Why an action skipped ``instance``: its status now, read back from the database."""
+    """Why an action skipped ``instance``: its status now, read back from the database.
+
+    ``expected`` is the status the action needed, or words for several ("unfinished")."""
     instance.refresh_from_db(fields=["status"])
     status = instance.status
     if instance.is_terminal:
         return f"already {status}"
-    if status == WorkflowStatus.PENDING and expected == "running":
+    if status == WorkflowStatus.PENDING and expected == WorkflowStatus.RUNNING:
         return "not started yet"
     return f"{status}, not {expected}"
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from ..models import WorkflowInstance
+from ..models import StepState, StepType, WorkflowInstance, WorkflowStatus
 from .describe import cancel_reason_of, format_when, waiting_on
 from .history import History
 from .timeline import clock_text
@@ -35,7 +35,7 @@ def render_show(history: History, now: datetime) -> str:
         f"Next alarm: {format_when(instance.alarm_at, now) or '-'}",
         f"Input:  {compact(instance.input)}",
     ]
-    if instance.status == "completed":
+    if instance.status == WorkflowStatus.COMPLETED:
         lines.append(f"Result: {compact(instance.result)}")
     if instance.error_name or instance.error_message:
         lines.append(f"Error:  {safe(instance.error_message or instance.error_name)}")
@@ -69,7 +69,7 @@ def _step_lines(history: History) -> list[str]:
         if node.error:
             outcome = f"error: {safe(node.error)}"
         elif node.value_json:
-            outcome = f"-> {compact(step.result if step.type == 'run' else step.payload)}"
+            outcome = f"-> {compact(step.result if step.type == StepType.RUN else step.payload)}"
         took = f"took {node.duration_text}" if node.duration_text else ""
         attempts = f"{node.attempts_text} attempts" if node.attempts_text else ""
         rows.append(
@@ -81,7 +81,7 @@ def _step_lines(history: History) -> list[str]:
         text = "  ".join(cell for cell in cells if cell)
         lines.append(f"  {name.ljust(width)}  {text}")
         for attempt in node.attempts:
-            if attempt.outcome == "failed":
+            if attempt.outcome == StepState.FAILED:
                 indent = "  " * (node.depth + 2)
                 lines.append(f"  {indent}attempt {attempt.number} failed: {safe(attempt.error)}")
     return lines

@@ -24,6 +24,7 @@ from ..models import (
     WorkflowEvent,
     WorkflowEventType,
     WorkflowInstance,
+    WorkflowStatus,
 )
 from .describe import format_duration, pretty_json, step_error
 
@@ -41,7 +42,7 @@ class Attempt:
     number: int
     started_at: datetime
     ended_at: datetime | None = None
-    outcome: str = "running"  # running, succeeded, failed
+    outcome: StepState = StepState.RUNNING  # then SUCCEEDED or FAILED
     error: str = ""
     next_attempt_at: datetime | None = None
 
@@ -78,7 +79,7 @@ class StepNode:
     @property
     def retried(self) -> bool:
         """True when the step's attempts are worth listing: more than one, or a failure."""
-        return len(self.attempts) > 1 or any(a.outcome == "failed" for a in self.attempts)
+        return len(self.attempts) > 1 or any(a.outcome == StepState.FAILED for a in self.attempts)
 
     @property
     def error(self) -> str:
@@ -216,9 +217,9 @@ def _attempts(events: list[StepEvent]) -> list[Attempt]:
             attempt = attempts[-1]
             attempt.ended_at = event.recorded_at
             if event.type == StepEventType.ATTEMPT_SUCCEEDED:
-                attempt.outcome = "succeeded"
+                attempt.outcome = StepState.SUCCEEDED
             else:
-                attempt.outcome = "failed"
+                attempt.outcome = StepState.FAILED
                 attempt.error = event.error_message or event.error_name
                 attempt.next_attempt_at = event.next_attempt_at
     return attempts
@@ -263,13 +264,16 @@ def _place(segment: Segment, start: datetime, span: float) -> None:
 def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: datetime) -> Row:
     """The instance's own bar: pending, running and paused stretches, and how it ended."""
     segments: list[Segment] = []
-    kind, since = "pending", instance.created_at
+    # The status each event starts; a stretch's kind is the status it was spent in.
+    follows_event: dict[str, str] = {
+        WorkflowEventType.STARTED: WorkflowStatus.RUNNING,
+        WorkflowEventType.RESUMED: WorkflowStatus.RUNNING,
+        WorkflowEventType.PAUSED: WorkflowStatus.PAUSED,
+    }
+    kind: str = WorkflowStatus.PENDING
+    since = instance.created_at
     for event in events:
-        follows = {
-            WorkflowEventType.STARTED: "running",
-            WorkflowEventType.RESUMED: "running",
-            WorkflowEventType.PAUSED: "paused",
-        }.get(event.type)
+        follows = follows_event.get(event.type)
         if follows is not None:
             segments.append(_span(kind, since, event.recorded_at))
             kind, since = follows, event.recorded_at
@@ -372,7 +376,7 @@ def _summary(node: StepNode, end: datetime) -> str:
         if step.state == StepState.TIMED_OUT:
             return f"timed out after {took}"
         return f"waiting for '{step.event_name}' for {took}"
-    failed = sum(1 for attempt in node.attempts if attempt.outcome == "failed")
+    failed = sum(1 for attempt in node.attempts if attempt.outcome == StepState.FAILED)
     words = f"{len(node.attempts)} attempt{'s' if len(node.attempts) != 1 else ''}"
     if failed:
         words += f", {failed} failed"
