@@ -362,16 +362,19 @@ def test_list__refuses_an_unknown_status_and_a_bad_limit(db):
 # sweep ----------------------------------------------------------------------------------------
 
 
+SWEPT = "overdue instances ring now, alarms due within 5 min that had no bell ring at their time."
+
+
 def test_sweep__rings_every_overdue_instance_once(shop, sleeping, workerflow_harness):
     workerflow.start(shop, key="late-1")
     workerflow.start(shop, key="late-2")
     workerflow_harness.clock.advance(timedelta(minutes=5))
 
-    assert run("sweep") == "Rang the alarm of 2 overdue instances.\n"
+    assert run("sweep") == f"Queued 2 bells: {SWEPT}\n"
 
 
 def test_sweep__with_nothing_overdue(sleeping):
-    assert run("sweep") == "Rang the alarm of 0 overdue instances.\n"
+    assert run("sweep") == f"Queued 0 bells: {SWEPT}\n"
 
 
 # purge ----------------------------------------------------------------------------------------

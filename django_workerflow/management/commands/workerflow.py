@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ... import alarms, runtime
 from ... import purge as purging
-from ... import runtime
 from ...clock import now as clock_now
 from ...console import describe
 from ...console.history import load_history
@@ -26,7 +26,7 @@ from ...models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
 class OneLineParser(CommandParser):
     """On the command line, print an argument error as one line (not usage + error)."""
 
-    def error(self, message: str) -> None:
+    def error(self, message: str) -> NoReturn:
         if self.called_from_command_line:
             self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
         super().error(message)
@@ -39,11 +39,17 @@ class Command(BaseCommand):
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
-        parser = super().create_parser(prog_name, subcommand, **kwargs)
-        # Django builds the top-level parser itself; give it the one-line errors too
-        # (a missing or unknown subcommand).
-        parser.__class__ = OneLineParser
-        return parser
+        """Django's parser, with its arguments and subcommands, inside a OneLineParser: a
+        missing or unknown subcommand is reported in one line too."""
+        django_parser = super().create_parser(prog_name, subcommand, add_help=False, **kwargs)
+        return OneLineParser(
+            prog=django_parser.prog,
+            description=django_parser.description,
+            formatter_class=django_parser.formatter_class,
+            missing_args_message=django_parser.missing_args_message,
+            called_from_command_line=django_parser.called_from_command_line,
+            parents=[django_parser],
+        )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
@@ -75,7 +81,11 @@ class Command(BaseCommand):
         listing.add_argument("--name", help="Only instances of this definition.")
         listing.add_argument("--limit", type=_positive_int, default=50)
 
-        sub.add_parser("sweep", help="Ring the alarm of every overdue instance once.")
+        sub.add_parser(
+            "sweep",
+            help="Queue the missing bells: overdue instances at once, alarms coming due soon "
+            "at their time.",
+        )
 
         purge = sub.add_parser("purge", help="Delete finished instances and all their rows.")
         purge.add_argument(
@@ -162,8 +172,12 @@ class Command(BaseCommand):
         self.stdout.write(render_list(page, clock_now()))
 
     def handle_sweep(self, **_: Any) -> None:
-        rang = runtime.sweep()
-        self.stdout.write(f"Rang the alarm of {rang} overdue instance{'s' if rang != 1 else ''}.")
+        queued = runtime.sweep()
+        horizon = describe.format_duration(alarms.HORIZON)
+        self.stdout.write(
+            f"Queued {queued} bell{'s' if queued != 1 else ''}: overdue instances ring now, "
+            f"alarms due within {horizon} that had no bell ring at their time."
+        )
 
     def handle_purge(
         self, *, older_than: timedelta, status: list[str] | None, dry_run: bool, **_: Any
