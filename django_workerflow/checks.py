@@ -1,21 +1,66 @@
-"""System checks (``manage.py check``) for settings that break the engine.
+"""System checks (``manage.py check``) for settings that break the engine or slow it down.
 
-Every check has an id and a hint; docs/operations.md lists them.
+Every warning has an id and a hint that points here (``python -m pydoc
+django_workerflow.checks``). Silence one you have weighed with
+``SILENCED_SYSTEM_CHECKS = ["workerflow.W006"]``.
+
+workerflow.W001
+    ``django_q`` is not in ``INSTALLED_APPS``, so no worker will ever run a workflow (the
+    other checks are skipped). Add ``"django_q"`` and run ``manage.py qcluster``.
+workerflow.W002
+    ``Q_CLUSTER`` has no ``timeout``: a step callback that hangs holds its worker forever.
+    Set ``timeout`` (e.g. 60) and ``retry`` above it (e.g. 90).
+workerflow.W003
+    ``retry`` (default 60) is not above ``timeout``: django-q2 hands a task that is still
+    running to a second worker after ``retry`` seconds. Set ``retry`` to ``timeout`` plus
+    the longest queue wait, e.g. 60 and 90.
+workerflow.W004
+    ``max_attempts`` is 0 (the default, unlimited): a task that keeps failing is redelivered
+    forever. Set it to 3-5; the engine needs no more, because an instance's alarm lives in
+    the database and the sweeper rings it again.
+workerflow.W005
+    ``WORKERFLOW_TICK_BUDGET`` is not below ``timeout``: a long workflow's tick is killed
+    before it yields. Keep the budget at a third of ``timeout`` or less.
+workerflow.W006
+    ``Q_CLUSTER`` has no ``orm``, so the broker is not django-q2's ORM broker, the only one
+    that can delay a task: sleeps, retries and wait timeouts fire only when the sweeper
+    finds them overdue (15 s to 2 min late), and so does a bell lost with a crashed worker.
+    Set ``Q_CLUSTER["orm"] = "default"`` for timers precise to a tenth of a second: a bell
+    is then a row inserted in the same transaction as the state change, due at its time.
+    Silence the check if sweeper precision is enough.
+workerflow.W007
+    ``orm`` names another database than ``default``: bells are not in the same
+    transaction as the state change, so a rollback can leave a bell or lose one. Set
+    ``orm`` to ``"default"``.
+workerflow.W008
+    The default database is SQLite without ``"transaction_mode": "IMMEDIATE"``, WAL in
+    ``init_command`` or a ``timeout``: with a web process and workers writing at once,
+    expect "database is locked" errors. Add the options the hint lists.
+workerflow.W009
+    The default database is PostgreSQL with ``CONN_MAX_AGE = 0``: django-q2 closes old
+    connections around every task, so each bell opens a new connection (measured: ~31 ms a
+    task instead of ~4 ms), about 30 ticks a second per cluster at most. Set
+    ``CONN_MAX_AGE = 60`` and ``CONN_HEALTH_CHECKS = True``, at least for the settings the
+    qcluster runs with.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import conf as django_conf
 from django.apps import apps
-from django.conf import settings as django_settings
 from django.core.checks import Tags, Warning, register
 
 from .conf import settings
 
+# Appended to every hint: documentation that ships with the package. (Django's settings are
+# reached through django.conf, not imported: pydoc can then read this module without them.)
+SEE = " See `python -m pydoc django_workerflow.checks`."
+
 
 def _q_cluster() -> dict[str, Any]:
-    return getattr(django_settings, "Q_CLUSTER", {}) or {}
+    return getattr(django_conf.settings, "Q_CLUSTER", {}) or {}
 
 
 @register(Tags.compatibility)
@@ -24,7 +69,7 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
         return [
             Warning(
                 "django_q is not in INSTALLED_APPS, so no worker will ever run a workflow.",
-                hint="Add 'django_q' to INSTALLED_APPS and run `manage.py qcluster`.",
+                hint="Add 'django_q' to INSTALLED_APPS and run `manage.py qcluster`." + SEE,
                 id="workerflow.W001",
             )
         ]
@@ -36,7 +81,7 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
         errors.append(
             Warning(
                 "Q_CLUSTER has no 'timeout': a step callback that hangs holds its worker forever.",
-                hint="Set Q_CLUSTER['timeout'] (e.g. 60) and 'retry' above it (e.g. 90).",
+                hint="Set Q_CLUSTER['timeout'] (e.g. 60) and 'retry' above it (e.g. 90)." + SEE,
                 id="workerflow.W002",
             )
         )
@@ -46,7 +91,7 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
                 f"Q_CLUSTER 'retry' ({retry}) is not above 'timeout' ({timeout}): django-q2 "
                 "hands a task that is still running to a second worker after 'retry' seconds.",
                 hint="Set Q_CLUSTER['retry'] to 'timeout' plus the longest queue wait, e.g. "
-                "timeout 60 and retry 90.",
+                "timeout 60 and retry 90." + SEE,
                 id="workerflow.W003",
             )
         )
@@ -55,7 +100,7 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
             Warning(
                 "Q_CLUSTER 'max_attempts' is 0 (unlimited): a task that keeps failing is "
                 "redelivered forever.",
-                hint="Set Q_CLUSTER['max_attempts'] to 3-5; the sweeper re-rings lost bells.",
+                hint="Set Q_CLUSTER['max_attempts'] to 3-5; the sweeper re-rings lost bells." + SEE,
                 id="workerflow.W004",
             )
         )
@@ -64,7 +109,7 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
             Warning(
                 f"WORKERFLOW_TICK_BUDGET ({settings.TICK_BUDGET} s) is not below Q_CLUSTER "
                 f"'timeout' ({timeout} s): a long workflow's tick is killed before it yields.",
-                hint="Keep WORKERFLOW_TICK_BUDGET at a third of the timeout or less.",
+                hint="Keep WORKERFLOW_TICK_BUDGET at a third of the timeout or less." + SEE,
                 id="workerflow.W005",
             )
         )
@@ -76,7 +121,7 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
                 "retries and wait timeouts fire only when the sweeper finds them overdue "
                 "(15 s to 2 min late), and a bell lost with a crashed worker waits for it too.",
                 hint="Set Q_CLUSTER['orm'] = 'default' for timers precise to a tenth of a "
-                "second (docs/operations.md, Brokers). Silence this check if the delay is fine.",
+                "second. Silence this check if the delay is fine." + SEE,
                 id="workerflow.W006",
             )
         )
@@ -85,11 +130,11 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
             Warning(
                 f"Q_CLUSTER 'orm' is {orm!r}, not the database the engine writes ('default'): "
                 "bells are not in the same transaction as the state change.",
-                hint="Set Q_CLUSTER['orm'] = 'default'.",
+                hint="Set Q_CLUSTER['orm'] = 'default'." + SEE,
                 id="workerflow.W007",
             )
         )
-    database = django_settings.DATABASES.get("default", {})
+    database = django_conf.settings.DATABASES.get("default", {})
     errors += check_sqlite_database(database)
     errors += check_connection_reuse(database)
     return errors
@@ -106,7 +151,7 @@ def check_connection_reuse(database: dict[str, Any]) -> list[Warning]:
             "new PostgreSQL connection, which limits a cluster to about 30 ticks a second "
             "and makes timers late under load.",
             hint="Set CONN_MAX_AGE = 60 and CONN_HEALTH_CHECKS = True (at least for the "
-            "settings the qcluster runs with).",
+            "settings the qcluster runs with)." + SEE,
             id="workerflow.W009",
         )
     ]
@@ -130,7 +175,7 @@ def check_sqlite_database(database: dict[str, Any]) -> list[Warning]:
         Warning(
             "The SQLite database is not set up for a web process and workers writing at the "
             "same time: expect 'database is locked' errors.",
-            hint="Add to DATABASES['default']['OPTIONS']: " + ", ".join(problems) + ".",
+            hint="Add to DATABASES['default']['OPTIONS']: " + ", ".join(problems) + "." + SEE,
             id="workerflow.W008",
         )
     ]

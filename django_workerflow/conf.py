@@ -2,18 +2,20 @@
 
 ``settings.TICK_BUDGET`` is ``django.conf.settings.WORKERFLOW_TICK_BUDGET`` when the project
 sets it, else the default. Nothing is cached, so ``override_settings`` takes effect at once.
-docs/operations.md lists the settings with their meaning.
+Each property's docstring says what its setting does (``python -m pydoc
+django_workerflow.conf``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings as django_settings
+from django import conf as django_conf
 
 
 def _read(name: str, default: Any) -> Any:
-    return getattr(django_settings, f"WORKERFLOW_{name}", default)
+    # Through django.conf, not an imported LazySettings: pydoc can read this module unset.
+    return getattr(django_conf.settings, f"WORKERFLOW_{name}", default)
 
 
 class Settings:

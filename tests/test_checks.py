@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
+from django_workerflow import checks
 from django_workerflow.checks import (
     check_connection_reuse,
     check_sqlite_database,
@@ -95,3 +96,26 @@ def test_checks__warn_about_postgresql_without_connection_reuse():
     assert "CONN_MAX_AGE = 60" in warning.hint
     assert check_connection_reuse({**database, "CONN_MAX_AGE": 60}) == []
     assert check_connection_reuse(SQLITE_OK) == []
+
+
+def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_id():
+    broken_clusters = [
+        {**RECOMMENDED, "timeout": None, "max_attempts": 0, "orm": None},
+        {**RECOMMENDED, "retry": 60, "orm": "other"},
+        {**RECOMMENDED, "timeout": 10, "retry": 20},
+    ]
+    warnings = []
+    with override_settings(INSTALLED_APPS=["django_workerflow"]):
+        warnings += check_worker_settings()
+    for q_cluster in broken_clusters:
+        with override_settings(Q_CLUSTER=q_cluster):
+            warnings += check_worker_settings()
+    warnings += check_sqlite_database({"ENGINE": "django.db.backends.sqlite3", "NAME": "x"})
+    warnings += check_connection_reuse({"ENGINE": "django.db.backends.postgresql", "NAME": "x"})
+
+    assert sorted({warning.id for warning in warnings}) == [
+        f"workerflow.W00{n}" for n in range(1, 10)
+    ]
+    for warning in warnings:
+        assert warning.hint.endswith("See `python -m pydoc django_workerflow.checks`.")
+        assert f"\n{warning.id}\n" in checks.__doc__
