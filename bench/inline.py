@@ -20,7 +20,7 @@ from django.db import connection
 from django_workerflow import alarms, runtime, start
 from django_workerflow.models import WorkflowInstance
 
-from .common import Sizes, Stopwatch
+from .common import REPO, Sizes, Stopwatch
 
 PROBE_TABLE = "bench_commit_probe"
 TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
@@ -299,9 +299,12 @@ def _frames(frame: Any, parent_layer: str) -> Iterator[tuple[Any, str]]:
 def _short_path(path: str | None) -> str:
     if not path:
         return "?"
-    for marker in ("site-packages/", "/work/main/", "lib/python3"):
-        if marker in path:
-            return path.split(marker, 1)[1]
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1]
+    if Path(path).is_relative_to(REPO):
+        return str(Path(path).relative_to(REPO))
+    if "lib/python3" in path:
+        return path.split("lib/python3", 1)[1]
     return Path(path).name
 
 
