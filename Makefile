@@ -1,7 +1,7 @@
 # django-workerflow developer commands.
 #
 #   make demo    run the example shop demo (creates .venv on first use)
-#   make test    ruff lint + format check, migrations check, pytest
+#   make test    ruff lint + format check, mypy, migrations check, pytest
 #
 # Override on the command line, e.g.
 #   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO='django>=6,<7' PYTEST_ARGS='-x -k foo'
@@ -32,12 +32,14 @@ install: $(VENV)/.installed
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff check --fix .

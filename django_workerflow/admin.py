@@ -94,7 +94,7 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         "wake_now",
         "delete_selected",
     ]
-    fields = [
+    fields = readonly_fields = (
         "key",
         "definition",
         "status_badge",
@@ -104,8 +104,7 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         "finished_at_full",
         "next_alarm",
         "lease",
-    ]
-    readonly_fields = tuple(fields)
+    )
     change_list_template = "workerflow/admin/instance_change_list.html"
     change_form_template = "workerflow/admin/instance_change_form.html"
 

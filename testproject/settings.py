@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -81,6 +82,7 @@ WSGI_APPLICATION = "testproject.wsgi.application"
 # --- Database --------------------------------------------------------------------------
 
 WORKERFLOW_DB = os.environ.get("WORKERFLOW_DB", "sqlite").strip().lower()
+DATABASES: dict[str, dict[str, Any]]
 
 if WORKERFLOW_DB == "sqlite":
     DATABASES = {
