@@ -24,12 +24,13 @@ from ...models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
 
 
 class OneLineParser(CommandParser):
-    """On the command line, print an argument error as one line (not usage + error)."""
+    """On the command line, print an argument error as one line (not usage + error); from
+    ``call_command``, raise the CommandError that Django's parser raises."""
 
     def error(self, message: str) -> NoReturn:
         if self.called_from_command_line:
             self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-        super().error(message)
+        raise CommandError(f"Error: {message}")
 
 
 class Command(BaseCommand):
