@@ -78,7 +78,8 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
     inbound = instance.inbound_events.select_related("claimed_by").order_by("-created_at", "-id")
     inbound_events = list(inbound[:MAX_INBOUND_EVENTS])
     for event in inbound_events:
-        event.payload_json = pretty_json(event.payload)  # type: ignore[attr-defined]  # for the page
+        # The page shows it as {{ event.payload_json }}; the model has no such field.
+        event.payload_json = pretty_json(event.payload)  # type: ignore[attr-defined]
     newest_events = events[-MAX_STEP_EVENTS:]
     return History(
         instance=instance,
