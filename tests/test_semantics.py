@@ -1307,7 +1307,8 @@ def test_cancel__of_a_sleeping_instance_means_the_sleep_never_resumes_it(define,
 
 
 @pytest.fixture
-def status_changes():
+def status_signals():
+    """Every ``workflow_status_changed`` as (sender, key, status, previous, instance status)."""
     received = []
 
     def receiver(sender, instance, status, previous_status, **kwargs):
@@ -1319,7 +1320,7 @@ def status_changes():
 
 
 def test_status_signal__is_sent_for_every_change_with_the_definition_as_sender(
-    define, harness, status_changes
+    define, harness, status_signals
 ):
     definition = define(lambda self: self.wait("go", "go"))
     instance = workerflow.start(definition, key="signal-1")
@@ -1332,7 +1333,7 @@ def test_status_signal__is_sent_for_every_change_with_the_definition_as_sender(
     other.cancel()
     harness.drain()
 
-    assert status_changes == [
+    assert status_signals == [
         (definition, "signal-1", "pending", None, "pending"),
         (definition, "signal-1", "running", "pending", "running"),
         (definition, "signal-1", "paused", "running", "paused"),
@@ -1343,7 +1344,7 @@ def test_status_signal__is_sent_for_every_change_with_the_definition_as_sender(
     ]
 
 
-def test_status_signal__reports_failures(define, harness, status_changes):
+def test_status_signal__reports_failures(define, harness, status_signals):
     def execute(self):
         raise RuntimeError("broken")
 
@@ -1351,22 +1352,22 @@ def test_status_signal__reports_failures(define, harness, status_changes):
     workerflow.start(definition, key="signal-failed")
     harness.drain()
 
-    assert status_changes[-1] == (definition, "signal-failed", "failed", "running", "failed")
+    assert status_signals[-1] == (definition, "signal-failed", "failed", "running", "failed")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_status_signal__is_sent_after_commit(define, status_changes):
+def test_status_signal__is_sent_after_commit(define, status_signals):
     definition = define(lambda self: None)
 
     with transaction.atomic():
         workerflow.start(definition, key="committed")
-        assert status_changes == []
+        assert status_signals == []
 
-    assert status_changes == [(definition, "committed", "pending", None, "pending")]
+    assert status_signals == [(definition, "committed", "pending", None, "pending")]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_status_signal__is_not_sent_for_a_rolled_back_transaction(define, status_changes):
+def test_status_signal__is_not_sent_for_a_rolled_back_transaction(define, status_signals):
     definition = define(lambda self: None)
 
     def start_then_roll_back():
@@ -1377,7 +1378,7 @@ def test_status_signal__is_not_sent_for_a_rolled_back_transaction(define, status
     with pytest.raises(RuntimeError):
         start_then_roll_back()
 
-    assert status_changes == []
+    assert status_signals == []
     assert not WorkflowInstance.objects.filter(key="rolled-back").exists()
 
 
