@@ -65,3 +65,15 @@ def status_changes() -> Iterator[StatusRecorder]:
     workflow_status_changed.connect(recorder, weak=False)
     yield recorder
     workflow_status_changed.disconnect(recorder)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a test that starts real qcluster processes without the ``slow`` mark:
+    ``make test-fast`` deselects ``slow`` and must stay fast."""
+    for item in items:
+        uses_clusters = "qcluster" in getattr(item, "fixturenames", ())
+        if uses_clusters and item.get_closest_marker("slow") is None:
+            raise pytest.UsageError(
+                f"{item.nodeid} starts real qcluster processes: mark it @pytest.mark.slow "
+                "so that `make test-fast` leaves it out."
+            )
