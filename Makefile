@@ -2,6 +2,7 @@
 #
 #   make demo    run the example shop demo (creates .venv on first use)
 #   make test    ruff lint + format check, mypy, migrations check, pytest
+#   make test-fast  pytest on SQLite without the slow tests (real worker processes) or the browser
 #
 # Override on the command line, e.g.
 #   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO='django>=6,<7' PYTEST_ARGS='-x -k foo'
@@ -14,10 +15,11 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help install test lint format demo bench clean
+.PHONY: help install test test-fast lint format demo bench clean
 
 help:
 	@echo "Targets: install test lint format demo bench clean"
+	@echo "         test-fast (pytest on SQLite, without slow and browser tests)"
 	@echo "Variables: PYTHON=$(PYTHON) VENV=$(VENV) DJANGO='$(DJANGO)' PYTEST_ARGS='$(PYTEST_ARGS)'"
 
 # Stamp file: (re)install whenever pyproject.toml changes.
@@ -35,6 +37,10 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The inner loop: SQLite, no test that starts real worker processes (`slow`), no browser.
+test-fast: install
+	@WORKERFLOW_DB=sqlite $(BIN)/pytest -q -rfE -m 'not slow and not browser' $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

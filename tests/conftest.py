@@ -1,4 +1,5 @@
-"""Shared fixtures: throwaway definitions registered for one test only."""
+"""Shared fixtures: throwaway definitions registered for one test only, and a recorder of
+the status changes the runtime announces."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 import pytest
 
 from django_workerflow import WorkflowDefinition, registry
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.signals import workflow_status_changed
 
 _counter = itertools.count()
 
@@ -35,3 +38,42 @@ def define() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
     yield make
     for definition in created:
         registry.unregister(definition)
+
+
+class StatusRecorder:
+    """A ``workflow_status_changed`` receiver: the seed's ``onStatusChange_experimental``."""
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, str, str | None]] = []
+
+    def __call__(self, sender: Any, instance: WorkflowInstance, **kwargs: Any) -> None:
+        self.changes.append((instance.key, kwargs["status"], kwargs["previous_status"]))
+
+    def statuses(self, instance: WorkflowInstance) -> list[str]:
+        return [status for key, status, _ in self.changes if key == instance.key]
+
+    def settled(self, instance: WorkflowInstance) -> list[str]:
+        """The statuses the seed's callback resolves on (it ignores 'running'; the seed's
+        create() announces no 'pending')."""
+        return [s for s in self.statuses(instance) if s not in ("pending", "running")]
+
+
+@pytest.fixture
+def status_changes() -> Iterator[StatusRecorder]:
+    """Record every ``workflow_status_changed`` sent during the test."""
+    recorder = StatusRecorder()
+    workflow_status_changed.connect(recorder, weak=False)
+    yield recorder
+    workflow_status_changed.disconnect(recorder)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a test that starts real qcluster processes without the ``slow`` mark:
+    ``make test-fast`` deselects ``slow`` and must stay fast."""
+    for item in items:
+        uses_clusters = "qcluster" in getattr(item, "fixturenames", ())
+        if uses_clusters and item.get_closest_marker("slow") is None:
+            raise pytest.UsageError(
+                f"{item.nodeid} starts real qcluster processes: mark it @pytest.mark.slow "
+                "so that `make test-fast` leaves it out."
+            )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
 import sys
 import uuid
 
@@ -32,6 +31,8 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+
+from .bad_values import IDENTIFIERS, KEYS, NOT_JSON, OPERATIONS_BY_KEY, values
 
 pytestmark = pytest.mark.django_db
 
@@ -384,17 +385,7 @@ def test_version_conflict_error__is_a_workerflow_error():
     assert issubclass(WorkflowVersionConflictError, WorkerflowError)
 
 
-@pytest.mark.parametrize(
-    "bad_input",
-    [
-        pytest.param({1, 2}, id="set"),
-        pytest.param(math.nan, id="nan"),
-        pytest.param({"amount": math.inf}, id="inf-inside"),
-        pytest.param(object(), id="object"),
-        pytest.param({"when": uuid.uuid4()}, id="uuid-inside"),
-        pytest.param(b"bytes", id="bytes"),
-    ],
-)
+@pytest.mark.parametrize("bad_input", values(NOT_JSON))
 def test_start__input_that_is_not_json_raises_input_error_and_writes_nothing(define, bad_input):
     definition = define(returns_input)
 
@@ -406,10 +397,7 @@ def test_start__input_that_is_not_json_raises_input_error_and_writes_nothing(def
     assert WorkflowEvent.objects.count() == 0
 
 
-@pytest.mark.parametrize(
-    "bad_key",
-    [pytest.param("", id="empty"), pytest.param(42, id="int"), pytest.param("k" * 256, id="long")],
-)
+@pytest.mark.parametrize("bad_key", values(KEYS))
 def test_start__unusable_key_raises_input_error_and_writes_nothing(define, bad_key):
     definition = define(returns_input)
 
@@ -464,31 +452,16 @@ def test_exceptions__are_exported_under_one_base(error):
 # Unknown instances and bad operations --------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "operation",
-    [
-        pytest.param(lambda: workerflow.send_event("nobody", "go"), id="send_event"),
-        pytest.param(lambda: workerflow.pause("nobody"), id="pause"),
-        pytest.param(lambda: workerflow.resume("nobody"), id="resume"),
-        pytest.param(lambda: workerflow.cancel("nobody"), id="cancel"),
-    ],
-)
+@pytest.mark.parametrize("operation", OPERATIONS_BY_KEY)
 def test_operations__on_an_unknown_key_raise_does_not_exist(operation):
     with pytest.raises(WorkflowInstance.DoesNotExist):
-        operation()
+        operation("nobody")
 
     assert InboundEvent.objects.count() == 0
     assert WorkflowEvent.objects.count() == 0
 
 
-@pytest.mark.parametrize(
-    "payload",
-    [
-        pytest.param({1, 2}, id="set"),
-        pytest.param(math.nan, id="nan"),
-        pytest.param(object(), id="object"),
-    ],
-)
+@pytest.mark.parametrize("payload", values(NOT_JSON))
 def test_send_event__payload_that_is_not_json_raises_input_error_and_writes_nothing(
     define, harness, payload
 ):
@@ -503,16 +476,7 @@ def test_send_event__payload_that_is_not_json_raises_input_error_and_writes_noth
     assert Step.objects.get(step_id="go").state == "waiting"
 
 
-@pytest.mark.parametrize(
-    "event_name",
-    [
-        pytest.param("", id="empty"),
-        pytest.param("   ", id="blank"),
-        pytest.param("e" * 201, id="too-long"),
-        pytest.param(7, id="not-str"),
-        pytest.param(None, id="none"),
-    ],
-)
+@pytest.mark.parametrize("event_name", values(IDENTIFIERS))
 def test_send_event__unusable_event_name_raises_input_error_and_writes_nothing(
     define, harness, event_name
 ):

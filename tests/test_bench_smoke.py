@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+# Slow: the fleet and latency scenarios start real qcluster processes.
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent

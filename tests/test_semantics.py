@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -29,6 +28,8 @@ from django_workerflow.models import (
     WorkflowStatus,
 )
 from django_workerflow.signals import workflow_status_changed
+
+from .bad_values import DURATIONS, IDENTIFIERS, MAX_ATTEMPTS, NOT_JSON, TIMEOUTS, values
 
 DUPLICATE_MESSAGE = (
     "Step id '{}' was already used earlier in this workflow execution. Steps must be "
@@ -182,15 +183,7 @@ def json_error(value) -> str:
     raise AssertionError(f"{value!r} is JSON-serializable")
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        pytest.param(object(), id="object"),
-        pytest.param({1, 2}, id="set"),
-        pytest.param(math.nan, id="nan"),
-        pytest.param({"when": datetime(2026, 1, 1, tzinfo=UTC)}, id="datetime-inside"),
-    ],
-)
+@pytest.mark.parametrize("value", values(NOT_JSON))
 def test_run__unserializable_result_fails_the_step_non_retryably(define, harness, value):
     calls = Counter()
 
@@ -1103,17 +1096,7 @@ def rejected(define, harness, call) -> WorkflowInputError:
     return caught[0]
 
 
-BAD_IDS = [
-    pytest.param("", id="empty"),
-    pytest.param("   ", id="blank"),
-    pytest.param("s" * 201, id="too-long"),
-    pytest.param(42, id="int"),
-    pytest.param(None, id="none"),
-    pytest.param(("a",), id="tuple"),
-]
-
-
-@pytest.mark.parametrize("bad_id", BAD_IDS)
+@pytest.mark.parametrize("bad_id", values(IDENTIFIERS))
 @pytest.mark.parametrize(
     "helper",
     [
@@ -1137,29 +1120,17 @@ def test_step_id__of_200_characters_is_accepted(define, harness):
     assert fresh(instance).result == "ok"
 
 
-@pytest.mark.parametrize("bad_name", BAD_IDS)
+@pytest.mark.parametrize("bad_name", values(IDENTIFIERS))
 def test_wait__unusable_event_name_raises_input_error(define, harness, bad_name):
     rejected(define, harness, lambda self: self.wait("w", bad_name))
 
 
-BAD_DURATIONS = [
-    pytest.param(-1, id="negative"),
-    pytest.param(timedelta(seconds=-1), id="negative-timedelta"),
-    pytest.param(math.nan, id="nan"),
-    pytest.param(math.inf, id="inf"),
-    pytest.param(10**12, id="absurd"),
-    pytest.param(timedelta(days=100_000), id="absurd-timedelta"),
-    pytest.param("10", id="str"),
-    pytest.param(True, id="bool"),
-]
-
-
-@pytest.mark.parametrize("duration", BAD_DURATIONS)
+@pytest.mark.parametrize("duration", values(DURATIONS))
 def test_sleep__unusable_duration_raises_input_error(define, harness, duration):
     rejected(define, harness, lambda self: self.sleep("nap", duration))
 
 
-@pytest.mark.parametrize("timeout", BAD_DURATIONS)
+@pytest.mark.parametrize("timeout", values(TIMEOUTS))
 def test_wait__unusable_timeout_raises_input_error(define, harness, timeout):
     rejected(define, harness, lambda self: self.wait("w", "evt", timeout=timeout))
 
@@ -1186,7 +1157,7 @@ def test_wait__both_timeout_and_timeout_at_raises_input_error(define, harness):
     )
 
 
-@pytest.mark.parametrize("max_attempts", [0, -1, 1.5, "3", True])
+@pytest.mark.parametrize("max_attempts", values(MAX_ATTEMPTS))
 def test_run__unusable_max_attempts_raises_input_error(define, harness, max_attempts):
     rejected(define, harness, lambda self: self.run("s", lambda: 1, max_attempts=max_attempts))
 
@@ -1307,7 +1278,8 @@ def test_cancel__of_a_sleeping_instance_means_the_sleep_never_resumes_it(define,
 
 
 @pytest.fixture
-def status_changes():
+def status_signals():
+    """Every ``workflow_status_changed`` as (sender, key, status, previous, instance status)."""
     received = []
 
     def receiver(sender, instance, status, previous_status, **kwargs):
@@ -1319,7 +1291,7 @@ def status_changes():
 
 
 def test_status_signal__is_sent_for_every_change_with_the_definition_as_sender(
-    define, harness, status_changes
+    define, harness, status_signals
 ):
     definition = define(lambda self: self.wait("go", "go"))
     instance = workerflow.start(definition, key="signal-1")
@@ -1332,7 +1304,7 @@ def test_status_signal__is_sent_for_every_change_with_the_definition_as_sender(
     other.cancel()
     harness.drain()
 
-    assert status_changes == [
+    assert status_signals == [
         (definition, "signal-1", "pending", None, "pending"),
         (definition, "signal-1", "running", "pending", "running"),
         (definition, "signal-1", "paused", "running", "paused"),
@@ -1343,7 +1315,7 @@ def test_status_signal__is_sent_for_every_change_with_the_definition_as_sender(
     ]
 
 
-def test_status_signal__reports_failures(define, harness, status_changes):
+def test_status_signal__reports_failures(define, harness, status_signals):
     def execute(self):
         raise RuntimeError("broken")
 
@@ -1351,22 +1323,22 @@ def test_status_signal__reports_failures(define, harness, status_changes):
     workerflow.start(definition, key="signal-failed")
     harness.drain()
 
-    assert status_changes[-1] == (definition, "signal-failed", "failed", "running", "failed")
+    assert status_signals[-1] == (definition, "signal-failed", "failed", "running", "failed")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_status_signal__is_sent_after_commit(define, status_changes):
+def test_status_signal__is_sent_after_commit(define, status_signals):
     definition = define(lambda self: None)
 
     with transaction.atomic():
         workerflow.start(definition, key="committed")
-        assert status_changes == []
+        assert status_signals == []
 
-    assert status_changes == [(definition, "committed", "pending", None, "pending")]
+    assert status_signals == [(definition, "committed", "pending", None, "pending")]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_status_signal__is_not_sent_for_a_rolled_back_transaction(define, status_changes):
+def test_status_signal__is_not_sent_for_a_rolled_back_transaction(define, status_signals):
     definition = define(lambda self: None)
 
     def start_then_roll_back():
@@ -1377,7 +1349,7 @@ def test_status_signal__is_not_sent_for_a_rolled_back_transaction(define, status
     with pytest.raises(RuntimeError):
         start_then_roll_back()
 
-    assert status_changes == []
+    assert status_signals == []
     assert not WorkflowInstance.objects.filter(key="rolled-back").exists()
 
 

@@ -135,6 +135,7 @@ def delete_sweeper_schedule() -> None:
 # A workflow in the background ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cluster__runs_a_retry_a_sleep_and_a_wait_to_completion(
     qcluster: ClusterRunner, tmp_path: Path
 ) -> None:
@@ -181,6 +182,7 @@ def test_cluster__runs_a_retry_a_sleep_and_a_wait_to_completion(
 # Ownership ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_clusters__never_run_one_instances_steps_concurrently_and_record_each_once(
     qcluster: ClusterRunner, tmp_path: Path
 ) -> None:
@@ -231,6 +233,7 @@ def test_two_clusters__never_run_one_instances_steps_concurrently_and_record_eac
 # Crash recovery -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkill_mid_step__is_recovered_after_the_lease_expires(
     qcluster: ClusterRunner, tmp_path: Path
 ) -> None:
@@ -277,6 +280,7 @@ def test_sigkill_mid_step__is_recovered_after_the_lease_expires(
     assert retried.recorded_at >= interrupted.next_attempt_at
 
 
+@pytest.mark.slow
 def test_lost_bell__is_rung_again_by_the_sweep(qcluster: ClusterRunner) -> None:
     delete_sweeper_schedule()
     qcluster.start()
@@ -307,6 +311,7 @@ def test_lost_bell__is_rung_again_by_the_sweep(qcluster: ClusterRunner) -> None:
 # Bells and transactions ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_start_in_a_rolled_back_transaction__rings_nothing(
     qcluster: ClusterRunner, tmp_path: Path
 ) -> None:

@@ -22,13 +22,21 @@ import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition, registry, runtime
 from django_workerflow.models import Step, StepEvent, WorkflowInstance, WorkflowStatus
 
+from ..bad_values import (
+    DEADLINES,
+    DURATIONS,
+    IDENTIFIERS,
+    KEYS,
+    MAX_ATTEMPTS,
+    NOT_JSON,
+    OPERATIONS_BY_KEY,
+    TIMEOUTS,
+)
 from .conftest import print_figures, table_counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]
 
 SMALL_LIMIT = 1000  # bytes: WORKERFLOW_MAX_JSON_BYTES lowered for the size cases
-NAIVE = datetime(2030, 1, 1, 12, 0)  # no tzinfo
-TOO_LONG = "x" * 201
 TRIED: Counter[str] = Counter()
 
 
@@ -78,16 +86,6 @@ def refused(call: Callable[[], Any], error: type[BaseException], *fragments: str
 
 # Call sites: start ---------------------------------------------------------------------
 
-NOT_JSON = [
-    pytest.param(object(), "not JSON-serializable", id="object"),
-    pytest.param({1, 2}, "not JSON-serializable", id="set"),
-    pytest.param(b"bytes", "not JSON-serializable", id="bytes"),
-    pytest.param(math.nan, "not JSON-serializable", id="nan"),
-    pytest.param({"total": math.inf}, "not JSON-serializable", id="inf-inside"),
-    pytest.param({"at": datetime.now(UTC)}, "not JSON-serializable", id="datetime-inside"),
-    pytest.param([{"deep": lambda: 1}], "not JSON-serializable", id="function-inside"),
-]
-
 
 @pytest.mark.parametrize(("value", "problem"), NOT_JSON)
 def test_start__input_that_is_not_json_is_refused(define, waiting, value, problem):
@@ -119,16 +117,7 @@ def test_start__input_over_the_size_limit_is_refused_and_at_the_limit_accepted(
     assert workerflow.start(definition, key="just-fits", input=at_limit).input == at_limit
 
 
-@pytest.mark.parametrize(
-    ("key", "problem"),
-    [
-        pytest.param("", "must not be empty", id="empty"),
-        pytest.param("   ", "must not be empty", id="blank"),
-        pytest.param("k" * 256, "256 characters", id="too-long"),
-        pytest.param(42, "must be a string, not int", id="int"),
-        pytest.param(["k"], "must be a string, not list", id="list"),
-    ],
-)
+@pytest.mark.parametrize(("key", "problem"), KEYS)
 def test_start__unusable_key_is_refused(define, waiting, key, problem):
     definition = define(waits_for_go)
 
@@ -193,16 +182,6 @@ def test_send_event__payload_over_the_size_limit_is_refused(waiting, small_json_
     assert Step.objects.get(instance=waiting, step_id="go").state == "waiting"
 
 
-IDENTIFIERS = [
-    pytest.param("", "must not be empty", id="empty"),
-    pytest.param("  \t", "must not be empty", id="blank"),
-    pytest.param(TOO_LONG, "the limit is 200", id="too-long"),
-    pytest.param(7, "must be a string, not int", id="int"),
-    pytest.param(None, "must be a string, not NoneType", id="none"),
-    pytest.param(b"go", "must be a string, not bytes", id="bytes"),
-]
-
-
 @pytest.mark.parametrize(("name", "problem"), IDENTIFIERS)
 def test_send_event__unusable_event_name_is_refused(waiting, name, problem):
     refused(
@@ -213,15 +192,7 @@ def test_send_event__unusable_event_name_is_refused(waiting, name, problem):
     )
 
 
-@pytest.mark.parametrize(
-    "operation",
-    [
-        pytest.param(lambda key: workerflow.send_event(key, "go"), id="send_event"),
-        pytest.param(workerflow.pause, id="pause"),
-        pytest.param(workerflow.resume, id="resume"),
-        pytest.param(workerflow.cancel, id="cancel"),
-    ],
-)
+@pytest.mark.parametrize("operation", OPERATIONS_BY_KEY)
 def test_operations__on_an_unknown_key_are_refused_naming_the_key(waiting, operation):
     refused(lambda: operation("no-such-key-42"), Exception, "no-such-key-42")
 
@@ -323,20 +294,7 @@ def fails_naming(define, harness, bad_call, *fragments: str) -> WorkflowInstance
     return instance
 
 
-STEP_IDS = [
-    pytest.param(step_id, problem, id=f"step-id-{name}")
-    for step_id, problem, name in [
-        ("", "must not be empty", "empty"),
-        (" ", "must not be empty", "blank"),
-        (TOO_LONG, "the limit is 200", "too-long"),
-        (42, "must be a string, not int", "int"),
-        (None, "must be a string, not NoneType", "none"),
-        (("a", "b"), "must be a string, not tuple", "tuple"),
-    ]
-]
-
-
-@pytest.mark.parametrize(("step_id", "problem"), STEP_IDS)
+@pytest.mark.parametrize(("step_id", "problem"), IDENTIFIERS)
 @pytest.mark.parametrize(
     "helper",
     [
@@ -370,21 +328,6 @@ def test_wait__unusable_event_name_fails_the_workflow_naming_the_problem(
     )
 
 
-DURATIONS = [
-    pytest.param(-1, "must not be negative", id="negative"),
-    pytest.param(timedelta(seconds=-0.5), "must not be negative", id="negative-timedelta"),
-    pytest.param(math.nan, "must be a finite number", id="nan"),
-    pytest.param(math.inf, "must be a finite number", id="inf"),
-    pytest.param(-math.inf, "must be a finite number", id="minus-inf"),
-    pytest.param(timedelta(days=3651), "longer than the limit of 3650 days", id="over-10-years"),
-    pytest.param(10**12, "longer than the limit", id="absurd-seconds"),
-    pytest.param(timedelta.max, "longer than the limit", id="timedelta-max"),
-    pytest.param("60", "must be a number of seconds or a timedelta, not str", id="str"),
-    pytest.param(True, "not bool", id="bool"),
-    pytest.param(None, "not NoneType", id="none"),
-]
-
-
 @pytest.mark.parametrize(("duration", "problem"), DURATIONS)
 def test_sleep__unusable_duration_fails_the_workflow_naming_the_problem(
     define, workerflow_harness, duration, problem
@@ -398,7 +341,7 @@ def test_sleep__unusable_duration_fails_the_workflow_naming_the_problem(
     )
 
 
-@pytest.mark.parametrize(("duration", "problem"), [p for p in DURATIONS if p.id != "none"])
+@pytest.mark.parametrize(("duration", "problem"), TIMEOUTS)
 def test_wait__unusable_timeout_fails_the_workflow_naming_the_problem(
     define, workerflow_harness, duration, problem
 ):
@@ -411,14 +354,7 @@ def test_wait__unusable_timeout_fails_the_workflow_naming_the_problem(
     )
 
 
-@pytest.mark.parametrize(
-    ("when", "problem"),
-    [
-        pytest.param(NAIVE, "must be timezone-aware", id="naive"),
-        pytest.param("2030-01-01T00:00:00Z", "must be a datetime, not str", id="str"),
-        pytest.param(1893456000, "must be a datetime, not int", id="timestamp"),
-    ],
-)
+@pytest.mark.parametrize(("when", "problem"), DEADLINES)
 def test_sleep_until__unusable_time_fails_the_workflow_naming_the_problem(
     define, workerflow_harness, when, problem
 ):
@@ -431,13 +367,7 @@ def test_sleep_until__unusable_time_fails_the_workflow_naming_the_problem(
     )
 
 
-@pytest.mark.parametrize(
-    ("when", "problem"),
-    [
-        pytest.param(NAIVE, "must be timezone-aware", id="naive"),
-        pytest.param("2030-01-01", "must be a datetime, not str", id="str"),
-    ],
-)
+@pytest.mark.parametrize(("when", "problem"), DEADLINES)
 def test_wait__unusable_timeout_at_fails_the_workflow_naming_the_problem(
     define, workerflow_harness, when, problem
 ):
@@ -466,10 +396,12 @@ def test_wait__both_timeout_and_timeout_at_fail_the_workflow_naming_the_step(
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
-        pytest.param({"max_attempts": 0}, "max_attempts of run step 'charge'", id="zero-attempts"),
-        pytest.param({"max_attempts": -3}, "max_attempts of run step 'charge'", id="negative"),
-        pytest.param({"max_attempts": 2.5}, "max_attempts of run step 'charge'", id="float"),
-        pytest.param({"max_attempts": True}, "max_attempts of run step 'charge'", id="bool"),
+        *(
+            pytest.param(
+                {"max_attempts": case.values[0]}, "max_attempts of run step 'charge'", id=case.id
+            )
+            for case in MAX_ATTEMPTS
+        ),
         pytest.param({"fn": "not callable"}, "Run step 'charge' needs a callable", id="no-fn"),
     ],
 )

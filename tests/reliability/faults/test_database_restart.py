@@ -51,6 +51,7 @@ from .conftest import (
 pytestmark = [
     pytest.mark.reliability,
     pytest.mark.cluster,
+    pytest.mark.slow,
     pytest.mark.skipif(
         not ON_POSTGRES, reason="restarts the PostgreSQL server; SQLite has no server"
     ),

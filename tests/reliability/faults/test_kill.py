@@ -45,7 +45,7 @@ from .conftest import (
     worker_pids,
 )
 
-pytestmark = [pytest.mark.reliability, pytest.mark.cluster]
+pytestmark = [pytest.mark.reliability, pytest.mark.cluster, pytest.mark.slow]
 
 INSTANCES = 50
 STEPS = 4

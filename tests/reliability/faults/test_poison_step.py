@@ -28,7 +28,7 @@ from tests.reliability.conftest import print_figures
 
 from .conftest import LEASE_SECONDS, ClusterRunner, Trace, drive, respawned_workers
 
-pytestmark = [pytest.mark.reliability, pytest.mark.cluster]
+pytestmark = [pytest.mark.reliability, pytest.mark.cluster, pytest.mark.slow]
 
 MAX_ATTEMPTS = 3
 

@@ -39,7 +39,7 @@ from .conftest import (
     worker_pids,
 )
 
-pytestmark = [pytest.mark.reliability, pytest.mark.cluster]
+pytestmark = [pytest.mark.reliability, pytest.mark.cluster, pytest.mark.slow]
 
 INSTANCES = 6
 STEPS = 4

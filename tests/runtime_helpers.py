@@ -1,0 +1,48 @@
+"""Helpers for the runtime tests: read an instance's steps, parents, failures and events,
+and a step callback that fails once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django_workerflow.models import Step, WorkflowInstance
+
+VERSION = "2026-03-19"
+OTHER_VERSION = "2026-03-20"
+ONE_DAY = timedelta(days=1)
+
+
+def step(instance: WorkflowInstance, step_id: str) -> Step:
+    return instance.steps.get(step_id=step_id)
+
+
+def parent_id(instance: WorkflowInstance, step_id: str) -> str | None:
+    parent = step(instance, step_id).parent
+    return parent.step_id if parent is not None else None
+
+
+def attempt_failures(instance: WorkflowInstance, step_id: str) -> int:
+    return instance.step_events.filter(step__step_id=step_id, type="attempt_failed").count()
+
+
+def workflow_event_types(instance: WorkflowInstance) -> list[str]:
+    return [event.type for event in instance.workflow_events.all()]
+
+
+def refreshed(instance: WorkflowInstance) -> WorkflowInstance:
+    instance.refresh_from_db()
+    return instance
+
+
+def fail_first_attempt(calls: list[int], value: Any = 1) -> Callable[[], Any]:
+    """A step callback that raises on its first call only (a retry backoff follows)."""
+
+    def callback() -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("transient")
+        return value
+
+    return callback
