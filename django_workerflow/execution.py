@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import DatabaseError, transaction
 
@@ -28,7 +28,7 @@ from .exceptions import (
     WorkflowDefinitionError,
     WorkflowInputError,
 )
-from .states import StepState, StepType
+from .states import StepState, StepType, StopReason
 
 if TYPE_CHECKING:
     from .store import StepRecord, StepStore
@@ -53,7 +53,12 @@ class SettledResult:
 
 
 class _UnserializableResult(Exception):
-    """Leaves an atomic run step's transaction so that its side effects roll back."""
+    """A run step's result cannot be serialised; leaves an atomic step's transaction so
+    that its side effects roll back. ``failure`` is what the step records."""
+
+    def __init__(self, failure: NonRetryableStepError) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
 
 
 def error_message(exc: BaseException) -> str:
@@ -93,7 +98,7 @@ class Execution:
         self.parents: list[str] = []
         self.due_times: list[datetime | None] = []
         self.suspended = False
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
         self.yielded = False
         self.attempts_started = 0
         self.fatal: WorkflowDefinitionError | None = None
@@ -177,23 +182,18 @@ class Execution:
     def _attempt(
         self, record: StepRecord, fn: Callable[[], Any], backoff: Backoff | None, atomic: bool
     ) -> Any:
-        step_id, attempt = record.step_id, record.attempt_count
-        self.parents.append(step_id)
+        self.parents.append(record.step_id)
         try:
             if atomic:
-                self.atomic_step = step_id
-                with transaction.atomic(using=self.store.using):
+                self.atomic_step = record.step_id
+                with transaction.atomic():
                     value = fn()
                     self.atomic_step = None
-                    result_json = self._serialize_result(step_id, value)
-                    record = self._write(
-                        self.store.mark_attempt_succeeded, step_id, attempt, result_json
-                    )
-                return record.result
+                    # Recorded inside the transaction, so fn's writes commit with it.
+                    return self._record_success(record, value)
             value = fn()
         except _UnserializableResult as exc:
-            failure: Exception = exc.__cause__  # type: ignore[assignment]  # set by raise from
-            self._record_failure(record, failure, backoff, non_retryable=True)
+            self._record_failure(record, exc.failure, backoff, non_retryable=True)
         except Exception as exc:
             if self.fatal is not None:
                 raise self.fatal from exc
@@ -207,20 +207,26 @@ class Execution:
             self.parents.pop()
             self.atomic_step = None
         try:
-            result_json = self._serialize_result(step_id, value)
+            return self._record_success(record, value)
         except _UnserializableResult as exc:
-            self._record_failure(record, exc.__cause__, backoff, non_retryable=True)  # type: ignore[arg-type]
-        return self._write(self.store.mark_attempt_succeeded, step_id, attempt, result_json).result
+            self._record_failure(record, exc.failure, backoff, non_retryable=True)
 
-    def _serialize_result(self, step_id: str, value: Any) -> str:
+    def _record_success(self, record: StepRecord, value: Any) -> Any:
+        """Serialise the result and record the attempt's success; return the recorded
+        (JSON round-tripped) result. _UnserializableResult if it cannot be serialised."""
+        step_id = record.step_id
         try:
-            return jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
+            result_json = jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
         except WorkflowInputError as exc:
-            cause = NonRetryableStepError(
+            failure = NonRetryableStepError(
                 f"Run step '{step_id}' returned a value that cannot be durably serialized as "
                 f"JSON: {exc.__cause__ or exc}"
             )
-            raise _UnserializableResult() from cause
+            raise _UnserializableResult(failure) from failure
+        recorded = self._write(
+            self.store.mark_attempt_succeeded, step_id, record.attempt_count, result_json
+        )
+        return recorded.result
 
     def _record_failure(
         self,
@@ -229,7 +235,7 @@ class Execution:
         backoff: Backoff | None,
         *,
         non_retryable: bool,
-    ) -> None:
+    ) -> NoReturn:
         """Record a failed attempt, then raise its outcome: a retry suspends, a final failure
         raises what every replay will raise."""
         record = self._write(
@@ -261,18 +267,23 @@ class Execution:
 
     # sleep ----------------------------------------------------------------------------
 
+    def sleep(self, step_id: str, duration: float | timedelta) -> None:
+        """Sleep for ``duration``, measured from the step's first reach."""
+        record = self._recorded(step_id)
+        if record is None:
+            delta = jsonvalue.to_timedelta(duration, what=f"The duration of sleep step '{step_id}'")
+            when = clock_now() + delta
+        else:
+            when = record.wake_at or clock_now()
+        self.sleep_until(step_id, when)
+
     def sleep_until(self, step_id: str, when: datetime) -> None:
         self._reach(step_id)
         jsonvalue.check_aware(when, what=f"The wake time of sleep step '{step_id}'")
         record = self.store.get(step_id)
         if record is None:
             record = self._write(
-                self.store.get_or_create_step,
-                step_id,
-                StepType.SLEEP,
-                parent_step_id=self._parent(),
-                wake_at=when,
-                require_running=self.store.lease_token is not None,
+                self.store.sleep_step, step_id, wake_at=when, parent_step_id=self._parent()
             )
         self._check_kind(record, StepType.SLEEP)
         if record.state == StepState.ELAPSED:
@@ -283,6 +294,14 @@ class Execution:
 
     # wait -----------------------------------------------------------------------------
 
+    def wait_deadline(self, step_id: str, timeout: float | timedelta) -> datetime | None:
+        """The deadline of a wait given ``timeout``: counted from the step's first reach."""
+        record = self._recorded(step_id)
+        if record is not None:
+            return record.timeout_at
+        delta = jsonvalue.to_timedelta(timeout, what=f"The timeout of wait step '{step_id}'")
+        return clock_now() + delta
+
     def wait(self, step_id: str, event_name: str, timeout_at: datetime | None) -> Any:
         self._reach(step_id)
         jsonvalue.check_identifier(event_name, what=f"The event name of wait step '{step_id}'")
@@ -291,13 +310,11 @@ class Execution:
             self._check_kind(record, StepType.WAIT)
         if record is None or record.state == StepState.WAITING:
             record = self._write(
-                self.store.get_or_create_step,
+                self.store.wait_step,
                 step_id,
-                StepType.WAIT,
-                parent_step_id=self._parent(),
                 event_name=event_name,
                 timeout_at=timeout_at,
-                require_running=self.store.lease_token is not None,
+                parent_step_id=self._parent(),
             )
         if record.state == StepState.SATISFIED:
             return record.payload
@@ -382,6 +399,11 @@ class Execution:
                 "change its shape."
             )
             raise self.fatal
+
+    def _recorded(self, step_id: str) -> StepRecord | None:
+        """The recorded step (None on first reach, or for an id that is not a string: the
+        step helper reports that)."""
+        return self.store.get(step_id) if isinstance(step_id, str) else None
 
     def _parent(self) -> str | None:
         return self.parents[-1] if self.parents else None
