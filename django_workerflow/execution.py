@@ -7,40 +7,42 @@ a tick that replays once keeps going step after step until something suspends it
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 
 from . import jsonvalue
 from .backoff import Backoff
 from .clock import now as clock_now
-from .control import ExecutionStopped, Suspension, TickAborted
+from .control import ExecutionStopped, Suspension
 from .exceptions import (
-    DuplicateStepIdError,
-    MaxAttemptsExceededError,
-    NondeterminismError,
     NonRetryableStepError,
     WaitStepTimedOutError,
-    WorkflowDefinitionError,
     WorkflowInputError,
 )
-from .states import StepState, StepType, StopReason
+from .failures import (
+    INTERRUPTED_ERROR_NAME,
+    INTERRUPTED_MESSAGE,
+    REPLAYED_FAILURES,
+    error_message,
+    recorded_failure,
+)
+from .pass_state import PassState
+from .states import StepState, StepType
+
+__all__ = [
+    "INTERRUPTED_ERROR_NAME",
+    "INTERRUPTED_MESSAGE",
+    "Execution",
+    "SettledResult",
+    "error_message",
+]
 
 if TYPE_CHECKING:
-    from .store import StepRecord, StepStore
-
-INTERRUPTED_ERROR_NAME = "StepInterruptedError"
-INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
-
-# Failures that replay identically, so retrying the step that saw them cannot help.
-_REPLAYED_FAILURES: dict[str, type[Exception]] = {
-    cls.__name__: cls
-    for cls in (NonRetryableStepError, MaxAttemptsExceededError, WaitStepTimedOutError)
-}
+    from .records import StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,55 +63,8 @@ class _UnserializableResult(Exception):
         self.failure = failure
 
 
-def error_message(exc: BaseException) -> str:
-    """``"<ClassName>: <message>"``, or the class name alone when the message is empty."""
-    text = str(exc)
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
-
-
-def _strip_name(message: str, name: str) -> str:
-    prefix = f"{name}: "
-    if message.startswith(prefix):
-        return message[len(prefix) :]
-    return "" if message == name else message
-
-
-class Execution:
-    """The state of one replay pass; the definition's step helpers delegate here."""
-
-    def __init__(
-        self,
-        *,
-        instance_key: str,
-        store: StepStore,
-        deadline: float,
-        interrupted_suspects: set[str] | None = None,
-    ) -> None:
-        self.instance_key = instance_key
-        self.store = store
-        self.deadline = deadline
-        # Run steps that were 'running' when a crashed tick's lease was taken over; shared by
-        # the passes of one tick, and emptied as each is settled.
-        self.interrupted_suspects = (
-            interrupted_suspects if interrupted_suspects is not None else set()
-        )
-        self.seen_step_ids: set[str] = set()
-        self.parents: list[str] = []
-        self.due_times: list[datetime | None] = []
-        self.suspended = False
-        self.stop_reason: StopReason | None = None
-        self.yielded = False
-        self.attempts_started = 0
-        self.fatal: WorkflowDefinitionError | None = None
-        self.atomic_step: str | None = None
-
-    # Outcome of the pass ---------------------------------------------------------------
-
-    def next_due(self) -> datetime | None:
-        """The earliest time at which a suspended step can make progress (None: an event)."""
-        due = [when for when in self.due_times if when is not None]
-        return min(due) if due else None
+class Execution(PassState):
+    """One replay pass: the definition's step helpers delegate here."""
 
     # run ------------------------------------------------------------------------------
 
@@ -145,7 +100,7 @@ class Execution:
         if record.state == StepState.SUCCEEDED:
             return record.result
         if record.state == StepState.FAILED:
-            raise self._recorded_failure(record)
+            raise recorded_failure(record)
         if record.state == StepState.RUNNING:
             if not self._was_interrupted(step_id):
                 # Suspended by a child step in an earlier tick: the same attempt goes on.
@@ -159,7 +114,7 @@ class Execution:
                 backoff=backoff,
             )
             if record.state == StepState.FAILED:
-                raise self._recorded_failure(record)
+                raise recorded_failure(record)
         # pending: a first attempt not yet started, or a retry
         if record.next_attempt_at is not None and record.next_attempt_at > clock_now():
             self._suspend(record.next_attempt_at)
@@ -201,7 +156,7 @@ class Execution:
                 record,
                 exc,
                 backoff,
-                non_retryable=isinstance(exc, tuple(_REPLAYED_FAILURES.values())),
+                non_retryable=isinstance(exc, tuple(REPLAYED_FAILURES.values())),
             )
         finally:
             self.parents.pop()
@@ -248,22 +203,8 @@ class Execution:
             backoff=backoff,
         )
         if record.state == StepState.FAILED:
-            raise self._recorded_failure(record) from exc
+            raise recorded_failure(record) from exc
         self._suspend(record.next_attempt_at)
-
-    def _recorded_failure(self, record: StepRecord) -> Exception:
-        """The exception a failed run step raises, the same on the first run and on replay."""
-        replayed = _REPLAYED_FAILURES.get(record.error_name)
-        if replayed is not None:
-            exc = replayed(_strip_name(record.error_message, record.error_name))
-        elif record.attempt_count >= (record.max_attempts or 1):
-            exc = MaxAttemptsExceededError(
-                f"Run step '{record.step_id}' exhausted its configured attempts."
-            )
-        else:
-            exc = NonRetryableStepError(_strip_name(record.error_message, record.error_name))
-        exc.step_id = record.step_id  # type: ignore[attr-defined]
-        return exc
 
     # sleep ----------------------------------------------------------------------------
 
@@ -368,66 +309,3 @@ class Execution:
                     raise self.fatal from exc
                 outcomes.append(SettledResult(ok=False, error=exc))
         return outcomes
-
-    # Shared checks ---------------------------------------------------------------------
-
-    def _reach(self, step_id: str) -> None:
-        if self.fatal is not None:
-            raise self.fatal
-        jsonvalue.check_identifier(step_id, what="A step id")
-        if self.atomic_step is not None:
-            self.fatal = WorkflowDefinitionError(
-                f"Step '{step_id}' is called inside the atomic run step '{self.atomic_step}'. "
-                "An atomic step runs in one database transaction and cannot contain other "
-                "steps; make the outer step non-atomic or move the inner step out of it."
-            )
-            raise self.fatal
-        if step_id in self.seen_step_ids:
-            self.fatal = DuplicateStepIdError(
-                f"Step id '{step_id}' was already used earlier in this workflow execution. "
-                "Steps must be uniquely identified within a single workflow execution."
-            )
-            raise self.fatal
-        self.seen_step_ids.add(step_id)
-
-    def _check_kind(self, record: StepRecord, kind: str) -> None:
-        if record.type != kind:
-            self.fatal = NondeterminismError(
-                f"Instance '{self.instance_key}' reached step '{record.step_id}' as a {kind}, "
-                f"but its history recorded a {record.type} there. A workflow must call the "
-                "same steps in the same order on every replay; register a new version to "
-                "change its shape."
-            )
-            raise self.fatal
-
-    def _recorded(self, step_id: str) -> StepRecord | None:
-        """The recorded step (None on first reach, or for an id that is not a string: the
-        step helper reports that)."""
-        return self.store.get(step_id) if isinstance(step_id, str) else None
-
-    def _parent(self) -> str | None:
-        return self.parents[-1] if self.parents else None
-
-    def _boundary(self) -> None:
-        """Before a new attempt starts: yield the worker once the tick's budget is spent
-        (after at least one attempt of this pass, so that every tick makes progress)."""
-        if self.attempts_started and time.monotonic() >= self.deadline:
-            self.yielded = True
-            self._suspend(clock_now())
-        self.attempts_started += 1
-
-    def _suspend(self, due: datetime | None) -> None:
-        self.suspended = True
-        self.due_times.append(due)
-        raise Suspension()
-
-    def _write(self, method: Callable[..., StepRecord], *args: Any, **kwargs: Any) -> StepRecord:
-        try:
-            return method(*args, **kwargs)
-        except ExecutionStopped as stopped:
-            self.suspended = True
-            self.stop_reason = stopped.reason
-            raise
-        except DatabaseError as exc:
-            # Not the workflow's failure: user code must not see (or swallow) it.
-            raise TickAborted() from exc

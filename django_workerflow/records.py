@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .exceptions import StepStateError
 from .models import Step
+from .states import StepState
 
 # The columns of a step, in StepRecord's field order.
 STEP_FIELDS = (
@@ -112,3 +114,59 @@ def read_steps(instance_pk: int) -> list[StepRecord]:
         if record.parent_pk is not None:
             record.parent_step_id = by_pk[record.parent_pk].step_id
     return records
+
+
+# States in which a step still holds up its parent run step.
+UNSETTLED_STATES = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
+
+
+class RecordedSteps:
+    """The steps of one instance as recorded, read in one query and kept up to date by the
+    store's writes."""
+
+    def __init__(self, instance_pk: int) -> None:
+        self.instance_pk = instance_pk
+        self._by_id: dict[str, StepRecord] | None = None
+        self._by_pk: dict[int, StepRecord] = {}
+
+    def load(self) -> dict[str, StepRecord]:
+        """Read every step of the instance in one query, replacing what is cached."""
+        self._by_id = {}
+        self._by_pk = {}
+        for record in read_steps(self.instance_pk):
+            self._remember(record)
+        return self._by_id
+
+    @property
+    def steps(self) -> dict[str, StepRecord]:
+        return self.load() if self._by_id is None else self._by_id
+
+    def get(self, step_id: str) -> StepRecord | None:
+        return self.steps.get(step_id)
+
+    def require(self, step_id: str) -> StepRecord:
+        record = self.get(step_id)
+        if record is None:
+            raise StepStateError(f"Step '{step_id}' not found in this workflow instance.")
+        return record
+
+    def has_running_or_waiting_child_steps(self, step_id: str) -> bool:
+        """True if a direct child of ``step_id`` is pending, running or waiting.
+
+        A run step found 'running' at replay with such a child was suspended by that child,
+        not interrupted: its attempt goes on instead of counting as failed.
+        """
+        parent = self.require(step_id)
+        return any(
+            record.parent_pk == parent.pk and record.state in UNSETTLED_STATES
+            for record in self.steps.values()
+        )
+
+    def _remember(self, record: StepRecord) -> None:
+        if self._by_id is None:
+            self._by_id = {}
+        self._by_id[record.step_id] = record
+        self._by_pk[record.pk] = record
+        if record.parent_pk is not None and record.parent_step_id is None:
+            parent = self._by_pk.get(record.parent_pk)
+            record.parent_step_id = parent.step_id if parent else None
