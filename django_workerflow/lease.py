@@ -71,8 +71,6 @@ def claim(instance: WorkflowInstance, token: str, now: datetime) -> bool:
     The caller checked that no live lease is held. A pending instance starts running here.
     """
     taking_over = instance.lease_token is not None
-    if taking_over:
-        logger.warning("taking over an expired lease key=%s", instance.key)
     if instance.status == WorkflowStatus.PENDING:
         instance.start_running(token, expiry(now), now)
     else:

@@ -110,6 +110,8 @@ def _claim(
             return TickResult(TickOutcome.UNREGISTERED, alarm_at=instance.alarm_at)
         # A lease still set here has expired: the tick that held it died mid-work.
         recovering = lease.claim(instance, token, now)
+        if recovering:
+            logger.warning("taking over an expired lease key=%s", instance.key)
     return instance, definition_class, recovering
 
 
