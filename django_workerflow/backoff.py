@@ -24,3 +24,11 @@ def retry_delay(attempt: int, backoff: Backoff | None) -> timedelta:
     """The delay before the attempt after ``attempt``, validated like any user duration."""
     delay = (backoff or default_backoff)(attempt)
     return to_timedelta(delay, what=f"The backoff delay after attempt {attempt}")
+
+
+def backoff_failure(step_id: str, error_message: str, exc: Exception) -> tuple[str, str]:
+    """The error a run step fails with when its backoff gives no usable delay."""
+    return "WorkflowInputError", (
+        f"WorkflowInputError: Run step '{step_id}' failed ({error_message}) and its backoff "
+        f"gave no usable delay: {exc}"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .states import StopReason
+
 
 class Suspension(BaseException):
     """The current execution cannot go further in this tick (a sleep, wait or retry is pending)."""
@@ -10,7 +12,7 @@ class Suspension(BaseException):
 class ExecutionStopped(Suspension):
     """The tick must stop now: the instance left 'running' or the worker lost its lease."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: StopReason) -> None:
         super().__init__(reason)
         self.reason = reason
 

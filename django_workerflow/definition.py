@@ -89,14 +89,7 @@ class WorkflowDefinition:
 
     def sleep(self, step_id: str, duration: float | timedelta) -> None:
         """Suspend for ``duration`` (seconds or a timedelta), measured from the first reach."""
-        execution = self._current()
-        step = execution.store.get(step_id) if isinstance(step_id, str) else None
-        if step is None:
-            delta = jsonvalue.to_timedelta(duration, what=f"The duration of sleep step '{step_id}'")
-            when = clock_now() + delta
-        else:
-            when = step.wake_at or clock_now()
-        execution.sleep_until(step_id, when)
+        self._current().sleep(step_id, duration)
 
     def sleep_until(self, step_id: str, when: datetime) -> None:
         """Suspend until ``when`` (a timezone-aware datetime)."""
@@ -121,13 +114,7 @@ class WorkflowDefinition:
                 f"Wait step '{step_id}' got both timeout and timeout_at; pass only one."
             )
         if timeout is not None:
-            if isinstance(step_id, str) and execution.store.get(step_id) is not None:
-                timeout_at = execution.store.get(step_id).timeout_at  # type: ignore[union-attr]
-            else:
-                delta = jsonvalue.to_timedelta(
-                    timeout, what=f"The timeout of wait step '{step_id}'"
-                )
-                timeout_at = clock_now() + delta
+            timeout_at = execution.wait_deadline(step_id, timeout)
         elif timeout_at is not None:
             jsonvalue.check_aware(timeout_at, what=f"The timeout_at of wait step '{step_id}'")
         return execution.wait(step_id, event_name, timeout_at)

@@ -7,40 +7,42 @@ a tick that replays once keeps going step after step until something suspends it
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 
 from . import jsonvalue
 from .backoff import Backoff
 from .clock import now as clock_now
-from .control import ExecutionStopped, Suspension, TickAborted
+from .control import ExecutionStopped, Suspension
 from .exceptions import (
-    DuplicateStepIdError,
-    MaxAttemptsExceededError,
-    NondeterminismError,
     NonRetryableStepError,
     WaitStepTimedOutError,
-    WorkflowDefinitionError,
     WorkflowInputError,
 )
+from .failures import (
+    INTERRUPTED_ERROR_NAME,
+    INTERRUPTED_MESSAGE,
+    REPLAYED_FAILURES,
+    error_message,
+    recorded_failure,
+)
+from .pass_state import PassState
 from .states import StepState, StepType
 
+__all__ = [
+    "INTERRUPTED_ERROR_NAME",
+    "INTERRUPTED_MESSAGE",
+    "Execution",
+    "SettledResult",
+    "error_message",
+]
+
 if TYPE_CHECKING:
-    from .store import StepRecord, StepStore
-
-INTERRUPTED_ERROR_NAME = "StepInterruptedError"
-INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
-
-# Failures that replay identically, so retrying the step that saw them cannot help.
-_REPLAYED_FAILURES: dict[str, type[Exception]] = {
-    cls.__name__: cls
-    for cls in (NonRetryableStepError, MaxAttemptsExceededError, WaitStepTimedOutError)
-}
+    from .records import StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,58 +55,16 @@ class SettledResult:
 
 
 class _UnserializableResult(Exception):
-    """Leaves an atomic run step's transaction so that its side effects roll back."""
+    """A run step's result cannot be serialised; leaves an atomic step's transaction so
+    that its side effects roll back. ``failure`` is what the step records."""
+
+    def __init__(self, failure: NonRetryableStepError) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
 
 
-def error_message(exc: BaseException) -> str:
-    """``"<ClassName>: <message>"``, or the class name alone when the message is empty."""
-    text = str(exc)
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
-
-
-def _strip_name(message: str, name: str) -> str:
-    prefix = f"{name}: "
-    if message.startswith(prefix):
-        return message[len(prefix) :]
-    return "" if message == name else message
-
-
-class Execution:
-    """The state of one replay pass; the definition's step helpers delegate here."""
-
-    def __init__(
-        self,
-        *,
-        instance_key: str,
-        store: StepStore,
-        deadline: float,
-        interrupted_suspects: set[str] | None = None,
-    ) -> None:
-        self.instance_key = instance_key
-        self.store = store
-        self.deadline = deadline
-        # Run steps that were 'running' when a crashed tick's lease was taken over; shared by
-        # the passes of one tick, and emptied as each is settled.
-        self.interrupted_suspects = (
-            interrupted_suspects if interrupted_suspects is not None else set()
-        )
-        self.seen_step_ids: set[str] = set()
-        self.parents: list[str] = []
-        self.due_times: list[datetime | None] = []
-        self.suspended = False
-        self.stop_reason: str | None = None
-        self.yielded = False
-        self.attempts_started = 0
-        self.fatal: WorkflowDefinitionError | None = None
-        self.atomic_step: str | None = None
-
-    # Outcome of the pass ---------------------------------------------------------------
-
-    def next_due(self) -> datetime | None:
-        """The earliest time at which a suspended step can make progress (None: an event)."""
-        due = [when for when in self.due_times if when is not None]
-        return min(due) if due else None
+class Execution(PassState):
+    """One replay pass: the definition's step helpers delegate here."""
 
     # run ------------------------------------------------------------------------------
 
@@ -140,7 +100,7 @@ class Execution:
         if record.state == StepState.SUCCEEDED:
             return record.result
         if record.state == StepState.FAILED:
-            raise self._recorded_failure(record)
+            raise recorded_failure(record)
         if record.state == StepState.RUNNING:
             if not self._was_interrupted(step_id):
                 # Suspended by a child step in an earlier tick: the same attempt goes on.
@@ -154,7 +114,7 @@ class Execution:
                 backoff=backoff,
             )
             if record.state == StepState.FAILED:
-                raise self._recorded_failure(record)
+                raise recorded_failure(record)
         # pending: a first attempt not yet started, or a retry
         if record.next_attempt_at is not None and record.next_attempt_at > clock_now():
             self._suspend(record.next_attempt_at)
@@ -177,23 +137,18 @@ class Execution:
     def _attempt(
         self, record: StepRecord, fn: Callable[[], Any], backoff: Backoff | None, atomic: bool
     ) -> Any:
-        step_id, attempt = record.step_id, record.attempt_count
-        self.parents.append(step_id)
+        self.parents.append(record.step_id)
         try:
             if atomic:
-                self.atomic_step = step_id
-                with transaction.atomic(using=self.store.using):
+                self.atomic_step = record.step_id
+                with transaction.atomic():
                     value = fn()
                     self.atomic_step = None
-                    result_json = self._serialize_result(step_id, value)
-                    record = self._write(
-                        self.store.mark_attempt_succeeded, step_id, attempt, result_json
-                    )
-                return record.result
+                    # Recorded inside the transaction, so fn's writes commit with it.
+                    return self._record_success(record, value)
             value = fn()
         except _UnserializableResult as exc:
-            failure: Exception = exc.__cause__  # type: ignore[assignment]  # set by raise from
-            self._record_failure(record, failure, backoff, non_retryable=True)
+            self._record_failure(record, exc.failure, backoff, non_retryable=True)
         except Exception as exc:
             if self.fatal is not None:
                 raise self.fatal from exc
@@ -201,26 +156,32 @@ class Execution:
                 record,
                 exc,
                 backoff,
-                non_retryable=isinstance(exc, tuple(_REPLAYED_FAILURES.values())),
+                non_retryable=isinstance(exc, tuple(REPLAYED_FAILURES.values())),
             )
         finally:
             self.parents.pop()
             self.atomic_step = None
         try:
-            result_json = self._serialize_result(step_id, value)
+            return self._record_success(record, value)
         except _UnserializableResult as exc:
-            self._record_failure(record, exc.__cause__, backoff, non_retryable=True)  # type: ignore[arg-type]
-        return self._write(self.store.mark_attempt_succeeded, step_id, attempt, result_json).result
+            self._record_failure(record, exc.failure, backoff, non_retryable=True)
 
-    def _serialize_result(self, step_id: str, value: Any) -> str:
+    def _record_success(self, record: StepRecord, value: Any) -> Any:
+        """Serialise the result and record the attempt's success; return the recorded
+        (JSON round-tripped) result. _UnserializableResult if it cannot be serialised."""
+        step_id = record.step_id
         try:
-            return jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
+            result_json = jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
         except WorkflowInputError as exc:
-            cause = NonRetryableStepError(
+            failure = NonRetryableStepError(
                 f"Run step '{step_id}' returned a value that cannot be durably serialized as "
                 f"JSON: {exc.__cause__ or exc}"
             )
-            raise _UnserializableResult() from cause
+            raise _UnserializableResult(failure) from failure
+        recorded = self._write(
+            self.store.mark_attempt_succeeded, step_id, record.attempt_count, result_json
+        )
+        return recorded.result
 
     def _record_failure(
         self,
@@ -229,7 +190,7 @@ class Execution:
         backoff: Backoff | None,
         *,
         non_retryable: bool,
-    ) -> None:
+    ) -> NoReturn:
         """Record a failed attempt, then raise its outcome: a retry suspends, a final failure
         raises what every replay will raise."""
         record = self._write(
@@ -242,24 +203,20 @@ class Execution:
             backoff=backoff,
         )
         if record.state == StepState.FAILED:
-            raise self._recorded_failure(record) from exc
+            raise recorded_failure(record) from exc
         self._suspend(record.next_attempt_at)
 
-    def _recorded_failure(self, record: StepRecord) -> Exception:
-        """The exception a failed run step raises, the same on the first run and on replay."""
-        replayed = _REPLAYED_FAILURES.get(record.error_name)
-        if replayed is not None:
-            exc = replayed(_strip_name(record.error_message, record.error_name))
-        elif record.attempt_count >= (record.max_attempts or 1):
-            exc = MaxAttemptsExceededError(
-                f"Run step '{record.step_id}' exhausted its configured attempts."
-            )
-        else:
-            exc = NonRetryableStepError(_strip_name(record.error_message, record.error_name))
-        exc.step_id = record.step_id  # type: ignore[attr-defined]
-        return exc
-
     # sleep ----------------------------------------------------------------------------
+
+    def sleep(self, step_id: str, duration: float | timedelta) -> None:
+        """Sleep for ``duration``, measured from the step's first reach."""
+        record = self._recorded(step_id)
+        if record is None:
+            delta = jsonvalue.to_timedelta(duration, what=f"The duration of sleep step '{step_id}'")
+            when = clock_now() + delta
+        else:
+            when = record.wake_at or clock_now()
+        self.sleep_until(step_id, when)
 
     def sleep_until(self, step_id: str, when: datetime) -> None:
         self._reach(step_id)
@@ -267,12 +224,7 @@ class Execution:
         record = self.store.get(step_id)
         if record is None:
             record = self._write(
-                self.store.get_or_create_step,
-                step_id,
-                StepType.SLEEP,
-                parent_step_id=self._parent(),
-                wake_at=when,
-                require_running=self.store.lease_token is not None,
+                self.store.sleep_step, step_id, wake_at=when, parent_step_id=self._parent()
             )
         self._check_kind(record, StepType.SLEEP)
         if record.state == StepState.ELAPSED:
@@ -283,6 +235,14 @@ class Execution:
 
     # wait -----------------------------------------------------------------------------
 
+    def wait_deadline(self, step_id: str, timeout: float | timedelta) -> datetime | None:
+        """The deadline of a wait given ``timeout``: counted from the step's first reach."""
+        record = self._recorded(step_id)
+        if record is not None:
+            return record.timeout_at
+        delta = jsonvalue.to_timedelta(timeout, what=f"The timeout of wait step '{step_id}'")
+        return clock_now() + delta
+
     def wait(self, step_id: str, event_name: str, timeout_at: datetime | None) -> Any:
         self._reach(step_id)
         jsonvalue.check_identifier(event_name, what=f"The event name of wait step '{step_id}'")
@@ -291,13 +251,11 @@ class Execution:
             self._check_kind(record, StepType.WAIT)
         if record is None or record.state == StepState.WAITING:
             record = self._write(
-                self.store.get_or_create_step,
+                self.store.wait_step,
                 step_id,
-                StepType.WAIT,
-                parent_step_id=self._parent(),
                 event_name=event_name,
                 timeout_at=timeout_at,
-                require_running=self.store.lease_token is not None,
+                parent_step_id=self._parent(),
             )
         if record.state == StepState.SATISFIED:
             return record.payload
@@ -351,61 +309,3 @@ class Execution:
                     raise self.fatal from exc
                 outcomes.append(SettledResult(ok=False, error=exc))
         return outcomes
-
-    # Shared checks ---------------------------------------------------------------------
-
-    def _reach(self, step_id: str) -> None:
-        if self.fatal is not None:
-            raise self.fatal
-        jsonvalue.check_identifier(step_id, what="A step id")
-        if self.atomic_step is not None:
-            self.fatal = WorkflowDefinitionError(
-                f"Step '{step_id}' is called inside the atomic run step '{self.atomic_step}'. "
-                "An atomic step runs in one database transaction and cannot contain other "
-                "steps; make the outer step non-atomic or move the inner step out of it."
-            )
-            raise self.fatal
-        if step_id in self.seen_step_ids:
-            self.fatal = DuplicateStepIdError(
-                f"Step id '{step_id}' was already used earlier in this workflow execution. "
-                "Steps must be uniquely identified within a single workflow execution."
-            )
-            raise self.fatal
-        self.seen_step_ids.add(step_id)
-
-    def _check_kind(self, record: StepRecord, kind: str) -> None:
-        if record.type != kind:
-            self.fatal = NondeterminismError(
-                f"Instance '{self.instance_key}' reached step '{record.step_id}' as a {kind}, "
-                f"but its history recorded a {record.type} there. A workflow must call the "
-                "same steps in the same order on every replay; register a new version to "
-                "change its shape."
-            )
-            raise self.fatal
-
-    def _parent(self) -> str | None:
-        return self.parents[-1] if self.parents else None
-
-    def _boundary(self) -> None:
-        """Before a new attempt starts: yield the worker once the tick's budget is spent
-        (after at least one attempt of this pass, so that every tick makes progress)."""
-        if self.attempts_started and time.monotonic() >= self.deadline:
-            self.yielded = True
-            self._suspend(clock_now())
-        self.attempts_started += 1
-
-    def _suspend(self, due: datetime | None) -> None:
-        self.suspended = True
-        self.due_times.append(due)
-        raise Suspension()
-
-    def _write(self, method: Callable[..., StepRecord], *args: Any, **kwargs: Any) -> StepRecord:
-        try:
-            return method(*args, **kwargs)
-        except ExecutionStopped as stopped:
-            self.suspended = True
-            self.stop_reason = stopped.reason
-            raise
-        except DatabaseError as exc:
-            # Not the workflow's failure: user code must not see (or swallow) it.
-            raise TickAborted() from exc

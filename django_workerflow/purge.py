@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from django.db import connections, router, transaction
 from django.db.models import Model, QuerySet
 
+from . import sql
 from .clock import now as clock_now
 from .exceptions import WorkflowInputError
 from .models import (
@@ -115,14 +116,11 @@ def _delete_batch(pks: list[int], queryset: QuerySet[WorkflowInstance]) -> dict[
         pks = list(queryset.filter(pk__in=pks).values_list("pk", flat=True))
         if not pks:
             return {}
-        marks = ", ".join(["%s"] * len(pks))
         counts = {}
         for model in TABLES:
-            cursor.execute(
-                f"DELETE FROM {model._meta.db_table} WHERE instance_id IN ({marks})", pks
-            )
+            cursor.execute(sql.purge_statement(model._meta.db_table, len(pks)), pks)
             counts[_label(model)] = cursor.rowcount
-        cursor.execute(f"DELETE FROM {WorkflowInstance._meta.db_table} WHERE id IN ({marks})", pks)
+        cursor.execute(sql.purge_statement(sql.INSTANCE, len(pks)), pks)
         counts["instances"] = cursor.rowcount
     return counts
 

@@ -54,3 +54,34 @@ class WorkflowEventType(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+class TickOutcome(models.TextChoices):
+    """What a tick did (:attr:`~django_workerflow.tick.TickResult.outcome`)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+    YIELDED = "yielded"
+    STOPPED = "stopped"
+    BUSY = "busy"
+    NOT_DUE = "not_due"
+    INACTIVE = "inactive"
+    UNREGISTERED = "unregistered"
+    MISSING = "missing"
+
+
+class PassOutcome(models.TextChoices):
+    """How one replay pass of ``execute()`` ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+
+
+class StopReason(models.TextChoices):
+    """Why a tick had to stop (:class:`~django_workerflow.control.ExecutionStopped`)."""
+
+    NOT_RUNNING = "not_running"
+    LEASE_LOST = "lease_lost"
+    STOPPED = "stopped"

@@ -10,10 +10,14 @@ def test_onboarding(workerflow_harness):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from types import TracebackType
+from typing import Any
 
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS
+from django.test import TestCase
 
 from . import alarms
 from .clock import VirtualClock, set_clock
@@ -24,8 +28,13 @@ class Harness:
     """Swap in a virtual clock, silence the worker bells, and run due ticks inline.
 
     It works inside ordinary ``django_db`` tests: the test's wrapping transaction holds
-    back on-commit callbacks (such as ``workflow_status_changed``), so the harness runs
-    them itself whenever it drains.
+    back on-commit callbacks (such as ``workflow_status_changed``), so the harness captures
+    them with Django's ``TestCase.captureOnCommitCallbacks()`` and runs the ones captured so
+    far whenever it drains. Ticks run the production code; one difference is
+    Django's, not the harness's: inside a test's wrapping transaction each step write on
+    SQLite is a savepoint of it instead of its own ``BEGIN IMMEDIATE`` transaction (SQLite
+    cannot open a transaction inside another), so a ``transactional_db`` test is the one
+    that exercises that path.
     """
 
     def __init__(self, start: datetime | None = None, *, max_ticks: int = 10_000) -> None:
@@ -34,10 +43,13 @@ class Harness:
         self.ticks = 0
         self._previous_clock = None
         self._suppression = alarms.suppressed()
+        self._capture: AbstractContextManager[Any] | None = None
+        self._callbacks: list[Callable[[], Any]] = []
 
     def __enter__(self) -> Harness:
         self._previous_clock = set_clock(self.clock)
         self._suppression.__enter__()
+        self._start_capture()
         return self
 
     def __exit__(
@@ -49,6 +61,7 @@ class Harness:
         try:
             if exc_type is None:
                 self.run_on_commit_callbacks()
+            self._stop_capture()
         finally:
             self._suppression.__exit__(exc_type, exc, tb)
             set_clock(self._previous_clock)
@@ -86,7 +99,24 @@ class Harness:
 
     def run_on_commit_callbacks(self) -> None:
         """Run the on-commit callbacks that a test's wrapping transaction holds back."""
-        for connection in connections.all(initialized_only=True):
-            while connection.in_atomic_block and connection.run_on_commit:
-                _, callback, _robust = connection.run_on_commit.pop(0)
+        while True:
+            callbacks = self._stop_capture()
+            # Callbacks that register callbacks: the next capture holds those.
+            self._start_capture()
+            if not callbacks:
+                return
+            for callback in callbacks:
                 callback()
+
+    def _start_capture(self) -> None:
+        # Outside a transaction, callbacks run at once and nothing is captured.
+        self._capture = TestCase.captureOnCommitCallbacks(using=DEFAULT_DB_ALIAS)
+        self._callbacks = self._capture.__enter__()
+
+    def _stop_capture(self) -> list[Callable[[], Any]]:
+        """End the current capture and return the callbacks registered during it."""
+        capture, self._capture = self._capture, None
+        if capture is None:
+            return []
+        capture.__exit__(None, None, None)
+        return self._callbacks

@@ -381,3 +381,28 @@ def test_harness__every_timestamp_is_virtual_in_a_transactional_test(define):
     woke_at = retry_at + timedelta(hours=1)
     allowed = {T0, retry_at, woke_at, woke_at + timedelta(days=1)}
     assert {k: v for k, v in written_timestamps().items() if v not in allowed} == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_harness__ticks_take_the_production_write_path_in_a_transactional_test(
+    define, workerflow_harness
+):
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    workerflow.start(define(lambda self: [self.run(f"step-{n}", lambda n=n: n) for n in range(3)]))
+    with connection.execute_wrapper(record):
+        workerflow_harness.drain()
+
+    if connection.vendor == "sqlite":
+        # Each start and each success: its own BEGIN IMMEDIATE transaction, as in production
+        # (not a savepoint of a wrapping transaction).
+        assert sum(sql == "BEGIN IMMEDIATE" for sql in statements) >= 6
+        assert not any(sql.startswith("SAVEPOINT") for sql in statements)
+    else:
+        # The start marker skips its WAL flush only in autocommit, as in production.
+        starts = [sql for sql in statements if not sql.startswith("PREPARE")]
+        assert sum("no_flush" in sql for sql in starts) == 3

@@ -8,7 +8,7 @@ two statements. Replaying recorded steps costs no statement at all.
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 import django_workerflow as workerflow
 from django_workerflow import runtime
@@ -105,3 +105,31 @@ def test_replay__of_recorded_steps_costs_no_statement(steps_workflow, workerflow
         type(instance).objects.filter(pk=instance.pk).update(alarm_at=workerflow_harness.now())
         costs.append(len(statements_of_a_tick(workflow_instance.pk)))
     assert costs[0] == costs[1], costs
+
+
+def test_synchronous_commit__a_tick_inside_a_users_atomic_block_leaves_it_on(steps_workflow):
+    if connection.vendor != "postgresql":
+        pytest.skip("synchronous_commit is a PostgreSQL setting")
+    instance = workerflow.start(steps_workflow(3))
+
+    with transaction.atomic():
+        counter = count_tick(instance.pk)
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+
+    assert not any("no_flush" in statement for statement in counter.statements)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_synchronous_commit__is_off_only_for_the_start_marker_in_autocommit(steps_workflow):
+    if connection.vendor != "postgresql":
+        pytest.skip("synchronous_commit is a PostgreSQL setting")
+    instance = workerflow.start(steps_workflow(3))
+
+    counter = count_tick(instance.pk)
+
+    assert sum("no_flush" in statement for statement in counter.statements) >= 3
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"

@@ -1,23 +1,30 @@
-"""The seed's ``WorkflowRuntimeContext`` tests, ported to the internal step store.
+"""The seed's ``WorkflowRuntimeContext`` tests, ported to the production step store.
 
 Each test is one seed ``it(...)`` (its title is the first line of the docstring). The seed's
-``new WorkflowRuntimeContext(state.storage)`` is ``StepStore(instance.pk)`` on a pending
-instance without a lease, so the store arms the instance's alarm itself; the seed's storage
-alarm is ``WorkflowInstance.alarm_at``.
+``new WorkflowRuntimeContext(state.storage)`` is a :class:`StepStore` of an instance that a
+tick has claimed through :mod:`django_workerflow.lease`, as every store in production is.
+Production creates a run step with its first attempt started, so a seed "pending" run step
+is one whose first attempt failed and waits for its retry. The seed's storage alarm is
+``WorkflowInstance.alarm_at``, which the tick sets when it settles: the alarm tests drive a
+workflow through the harness.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
 
 import django_workerflow as workerflow
+from django_workerflow import lease, runtime
 from django_workerflow.clock import now
-from django_workerflow.exceptions import StepStateError
+from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
+from django_workerflow.records import StepRecord
 from django_workerflow.states import StepEventType, StepState, StepType
 from django_workerflow.store import StepStore
 from django_workerflow.testing import Harness
@@ -34,10 +41,20 @@ def instance(db: None) -> WorkflowInstance:
 
 @pytest.fixture
 def store(instance: WorkflowInstance) -> StepStore:
-    return StepStore(instance.pk)
+    """The store of a tick that claimed ``instance`` (now running, leased)."""
+    token = uuid.uuid4().hex
+    with transaction.atomic():
+        locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
+        lease.claim(locked, token, now())
+    return StepStore(instance.pk, lease_token=token)
 
 
 # Helpers -------------------------------------------------------------------------------
+
+
+def fresh_store(store: StepStore) -> StepStore:
+    """Another store of the same tick: it reads the steps from the database."""
+    return StepStore(store.instance_pk, lease_token=store.lease.token)
 
 
 def assert_matches(obj: Any, **expected: Any) -> None:
@@ -66,39 +83,67 @@ def alarm_of(instance: WorkflowInstance) -> datetime | None:
     return instance.alarm_at
 
 
-def set_alarm(instance: WorkflowInstance, when: datetime | None) -> None:
-    WorkflowInstance.objects.filter(pk=instance.pk).update(alarm_at=when)
+def start_run_step(
+    store: StepStore, step_id: str, *, parent_step_id: str | None = None, max_attempts: int = 3
+) -> StepRecord:
+    """Create a run step and start its first attempt (one write, as production does)."""
+    return store.create_started_run_step(
+        step_id, parent_step_id=parent_step_id, max_attempts=max_attempts
+    )
 
 
-def start_run_step(store: StepStore, step_id: str, **options: Any) -> None:
-    """Create a run step and start its first attempt."""
-    store.get_or_create_step(step_id, RUN, **options)
-    store.mark_attempt_started(step_id, 1)
+def pending_run_step(store: StepStore, step_id: str, **options: Any) -> StepRecord:
+    """A run step whose first attempt failed and whose retry is due now."""
+    start_run_step(store, step_id, **options)
+    return fail_attempt(store, step_id, 1, "first attempt", backoff=lambda attempt: 0)
 
 
-def fail_attempt(store: StepStore, step_id: str, attempt: int, message: str, **kw: Any) -> None:
-    store.mark_attempt_failed(step_id, attempt, error_name="Error", error_message=message, **kw)
+def fail_attempt(
+    store: StepStore, step_id: str, attempt: int, message: str, **kw: Any
+) -> StepRecord:
+    return store.mark_attempt_failed(
+        step_id, attempt, error_name="Error", error_message=message, **kw
+    )
+
+
+def sleep_step(store: StepStore, step_id: str, wake_at: datetime, **options: Any) -> StepRecord:
+    return store.sleep_step(step_id, wake_at=wake_at, parent_step_id=options.get("parent_step_id"))
+
+
+def wait_step(
+    store: StepStore, step_id: str, event_name: str, timeout_at: datetime | None = None
+) -> StepRecord:
+    return store.wait_step(
+        step_id, event_name=event_name, timeout_at=timeout_at, parent_step_id=None
+    )
+
+
+def drive(define: Callable[..., Any], harness: Harness, execute: Callable[[Any], Any]) -> Any:
+    """Start a workflow of ``execute`` and drain it: the tick sets the alarm as it settles."""
+    instance = workerflow.start(define(execute))
+    harness.drain()
+    return instance
 
 
 # Run steps: get_or_create_step ----------------------------------------------------------
 
 
 def test_get_or_create_run_step__creates_a_new_run_step(store: StepStore) -> None:
-    """creates a new run step"""
-    step = store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    """creates a new run step (in production, with its first attempt started)"""
+    step = start_run_step(store, "step-1")
 
-    assert_matches(step, step_id="step-1", type=RUN, state=StepState.PENDING, attempt_count=0)
+    assert_matches(step, step_id="step-1", type=RUN, state=StepState.RUNNING, attempt_count=1)
 
 
 def test_get_or_create_run_step__creates_once_and_returns_the_same_durable_row_on_later_reads(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """creates a run step once and returns the same durable row on subsequent reads"""
-    first = store.get_or_create_step("step-1", RUN, parent_step_id=None)
-    second = store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    first = start_run_step(store, "step-1")
+    second = store.require("step-1")
 
     assert first == second
-    assert StepStore(instance.pk).get_or_create_step("step-1", RUN) == first
+    assert fresh_store(store).require("step-1") == first
     assert instance.steps.count() == 1
 
 
@@ -106,16 +151,21 @@ def test_get_or_create_run_step__does_not_write_an_attempt_started_event_when_in
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """does not write an 'attempt_started' step event when a run step is already in progress"""
-    store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    start_run_step(store, "step-1")
+    store.require("step-1")
+    fresh_store(store).require("step-1")
 
-    assert_step_events(instance, [])
+    assert_step_events(
+        instance,
+        [{"type": StepEventType.ATTEMPT_STARTED, "step_id": "step-1", "attempt_number": 1}],
+    )
 
 
 def test_get_or_create_run_step__persists_max_attempts_on_the_run_step_row(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """persists 'max_attempts' on the run step row"""
-    step = store.get_or_create_step("step-1", RUN, max_attempts=5, parent_step_id=None)
+    step = start_run_step(store, "step-1", max_attempts=5)
 
     assert_matches(step, step_id="step-1", type=RUN, max_attempts=5)
     assert instance.steps.get(step_id="step-1").max_attempts == 5
@@ -138,7 +188,7 @@ def test_has_running_or_waiting_child_steps__true_when_the_only_direct_child_run
 ) -> None:
     """returns true when the only direct child run is still pending"""
     start_run_step(store, "parent", parent_step_id=None)
-    store.get_or_create_step("child", RUN, parent_step_id="parent")
+    pending_run_step(store, "child", parent_step_id="parent")
 
     assert store.has_running_or_waiting_child_steps("parent") is True
 
@@ -158,8 +208,8 @@ def test_has_running_or_waiting_child_steps__true_when_a_direct_child_run_is_not
 ) -> None:
     """returns true when a direct child run exists in a non-failure state (e.g. pending)"""
     start_run_step(store, "gp", parent_step_id=None)
-    store.get_or_create_step("mid", RUN, parent_step_id="gp")
-    store.get_or_create_step("leaf", RUN, parent_step_id="mid")
+    pending_run_step(store, "mid", parent_step_id="gp")
+    pending_run_step(store, "leaf", parent_step_id="mid")
 
     assert store.has_running_or_waiting_child_steps("gp") is True
 
@@ -169,7 +219,7 @@ def test_has_running_or_waiting_child_steps__true_with_a_direct_child_and_false_
 ) -> None:
     """returns true when a direct child exists (pending or running) and false for a leaf"""
     start_run_step(store, "mid", parent_step_id=None)
-    store.get_or_create_step("leaf", RUN, parent_step_id="mid")
+    pending_run_step(store, "leaf", parent_step_id="mid")
 
     assert store.has_running_or_waiting_child_steps("mid") is True
     assert store.has_running_or_waiting_child_steps("leaf") is False
@@ -192,7 +242,7 @@ def test_has_running_or_waiting_child_steps__true_when_the_only_child_is_a_waiti
     """returns true when the only direct child is a non-run step (sleep) in waiting"""
     start_run_step(store, "run-parent", parent_step_id=None)
     wake_at = now() + timedelta(seconds=60)
-    store.get_or_create_step("child-sleep", SLEEP, wake_at=wake_at, parent_step_id="run-parent")
+    sleep_step(store, "child-sleep", wake_at, parent_step_id="run-parent")
 
     assert store.has_running_or_waiting_child_steps("run-parent") is True
 
@@ -202,24 +252,28 @@ def test_has_running_or_waiting_child_steps__true_when_the_only_child_is_a_waiti
 
 def test_mark_attempt_started__moves_a_run_step_from_pending_to_running(store: StepStore) -> None:
     """moves a run step from 'pending' to 'running'"""
-    store.get_or_create_step("step-1", RUN, parent_step_id=None)
-    store.mark_attempt_started("step-1", 1)
+    pending_run_step(store, "step-1")
+    store.mark_attempt_started("step-1", 2)
 
-    updated = store.get_or_create_step("step-1", RUN, parent_step_id=None)
-    assert_matches(updated, state=StepState.RUNNING, attempt_count=1)
-    assert_matches(StepStore(store.instance_pk).require("step-1"), state="running", attempt_count=1)
+    updated = store.require("step-1")
+    assert_matches(updated, state=StepState.RUNNING, attempt_count=2)
+    assert_matches(fresh_store(store).require("step-1"), state="running", attempt_count=2)
 
 
 def test_mark_attempt_started__writes_an_attempt_started_step_event(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """writes an 'attempt_started' step event when a run step is started"""
-    store.get_or_create_step("step-1", RUN, parent_step_id=None)
-    store.mark_attempt_started("step-1", 1)
+    pending_run_step(store, "step-1")
+    store.mark_attempt_started("step-1", 2)
 
     assert_step_events(
         instance,
-        [{"type": StepEventType.ATTEMPT_STARTED, "step_id": "step-1", "attempt_number": 1}],
+        [
+            {"type": StepEventType.ATTEMPT_STARTED, "step_id": "step-1", "attempt_number": 1},
+            {"type": StepEventType.ATTEMPT_FAILED, "step_id": "step-1", "attempt_number": 1},
+            {"type": StepEventType.ATTEMPT_STARTED, "step_id": "step-1", "attempt_number": 2},
+        ],
     )
 
 
@@ -247,7 +301,7 @@ def test_mark_attempt_started__rejects_when_next_attempt_at_is_in_the_future(
     Step.objects.filter(instance_id=store.instance_pk, step_id="step-1").update(
         next_attempt_at=future
     )
-    store.reload()
+    store.load()
 
     with pytest.raises(StepStateError, match=r"next attempt at"):
         store.mark_attempt_started("step-1", 2)
@@ -257,9 +311,9 @@ def test_mark_attempt_started__rejects_when_the_attempt_is_not_the_expected_next
     store: StepStore,
 ) -> None:
     """rejects when 'attemptCount' does not match the expected next attempt"""
-    store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    pending_run_step(store, "step-1")
 
-    with pytest.raises(StepStateError, match=r"Expected 98 but got 0"):
+    with pytest.raises(StepStateError, match=r"Expected 98 but got 1"):
         store.mark_attempt_started("step-1", 99)
 
 
@@ -273,10 +327,10 @@ def test_mark_attempt_succeeded__moves_a_run_step_from_running_to_succeeded(
     start_run_step(store, "step-1", parent_step_id=None)
     store.mark_attempt_succeeded("step-1", 1, '{"value":0}')
 
-    updated = store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    updated = store.require("step-1")
     assert_matches(updated, state=StepState.SUCCEEDED, attempt_count=1, result={"value": 0})
     assert isinstance(updated.resolved_at, datetime)
-    assert StepStore(store.instance_pk).require("step-1") == updated
+    assert fresh_store(store).require("step-1") == updated
 
 
 def test_mark_attempt_succeeded__writes_an_attempt_succeeded_step_event(
@@ -313,7 +367,7 @@ def test_mark_attempt_succeeded__throws_when_the_step_does_not_exist(store: Step
 
 def test_mark_attempt_succeeded__rejects_when_the_step_is_still_pending(store: StepStore) -> None:
     """rejects when the step is still in 'pending' state"""
-    store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    pending_run_step(store, "step-1")
 
     with pytest.raises(StepStateError, match=r"Expected 'running' but got pending"):
         store.mark_attempt_succeeded("step-1", 1, '{"value":1}')
@@ -327,7 +381,7 @@ def test_mark_attempt_failed__moves_a_run_step_from_running_to_failed(store: Ste
     start_run_step(store, "step-1", max_attempts=1, parent_step_id=None)
     fail_attempt(store, "step-1", 1, "error")
 
-    updated = store.get_or_create_step("step-1", RUN, max_attempts=1, parent_step_id=None)
+    updated = fresh_store(store).require("step-1")
     assert_matches(updated, state=StepState.FAILED, attempt_count=1, error_message="error")
 
 
@@ -359,7 +413,7 @@ def test_mark_attempt_failed__moves_a_run_step_back_to_pending_when_retries_are_
     start_run_step(store, "step-1", parent_step_id=None)
     fail_attempt(store, "step-1", 1, "transient error")
 
-    updated = store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    updated = fresh_store(store).require("step-1")
     assert_matches(updated, state=StepState.PENDING, attempt_count=1)
     assert updated.next_attempt_at is not None
     assert updated.next_attempt_at > now()
@@ -372,35 +426,43 @@ def test_mark_attempt_failed__moves_to_failed_when_non_retryable_and_retries_are
     start_run_step(store, "step-1", max_attempts=10, parent_step_id=None)
     fail_attempt(store, "step-1", 1, "transient error", non_retryable=True)
 
-    updated = store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    updated = fresh_store(store).require("step-1")
     assert_matches(
         updated, state=StepState.FAILED, attempt_count=1, error_message="transient error"
     )
 
 
 def test_mark_attempt_failed__schedules_an_alarm_when_retries_are_available(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """schedules an alarm when retries are available"""
-    start_run_step(store, "step-1", parent_step_id=None)
-    fail_attempt(store, "step-1", 1, "transient error")
 
-    alarm = alarm_of(instance)
-    assert alarm is not None
-    assert alarm > now()
+    def execute(self: Any) -> None:
+        self.run("step-1", lambda: 1 / 0)
+
+    instance = drive(define, workerflow_harness, execute)
+
+    retry_at = Step.objects.get(step_id="step-1").next_attempt_at
+    assert retry_at is not None
+    assert retry_at > workerflow_harness.now()
+    assert alarm_of(instance) == retry_at
 
 
 def test_mark_attempt_failed__replaces_an_existing_alarm_when_retries_are_available(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """replaces an existing alarm when retries are available"""
-    set_alarm(instance, now() + timedelta(milliseconds=999_999))
-    start_run_step(store, "step-1", parent_step_id=None)
-    fail_attempt(store, "step-1", 1, "transient error")
+
+    def execute(self: Any) -> None:
+        self.run("step-1", lambda: 1 / 0)
+
+    # While the tick runs, the alarm is its lease expiry; settling replaces it.
+    instance = drive(define, workerflow_harness, execute)
 
     alarm = alarm_of(instance)
     assert alarm is not None
-    assert alarm < now() + timedelta(milliseconds=999_999)
+    assert alarm == Step.objects.get(step_id="step-1").next_attempt_at
+    assert alarm < workerflow_harness.now() + timedelta(seconds=1)
 
 
 def test_mark_attempt_failed__writes_an_attempt_failed_step_event_when_retrying(
@@ -449,7 +511,7 @@ def test_mark_attempt_failed__uses_backoff_delay_for_next_attempt_when_retrying(
     fail_attempt(store, "step-1", 1, "transient error")
     after = now()
 
-    updated = store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    updated = fresh_store(store).require("step-1")
     assert_matches(updated, state=StepState.PENDING, attempt_count=1)
     assert updated.next_attempt_at >= before + timedelta(milliseconds=250)
     assert updated.next_attempt_at <= after + timedelta(milliseconds=500 + 100)
@@ -457,7 +519,7 @@ def test_mark_attempt_failed__uses_backoff_delay_for_next_attempt_when_retrying(
 
 def test_mark_attempt_failed__rejects_when_the_step_is_still_pending(store: StepStore) -> None:
     """rejects when the step is still in 'pending' state"""
-    store.get_or_create_step("step-1", RUN, parent_step_id=None)
+    pending_run_step(store, "step-1")
 
     with pytest.raises(StepStateError, match=r"Expected 'running' but got pending"):
         fail_attempt(store, "step-1", 1, "bad")
@@ -470,7 +532,7 @@ def test_get_or_create_sleep_step__creates_a_sleep_step(store: StepStore) -> Non
     """creates a sleep step"""
     wake_at = now() + timedelta(seconds=60)
 
-    step = store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
+    step = sleep_step(store, "sleep-1", wake_at)
 
     assert_matches(step, step_id="sleep-1", type=SLEEP, state=StepState.WAITING, wake_at=wake_at)
 
@@ -479,11 +541,11 @@ def test_get_or_create_sleep_step__creates_once_and_returns_the_same_durable_row
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """creates a sleep step once and returns the same durable row on subsequent reads"""
-    first = store.get_or_create_step("sleep-1", SLEEP, wake_at=now(), parent_step_id=None)
-    second = store.get_or_create_step("sleep-1", SLEEP, wake_at=now(), parent_step_id=None)
+    first = sleep_step(store, "sleep-1", now())
+    second = sleep_step(store, "sleep-1", now())
 
     assert first == second
-    assert StepStore(instance.pk).get_or_create_step("sleep-1", SLEEP, wake_at=now()) == first
+    assert sleep_step(fresh_store(store), "sleep-1", now()) == first
     assert instance.steps.count() == 1
 
 
@@ -493,7 +555,7 @@ def test_get_or_create_sleep_step__writes_a_sleep_waiting_step_event(
     """writes a 'sleep_waiting' step event"""
     wake_at = now()
 
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
+    sleep_step(store, "sleep-1", wake_at)
 
     assert_step_events(
         instance,
@@ -502,38 +564,44 @@ def test_get_or_create_sleep_step__writes_a_sleep_waiting_step_event(
 
 
 def test_get_or_create_sleep_step__schedules_an_alarm(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """schedules an alarm"""
-    wake_at = now() + timedelta(seconds=60)
+    instance = drive(define, workerflow_harness, lambda self: self.sleep("sleep-1", 60))
 
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
-
-    assert alarm_of(instance) == wake_at
+    assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
 def test_get_or_create_sleep_step__replaces_any_existing_alarm_with_a_new_alarm(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """replaces any existing alarm with a new alarm"""
-    set_alarm(instance, now() + timedelta(milliseconds=999_999))
-    wake_at = now() + timedelta(seconds=60)
 
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
+    def execute(self: Any) -> None:
+        self.sleep("first", 600)
+        self.sleep("sleep-1", 60)
 
-    assert alarm_of(instance) == wake_at
+    instance = drive(define, workerflow_harness, execute)
+    assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=600)
+
+    workerflow_harness.advance(600)
+
+    assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
 def test_get_or_create_sleep_step__does_not_schedule_an_alarm_for_an_existing_past_wake_at(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """does not schedule an alarm when an existing sleep step has a past wake_at"""
-    past_wake_at = now() - timedelta(seconds=10)
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=past_wake_at, parent_step_id=None)
-    set_alarm(instance, None)
 
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=past_wake_at, parent_step_id=None)
+    def execute(self: Any) -> None:
+        self.sleep("sleep-1", 10)
+        self.wait("forever", "never")
 
+    instance = drive(define, workerflow_harness, execute)
+    workerflow_harness.advance(10)
+
+    assert Step.objects.get(step_id="sleep-1").wake_at <= workerflow_harness.now()
     assert alarm_of(instance) is None
 
 
@@ -542,8 +610,8 @@ def test_get_or_create_sleep_step__does_not_append_a_second_sleep_waiting_event_
 ) -> None:
     """does not append a second sleep_waiting step_events row when the sleep step already exists"""
     wake_at = now() + timedelta(seconds=30)
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
+    sleep_step(store, "sleep-1", wake_at)
+    sleep_step(store, "sleep-1", wake_at)
 
     assert_step_events(
         instance,
@@ -552,18 +620,20 @@ def test_get_or_create_sleep_step__does_not_append_a_second_sleep_waiting_event_
 
 
 def test_get_or_create_sleep_step__does_not_set_an_alarm_when_re_reading_an_elapsed_sleep_step(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """does not set an alarm when re-reading an already elapsed sleep step"""
-    wake_at = now() + timedelta(seconds=60)
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
-    set_alarm(instance, None)
-    instance.steps.filter(step_id="sleep-1").update(
-        state=StepState.ELAPSED, wake_at=None, resolved_at=now()
-    )
-    store.reload()
 
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=now(), parent_step_id=None)
+    def execute(self: Any) -> None:
+        self.sleep("sleep-1", 60)
+        self.wait("forever", "never")
+
+    instance = drive(define, workerflow_harness, execute)
+    workerflow_harness.advance(60)
+    assert Step.objects.get(step_id="sleep-1").state == StepState.ELAPSED
+
+    runtime.wake(instance)
+    assert workerflow_harness.drain() == 1
 
     assert alarm_of(instance) is None
 
@@ -573,13 +643,13 @@ def test_get_or_create_sleep_step__does_not_set_an_alarm_when_re_reading_an_elap
 
 def test_mark_sleep_elapsed__moves_a_sleep_step_from_waiting_to_elapsed(store: StepStore) -> None:
     """moves a sleep step from 'waiting' to 'elapsed'"""
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=now(), parent_step_id=None)
+    sleep_step(store, "sleep-1", now())
     store.mark_sleep_elapsed("sleep-1")
 
-    updated = store.get_or_create_step("sleep-1", SLEEP, wake_at=now(), parent_step_id=None)
+    updated = sleep_step(store, "sleep-1", now())
     assert updated.state == StepState.ELAPSED
     assert isinstance(updated.resolved_at, datetime)
-    assert StepStore(store.instance_pk).require("sleep-1").state == StepState.ELAPSED
+    assert fresh_store(store).require("sleep-1").state == StepState.ELAPSED
 
 
 def test_mark_sleep_elapsed__writes_a_sleep_elapsed_step_event(
@@ -587,7 +657,7 @@ def test_mark_sleep_elapsed__writes_a_sleep_elapsed_step_event(
 ) -> None:
     """writes a 'sleep_elapsed' step event when a sleep step is elapsed"""
     wake_at = now() + timedelta(seconds=60)
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=wake_at, parent_step_id=None)
+    sleep_step(store, "sleep-1", wake_at)
     store.mark_sleep_elapsed("sleep-1")
 
     assert_step_events(
@@ -607,7 +677,7 @@ def test_mark_sleep_elapsed__throws_when_the_step_does_not_exist(store: StepStor
 
 def test_mark_sleep_elapsed__throws_when_the_step_is_already_elapsed(store: StepStore) -> None:
     """throws when the step is already elapsed"""
-    store.get_or_create_step("sleep-1", SLEEP, wake_at=now(), parent_step_id=None)
+    sleep_step(store, "sleep-1", now())
     store.mark_sleep_elapsed("sleep-1")
 
     with pytest.raises(StepStateError, match=r"Expected 'waiting' but got elapsed"):
@@ -621,7 +691,7 @@ def test_get_or_create_wait_step__creates_a_wait_step_when_no_timeout_is_provide
     store: StepStore,
 ) -> None:
     """creates a wait step when no timeout is provided"""
-    step = store.get_or_create_step("wait-1", WAIT, event_name="event-1", parent_step_id=None)
+    step = wait_step(store, "wait-1", "event-1")
 
     assert_matches(step, step_id="wait-1", type=WAIT, state=StepState.WAITING, event_name="event-1")
     assert step.timeout_at is None
@@ -633,9 +703,7 @@ def test_get_or_create_wait_step__creates_a_wait_step_when_a_timeout_is_provided
     """creates a wait step when a timeout is provided"""
     timeout_at = now() + timedelta(seconds=60)
 
-    step = store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=timeout_at
-    )
+    step = wait_step(store, "wait-1", "event-1", timeout_at)
 
     assert_matches(
         step,
@@ -653,9 +721,7 @@ def test_get_or_create_wait_step__writes_a_wait_waiting_step_event(
     """writes a 'wait_waiting' step event"""
     timeout_at = now() + timedelta(seconds=60)
 
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=timeout_at
-    )
+    wait_step(store, "wait-1", "event-1", timeout_at)
 
     assert_step_events(
         instance,
@@ -676,89 +742,87 @@ def test_get_or_create_wait_step__creates_once_and_returns_the_same_durable_row_
     """creates a wait step once and returns the same durable row on subsequent reads"""
 
     def read(from_store: StepStore) -> Any:
-        return from_store.get_or_create_step(
+        return wait_step(
+            from_store,
             "wait-1",
-            WAIT,
-            event_name="event-1",
-            parent_step_id=None,
-            timeout_at=now() + timedelta(seconds=60),
+            "event-1",
+            now() + timedelta(seconds=60),
         )
 
     first = read(store)
     second = read(store)
 
     assert first == second
-    assert read(StepStore(instance.pk)) == first
+    assert read(fresh_store(store)) == first
     assert instance.steps.count() == 1
 
 
 def test_get_or_create_wait_step__schedules_an_alarm_when_a_timeout_is_provided(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """schedules an alarm when a timeout is provided"""
-    timeout_at = now() + timedelta(seconds=60)
-
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=timeout_at
+    instance = drive(
+        define, workerflow_harness, lambda self: self.wait("wait-1", "event-1", timeout=60)
     )
 
-    assert alarm_of(instance) == timeout_at
+    assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
 def test_get_or_create_wait_step__replaces_any_existing_alarm_when_a_timeout_is_provided(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """replaces any existing alarm with a new alarm when a timeout is provided"""
-    set_alarm(instance, now() + timedelta(milliseconds=999_999))
-    timeout_at = now() + timedelta(seconds=60)
 
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=timeout_at
-    )
+    def execute(self: Any) -> None:
+        self.sleep("first", 600)
+        self.wait("wait-1", "event-1", timeout=60)
 
-    assert alarm_of(instance) == timeout_at
+    instance = drive(define, workerflow_harness, execute)
+    workerflow_harness.advance(600)
+
+    assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
 def test_get_or_create_wait_step__does_not_schedule_an_alarm_when_no_timeout_is_provided(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """doesn't schedule an alarm when no timeout is provided"""
-    store.get_or_create_step("wait-1", WAIT, event_name="event-1", parent_step_id=None)
+    instance = drive(define, workerflow_harness, lambda self: self.wait("wait-1", "event-1"))
 
     assert alarm_of(instance) is None
 
 
 def test_get_or_create_wait_step__uses_the_stored_timeout_at_for_the_alarm_not_the_callers(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """uses the stored timeout_at for the alarm, not the caller-provided timeoutAt"""
-    original_timeout = now() + timedelta(seconds=60)
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=original_timeout
+    instance = drive(
+        define, workerflow_harness, lambda self: self.wait("wait-1", "event-1", timeout=60)
     )
-    set_alarm(instance, None)
+    original_timeout = workerflow_harness.now() + timedelta(seconds=60)
 
-    shifted_timeout = now() + timedelta(seconds=120)
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=shifted_timeout
-    )
+    # A replay 30 s later reaches the wait with the same timeout: the stored one stands.
+    workerflow_harness.clock.advance(timedelta(seconds=30))
+    runtime.wake(instance)
+    assert workerflow_harness.drain() == 1
 
     assert alarm_of(instance) == original_timeout
 
 
 def test_get_or_create_wait_step__does_not_schedule_an_alarm_for_an_existing_past_timeout_at(
-    instance: WorkflowInstance, store: StepStore
+    define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """does not schedule an alarm when an existing wait step has a past timeout_at"""
-    past_timeout = now() - timedelta(seconds=10)
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=past_timeout
-    )
-    set_alarm(instance, None)
 
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=past_timeout
-    )
+    def execute(self: Any) -> None:
+        try:
+            self.wait("wait-1", "event-1", timeout=10)
+        except WaitStepTimedOutError:
+            self.wait("forever", "never")
+
+    instance = drive(define, workerflow_harness, execute)
+    workerflow_harness.advance(10)
+    assert Step.objects.get(step_id="wait-1").state == StepState.TIMED_OUT
 
     assert alarm_of(instance) is None
 
@@ -767,7 +831,7 @@ def test_get_or_create_wait_step__does_not_schedule_an_alarm_for_an_existing_pas
 
 
 def get_wait(store: StepStore, step_id: str = "wait-1") -> Any:
-    return store.get_or_create_step(step_id, WAIT, event_name="event-1", parent_step_id=None)
+    return wait_step(store, step_id, "event-1")
 
 
 def test_send_event__moves_a_wait_step_from_waiting_to_satisfied_when_the_event_is_delivered(
@@ -870,17 +934,13 @@ def test_mark_wait_timed_out__moves_a_wait_step_from_waiting_to_timed_out(
 ) -> None:
     """moves a wait step from 'waiting' to 'timed_out'"""
     timeout_at = now() - timedelta(seconds=1)
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=timeout_at
-    )
+    wait_step(store, "wait-1", "event-1", timeout_at)
     store.mark_wait_timed_out("wait-1")
 
-    updated = store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=timeout_at
-    )
+    updated = wait_step(store, "wait-1", "event-1", timeout_at)
     assert updated.state == StepState.TIMED_OUT
     assert isinstance(updated.resolved_at, datetime)
-    assert StepStore(store.instance_pk).require("wait-1").state == StepState.TIMED_OUT
+    assert fresh_store(store).require("wait-1").state == StepState.TIMED_OUT
 
 
 def test_mark_wait_timed_out__writes_a_wait_timed_out_step_event(
@@ -888,9 +948,7 @@ def test_mark_wait_timed_out__writes_a_wait_timed_out_step_event(
 ) -> None:
     """writes a 'wait_timed_out' step event when a wait step is timed out"""
     timeout_at = now() - timedelta(seconds=1)
-    store.get_or_create_step(
-        "wait-1", WAIT, event_name="event-1", parent_step_id=None, timeout_at=timeout_at
-    )
+    wait_step(store, "wait-1", "event-1", timeout_at)
     store.mark_wait_timed_out("wait-1")
 
     assert_step_events(
@@ -915,12 +973,11 @@ def test_mark_wait_timed_out__throws_when_the_step_does_not_exist(store: StepSto
 
 def test_mark_wait_timed_out__throws_when_the_step_is_already_timed_out(store: StepStore) -> None:
     """throws when the step is already timed out"""
-    store.get_or_create_step(
+    wait_step(
+        store,
         "wait-1",
-        WAIT,
-        event_name="event-1",
-        parent_step_id=None,
-        timeout_at=now() - timedelta(seconds=1),
+        "event-1",
+        now() - timedelta(seconds=1),
     )
     store.mark_wait_timed_out("wait-1")
 

@@ -1,0 +1,48 @@
+"""How a run step's failure reads: recorded as a name and a message, raised again on replay."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .exceptions import MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError
+
+if TYPE_CHECKING:
+    from .records import StepRecord
+
+INTERRUPTED_ERROR_NAME = "StepInterruptedError"
+INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
+
+# Failures that replay identically, so retrying the step that saw them cannot help.
+REPLAYED_FAILURES: dict[str, type[Exception]] = {
+    cls.__name__: cls
+    for cls in (NonRetryableStepError, MaxAttemptsExceededError, WaitStepTimedOutError)
+}
+
+
+def error_message(exc: BaseException) -> str:
+    """``"<ClassName>: <message>"``, or the class name alone when the message is empty."""
+    text = str(exc)
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def strip_name(message: str, name: str) -> str:
+    prefix = f"{name}: "
+    if message.startswith(prefix):
+        return message[len(prefix) :]
+    return "" if message == name else message
+
+
+def recorded_failure(record: StepRecord) -> Exception:
+    """The exception a failed run step raises, the same on the first run and on replay."""
+    replayed = REPLAYED_FAILURES.get(record.error_name)
+    if replayed is not None:
+        exc = replayed(strip_name(record.error_message, record.error_name))
+    elif record.attempt_count >= (record.max_attempts or 1):
+        exc = MaxAttemptsExceededError(
+            f"Run step '{record.step_id}' exhausted its configured attempts."
+        )
+    else:
+        exc = NonRetryableStepError(strip_name(record.error_message, record.error_name))
+    exc.step_id = record.step_id  # type: ignore[attr-defined]
+    return exc

@@ -1,0 +1,29 @@
+"""A model field for JSON values kept as text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from .. import jsonvalue
+
+
+class JSONTextField(models.TextField):
+    """JSON kept as text, so values read back exactly as written (``jsonb`` reorders keys)."""
+
+    def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
+        return jsonvalue.loads(value)
+
+    def get_prep_value(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        return jsonvalue.dumps(value, what=f"Field {self.name!r}")
+
+    def value_to_string(self, obj: models.Model) -> str:
+        return self.get_prep_value(self.value_from_object(obj)) or ""
+
+    def deconstruct(self) -> Any:
+        # Migrations name the field by its public path, wherever it is defined.
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django_workerflow.models.JSONTextField", args, kwargs

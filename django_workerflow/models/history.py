@@ -1,0 +1,119 @@
+"""What happened to an instance: its steps, their events, its lifecycle and inbound events."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from ..states import StepEventType, StepState, StepType, WorkflowEventType
+from .fields import JSONTextField
+from .instance import WorkflowInstance
+
+
+class Step(models.Model):
+    """A durable step of an instance: a run, a sleep or a wait."""
+
+    # No index of its own: the unique (instance, step_id) constraint's index leads with it.
+    instance = models.ForeignKey(
+        WorkflowInstance, on_delete=models.CASCADE, related_name="steps", db_index=False
+    )
+    step_id = models.CharField(max_length=200)
+    type = models.CharField(max_length=8, choices=StepType.choices)
+    state = models.CharField(max_length=16, choices=StepState.choices)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    attempt_count = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    result = JSONTextField(null=True, blank=True)
+    error_name = models.CharField(max_length=200, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    wake_at = models.DateTimeField(null=True, blank=True)
+    event_name = models.CharField(max_length=200, blank=True, default="")
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    payload = JSONTextField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance", "step_id"], name="workerflow_step_id_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.step_id!r} ({self.state})"
+
+
+class StepEvent(models.Model):
+    """One entry of a step's history: an attempt, a wait or a sleep transition."""
+
+    instance = models.ForeignKey(
+        WorkflowInstance, on_delete=models.CASCADE, related_name="step_events"
+    )
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=24, choices=StepEventType.choices)
+    attempt_number = models.PositiveIntegerField(null=True, blank=True)
+    result = JSONTextField(null=True, blank=True)
+    error_name = models.CharField(max_length=200, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True)
+    event_name = models.CharField(max_length=200, blank=True, default="")
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    payload = JSONTextField(null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["recorded_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.type} of step #{self.step_id}"
+
+
+class WorkflowEvent(models.Model):
+    """One entry of an instance's lifecycle history."""
+
+    instance = models.ForeignKey(
+        WorkflowInstance, on_delete=models.CASCADE, related_name="workflow_events"
+    )
+    type = models.CharField(max_length=16, choices=WorkflowEventType.choices)
+    reason = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no reason given
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["recorded_at", "id"]
+
+    def __str__(self) -> str:
+        return self.type
+
+
+class InboundEvent(models.Model):
+    """An event sent to an instance: claimed by a wait step, or queued until one claims it."""
+
+    instance = models.ForeignKey(
+        WorkflowInstance, on_delete=models.CASCADE, related_name="inbound_events"
+    )
+    event_name = models.CharField(max_length=200)
+    payload = JSONTextField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    claimed_by = models.OneToOneField(
+        Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="claimed_event"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(
+                fields=["instance", "event_name", "created_at"],
+                name="workerflow_inbound_queued",
+                condition=Q(claimed_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.event_name

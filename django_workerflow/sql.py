@@ -1,0 +1,278 @@
+"""Every hand-written SQL statement of the engine, by name.
+
+Each statement is written once, with ``%(name)s`` parameters and PostgreSQL casts
+(``::bigint``); the SQLite text is the same with the casts removed. States, statuses and
+event types are parameters too (:data:`STATE_PARAMS`), never literals. Where the two
+databases need different statements (PostgreSQL's data-modifying CTEs do in one round trip
+what SQLite does in two statements), the name says which.
+
+The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`RENEW_LEASE_SET`)
+are written here once and used by every statement that checks or renews a lease; see
+:mod:`django_workerflow.lease` for the invariant they enforce.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from functools import cache
+from typing import Any
+
+from .conf import settings
+from .models import InboundEvent, Step, StepEvent, WorkflowInstance
+from .states import StepEventType, StepState, StepType, WorkflowStatus
+
+INSTANCE = WorkflowInstance._meta.db_table
+STEP = Step._meta.db_table
+STEP_EVENT = StepEvent._meta.db_table
+INBOUND = InboundEvent._meta.db_table
+
+#: The states, statuses and event types the statements compare with or write.
+STATE_PARAMS: dict[str, str] = {
+    "status_running": WorkflowStatus.RUNNING,
+    "type_run": StepType.RUN,
+    "state_pending": StepState.PENDING,
+    "state_running": StepState.RUNNING,
+    "state_succeeded": StepState.SUCCEEDED,
+    "state_waiting": StepState.WAITING,
+    "state_satisfied": StepState.SATISFIED,
+    "event_attempt_started": StepEventType.ATTEMPT_STARTED,
+    "event_attempt_succeeded": StepEventType.ATTEMPT_SUCCEEDED,
+    "event_wait_satisfied": StepEventType.WAIT_SATISFIED,
+}
+
+# The fence --------------------------------------------------------------------------------
+
+#: The instance row is leased by this token.
+LEASE_HELD = "id = %(instance)s::bigint AND lease_token = %(token)s::varchar"
+#: ... and the instance is running: starting an attempt or creating a step needs both.
+LEASE_HELD_RUNNING = f"{LEASE_HELD} AND status = %(status_running)s::varchar"
+#: A renewal moves the lease expiry, and the alarm only while the instance is running (a
+#: paused or cancelled instance keeps the alarm its operator set).
+RENEW_LEASE_SET = (
+    "lease_expires_at = %(expires)s::timestamptz, alarm_at = CASE WHEN status = "
+    "%(status_running)s::varchar THEN %(expires)s::timestamptz ELSE alarm_at END"
+)
+
+# The step event, written once -------------------------------------------------------------
+
+#: The columns of a step event, in the order every insert gives them.
+STEP_EVENT_COLUMNS = (
+    "instance_id",
+    "step_id",
+    "type",
+    "recorded_at",
+    "attempt_number",
+    "result",
+    "error_name",
+    "error_message",
+    "next_attempt_at",
+    "wake_at",
+    "event_name",
+    "timeout_at",
+    "payload",
+)
+_INSERT_STEP_EVENT = f"INSERT INTO {STEP_EVENT} ({', '.join(STEP_EVENT_COLUMNS)})"
+
+
+def _event_from(source: str, event_type: str, attempt: str, result: str) -> str:
+    """A step event selected from the CTE ``source`` (its ``id`` is the step)."""
+    return (
+        f"{_INSERT_STEP_EVENT} SELECT %(instance)s::bigint, id, {event_type}, "
+        f"%(now)s::timestamptz, {attempt}, {result}, '', '', NULL, NULL, '', NULL, NULL "
+        f"FROM {source}"
+    )
+
+
+_STEP_COLUMNS = (
+    "instance_id, step_id, type, state, parent_id, attempt_count, max_attempts, error_name, "
+    "error_message, wake_at, event_name, timeout_at, created_at"
+)
+
+_STARTED_EVENT = _event_from("new_step", "%(event_attempt_started)s::varchar", "1", "NULL")
+_SUCCEEDED_EVENT = _event_from(
+    "done", "%(event_attempt_succeeded)s::varchar", "%(attempt)s::integer", "%(result)s::text"
+)
+
+# The statements ---------------------------------------------------------------------------
+
+_START_NEW_RUN_TAIL = f"""
+        new_step AS (
+            INSERT INTO {STEP} ({_STEP_COLUMNS})
+            SELECT id, %(step_id)s::varchar, %(type_run)s::varchar, %(state_running)s::varchar,
+                %(parent)s::bigint, 1, %(max_attempts)s::integer, '', '', NULL, '',
+                NULL, %(now)s::timestamptz
+            FROM fence
+            RETURNING id
+        ), started AS (
+            {_STARTED_EVENT}
+        )"""
+# The start marker need not wait for its WAL flush: the outcome's synchronous commit hardens
+# it, and only a server crash in between can lose it. set_config(..., true) lasts until the
+# end of the transaction, so only the autocommit variants use it (see store._hot_write).
+_NO_FLUSH = """, no_flush AS (
+            SELECT set_config('synchronous_commit', 'off', true)
+        )
+        SELECT id FROM new_step, no_flush"""
+_FLUSH = """
+        SELECT id FROM new_step"""
+_RENEWING_FENCE = f"""
+        WITH fence AS (
+            UPDATE {INSTANCE} SET {RENEW_LEASE_SET}
+            WHERE {LEASE_HELD_RUNNING}
+            RETURNING id
+        ),"""
+# Only checks the lease: the share lock still waits for a pause or cancel holding the row,
+# but writes no new version of the instance row and none of its index entries.
+_CHECKING_FENCE = f"""
+        WITH fence AS (
+            SELECT id FROM {INSTANCE} WHERE {LEASE_HELD_RUNNING} FOR SHARE
+        ),"""
+
+_STATEMENTS: dict[str, str] = {
+    # Renew the lease (and a running instance's alarm); matches nothing once it is lost.
+    "renew_lease": f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD}",
+    # Renew the lease of a running instance, locking its row; nothing if lost or not running.
+    "renew_lease_running": (f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD_RUNNING}"),
+    # The current lease token of an instance: why a fenced write matched nothing.
+    "lease_token": f"SELECT lease_token FROM {INSTANCE} WHERE id = %(instance)s::bigint",
+    # PostgreSQL: renew the lease, create a run step with attempt 1 started, and its event.
+    "start_new_run_renewing": _RENEWING_FENCE + _START_NEW_RUN_TAIL + _FLUSH,
+    # ... the same, committed without waiting for the WAL flush (autocommit only).
+    "start_new_run_renewing_no_flush": _RENEWING_FENCE + _START_NEW_RUN_TAIL + _NO_FLUSH,
+    # PostgreSQL: check the lease, create a run step with attempt 1 started, and its event.
+    "start_new_run_checked": _CHECKING_FENCE + _START_NEW_RUN_TAIL + _FLUSH,
+    # ... the same, committed without waiting for the WAL flush (autocommit only).
+    "start_new_run_checked_no_flush": _CHECKING_FENCE + _START_NEW_RUN_TAIL + _NO_FLUSH,
+    # SQLite: create a run step with attempt 1 started if the lease is held and running.
+    "start_new_run_sqlite": f"""
+        INSERT INTO {STEP} ({_STEP_COLUMNS})
+        SELECT %(instance)s, %(step_id)s, %(type_run)s, %(state_running)s, %(parent)s, 1,
+            %(max_attempts)s, '', '', NULL, '', NULL, %(now)s
+        WHERE EXISTS (SELECT 1 FROM {INSTANCE} WHERE {LEASE_HELD_RUNNING})
+        RETURNING id""",
+    # PostgreSQL: record the success of a running attempt and its event; fenced by the step
+    # row (still running, same attempt), not by the lease. Returns how many rows changed.
+    "succeed_run_with_event": f"""
+        WITH done AS (
+            UPDATE {STEP}
+            SET state = %(state_succeeded)s::varchar, result = %(result)s::text,
+                resolved_at = %(now)s::timestamptz
+            WHERE id = %(step)s::bigint AND state = %(state_running)s::varchar
+                AND attempt_count = %(attempt)s::integer
+            RETURNING id
+        ), succeeded AS (
+            {_SUCCEEDED_EVENT}
+        )
+        SELECT count(*) FROM done""",
+    # SQLite: record the success of a running attempt (its event is a second statement).
+    "succeed_run": f"""
+        UPDATE {STEP} SET state = %(state_succeeded)s, result = %(result)s,
+            resolved_at = %(now)s
+        WHERE id = %(step)s AND state = %(state_running)s AND attempt_count = %(attempt)s""",
+    # Start the next attempt of a pending run step whose retry time has come.
+    "start_attempt": f"""
+        UPDATE {STEP} SET state = %(state_running)s, attempt_count = %(attempt)s
+        WHERE id = %(step)s AND state = %(state_pending)s AND attempt_count = %(previous)s
+            AND (next_attempt_at IS NULL OR next_attempt_at <= %(now)s)""",
+    # Record a failed attempt: back to pending (a retry) or failed; fenced by the step row.
+    "fail_attempt": f"""
+        UPDATE {STEP} SET state = %(state)s, error_name = %(error_name)s,
+            error_message = %(error_message)s, next_attempt_at = %(next_attempt_at)s,
+            resolved_at = %(resolved_at)s
+        WHERE id = %(step)s AND state = %(state_running)s AND attempt_count = %(attempt)s""",
+    # Resolve a waiting sleep or wait step (elapsed, timed out).
+    "resolve_waiting": f"""
+        UPDATE {STEP} SET state = %(state)s, resolved_at = %(now)s
+        WHERE id = %(step)s AND state = %(state_waiting)s""",
+    # Create a sleep or wait step, waiting.
+    "insert_step": f"""
+        INSERT INTO {STEP} ({_STEP_COLUMNS})
+        VALUES (%(instance)s, %(step_id)s, %(type)s, %(state_waiting)s, %(parent)s, 0, NULL,
+            '', '', %(wake_at)s, %(event_name)s, %(timeout_at)s, %(now)s)
+        RETURNING id""",
+    # Append one step event.
+    "insert_step_event": f"""
+        {_INSERT_STEP_EVENT} VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
+            %(attempt_number)s, %(result)s, %(error_name)s, %(error_message)s,
+            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s)""",
+    # The state of one step (has an event satisfied a waiting wait meanwhile?).
+    "step_state": f"SELECT state FROM {STEP} WHERE id = %(step)s",
+    # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one).
+    "oldest_queued_event": f"""
+        SELECT id, payload FROM {INBOUND}
+        WHERE instance_id = %(instance)s AND event_name = %(event_name)s
+            AND claimed_at IS NULL
+            AND (%(deadline)s IS NULL OR created_at <= %(deadline)s)
+        ORDER BY created_at, id LIMIT 1""",
+    # Satisfy a waiting wait step with an event's payload.
+    "satisfy_wait": f"""
+        UPDATE {STEP} SET state = %(state_satisfied)s, payload = %(payload)s,
+            resolved_at = %(now)s
+        WHERE id = %(step)s""",
+    # Mark an inbound event claimed by the wait step it satisfied.
+    "claim_event": f"""
+        UPDATE {INBOUND} SET claimed_by_id = %(step)s, claimed_at = %(now)s
+        WHERE id = %(event)s""",
+}
+
+
+def purge_statement(table: str, count: int) -> str:
+    """Delete the rows of ``table`` that belong to ``count`` instances (their ids as %s).
+
+    ``table`` is the instance table itself (rows by id) or one that points at instances.
+    """
+    column = "id" if table == INSTANCE else "instance_id"
+    marks = ", ".join(["%s"] * count)
+    return f"DELETE FROM {table} WHERE {column} IN ({marks})"
+
+
+@cache
+def statement(vendor: str, name: str) -> str:
+    """The statement ``name`` for the database ``vendor`` (postgresql, or sqlite)."""
+    text = _STATEMENTS[name]
+    return text if vendor == "postgresql" else re.sub(r"::\w+", "", text)
+
+
+def params(**values: Any) -> dict[str, Any]:
+    """``values`` with the states every statement may compare with."""
+    return {**STATE_PARAMS, **values}
+
+
+@cache
+def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
+    """PostgreSQL: (statement name, PREPARE text, parameter names in $n order).
+
+    Parameters carry explicit casts, so the server knows every type when preparing.
+    """
+    names: list[str] = []
+
+    def positional(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    body = re.sub(r"%\((\w+)\)s", positional, _STATEMENTS[name])
+    name_in_server = f"workerflow_{name}"
+    return name_in_server, f"PREPARE {name_in_server} AS {body}", tuple(names)
+
+
+# The statements already prepared on each PostgreSQL connection (they live as long as the
+# server session, and survive rollbacks).
+_prepared_on: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
+    """Run the statement ``name``; on PostgreSQL as a server-side prepared statement
+    (planned once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
+    vendor = cursor.db.vendor
+    if vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
+        cursor.execute(statement(vendor, name), values)
+        return
+    server_name, prepare, names = prepared(name)
+    done = _prepared_on.setdefault(cursor.db.connection, set())
+    if server_name not in done:
+        cursor.execute(prepare)
+        done.add(server_name)
+    placeholders = ", ".join(["%s"] * len(names))
+    cursor.execute(f"EXECUTE {server_name}({placeholders})", [values[n] for n in names])
