@@ -11,12 +11,6 @@ SEED_MAP = ROOT / "tests" / "SEED.md"
 SEED_TESTS = 112
 REFERENCE = re.compile(r"^\| [^|]+ \| `(?P<path>tests/[\w/]+\.py)::(?P<function>\w+)` \|", re.M)
 
-# The step store's seed tests are moving from test_seed_store.py to test_step_store.py (same
-# function names) on another branch. Until that merge lands, a reference to the new module
-# is looked up in the old one. Remove this fallback once tests/test_step_store.py exists.
-RENAMED_PENDING_MERGE = {"tests/test_step_store.py": "tests/test_seed_store.py"}
-
-
 def references() -> list[tuple[str, str]]:
     """Each table row's (path, test function), in the order SEED.md lists them."""
     text = SEED_MAP.read_text(encoding="utf-8")
@@ -39,15 +33,6 @@ def module_functions(path: Path) -> set[str]:
     return {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
 
 
-def resolve(path: str) -> Path:
-    """The file a reference points at, or the module it is being renamed from."""
-    target = ROOT / path
-    old = RENAMED_PENDING_MERGE.get(path)
-    if not target.exists() and old is not None and (ROOT / old).exists():
-        return ROOT / old
-    return target
-
-
 def test_seed_map__has_one_reference_for_each_of_the_seed_tests():
     rows = table_rows()
 
@@ -59,7 +44,7 @@ def test_seed_map__every_reference_names_a_test_function_that_exists():
     functions: dict[Path, set[str]] = {}
     missing = []
     for path, function in references():
-        module = resolve(path)
+        module = ROOT / path
         if not module.exists():
             missing.append(f"{path} (no such file)")
             continue
