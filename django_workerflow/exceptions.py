@@ -26,7 +26,7 @@ class WorkflowVersionConflictError(WorkerflowError):
     """A start() asked for a version other than the one the instance is pinned to."""
 
 
-class _StepOutcomeError(WorkerflowError):
+class StepOutcomeError(WorkerflowError):
     """A step's recorded failure; ``step_id`` names the step (None when raised by user code).
 
     The engine sets it when it raises the error from a workflow, on the first run and on
@@ -40,7 +40,7 @@ class _StepOutcomeError(WorkerflowError):
         self.step_id = step_id
 
 
-class NonRetryableStepError(_StepOutcomeError):
+class NonRetryableStepError(StepOutcomeError):
     """Raise from a step callback to fail the step at once, without further attempts.
 
     A run step that failed this way raises it again on every replay, with the recorded
@@ -48,11 +48,11 @@ class NonRetryableStepError(_StepOutcomeError):
     """
 
 
-class MaxAttemptsExceededError(_StepOutcomeError):
+class MaxAttemptsExceededError(StepOutcomeError):
     """A run step failed on each of its configured attempts."""
 
 
-class WaitStepTimedOutError(_StepOutcomeError):
+class WaitStepTimedOutError(StepOutcomeError):
     """A wait step's deadline passed before a matching event arrived."""
 
 

@@ -263,14 +263,13 @@ class Execution(PassState):
             if record.timeout_at is None or record.timeout_at > clock_now():
                 self._suspend(record.timeout_at)
             record = self._write(self.store.mark_wait_timed_out, step_id)
-        exc = WaitStepTimedOutError(
+        raise WaitStepTimedOutError(
             f"Wait step '{step_id}' timed out at {record.timeout_at.isoformat()} before event "
             f"'{record.event_name}' arrived."
             if record.timeout_at
-            else f"Wait step '{step_id}' timed out."
+            else f"Wait step '{step_id}' timed out.",
+            step_id=step_id,
         )
-        exc.step_id = step_id  # type: ignore[attr-defined]
-        raise exc
 
     # all / all_settled -----------------------------------------------------------------
 
@@ -279,15 +278,17 @@ class Execution(PassState):
         for outcome in outcomes:
             if outcome is not None and not outcome.ok and outcome.error is not None:
                 raise outcome.error
-        if any(outcome is None for outcome in outcomes):
+        settled = [outcome for outcome in outcomes if outcome is not None]
+        if len(settled) < len(outcomes):
             raise Suspension()
-        return [outcome.value for outcome in outcomes]  # type: ignore[union-attr]
+        return [outcome.value for outcome in settled]
 
     def all_settled(self, branches: tuple[Callable[[], Any], ...]) -> list[SettledResult]:
         outcomes = self._run_branches(branches)
-        if any(outcome is None for outcome in outcomes):
+        settled = [outcome for outcome in outcomes if outcome is not None]
+        if len(settled) < len(outcomes):
             raise Suspension()
-        return outcomes  # type: ignore[return-value]
+        return settled
 
     def _run_branches(self, branches: tuple[Callable[[], Any], ...]) -> list[SettledResult | None]:
         """Let every branch progress as far as it can; None marks a suspended branch."""

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .exceptions import MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError
+from .exceptions import (
+    MaxAttemptsExceededError,
+    NonRetryableStepError,
+    StepOutcomeError,
+    WaitStepTimedOutError,
+)
 
 if TYPE_CHECKING:
     from .records import StepRecord
@@ -13,7 +18,7 @@ INTERRUPTED_ERROR_NAME = "StepInterruptedError"
 INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
 
 # Failures that replay identically, so retrying the step that saw them cannot help.
-REPLAYED_FAILURES: dict[str, type[Exception]] = {
+REPLAYED_FAILURES: dict[str, type[StepOutcomeError]] = {
     cls.__name__: cls
     for cls in (NonRetryableStepError, MaxAttemptsExceededError, WaitStepTimedOutError)
 }
@@ -33,16 +38,16 @@ def strip_name(message: str, name: str) -> str:
     return "" if message == name else message
 
 
-def recorded_failure(record: StepRecord) -> Exception:
+def recorded_failure(record: StepRecord) -> StepOutcomeError:
     """The exception a failed run step raises, the same on the first run and on replay."""
     replayed = REPLAYED_FAILURES.get(record.error_name)
     if replayed is not None:
-        exc = replayed(strip_name(record.error_message, record.error_name))
-    elif record.attempt_count >= (record.max_attempts or 1):
-        exc = MaxAttemptsExceededError(
-            f"Run step '{record.step_id}' exhausted its configured attempts."
+        return replayed(strip_name(record.error_message, record.error_name), step_id=record.step_id)
+    if record.attempt_count >= (record.max_attempts or 1):
+        return MaxAttemptsExceededError(
+            f"Run step '{record.step_id}' exhausted its configured attempts.",
+            step_id=record.step_id,
         )
-    else:
-        exc = NonRetryableStepError(strip_name(record.error_message, record.error_name))
-    exc.step_id = record.step_id  # type: ignore[attr-defined]
-    return exc
+    return NonRetryableStepError(
+        strip_name(record.error_message, record.error_name), step_id=record.step_id
+    )

@@ -97,8 +97,9 @@ class StepRecord:
 
 def read_step(pk: int, parent_step_id: str | None) -> StepRecord:
     """Read one step row afresh."""
-    row = Step.objects.values_list(*STEP_FIELDS).get(pk=pk)
-    return StepRecord(*row, parent_step_id=parent_step_id)
+    record = StepRecord(*Step.objects.values_list(*STEP_FIELDS).get(pk=pk))
+    record.parent_step_id = parent_step_id
+    return record
 
 
 def read_steps(instance_pk: int) -> list[StepRecord]:

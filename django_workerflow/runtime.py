@@ -293,7 +293,8 @@ def sweep(*, limit: int = 1000) -> int:
         for pk in overdue:
             alarms.arm(pk, now)
         for pk, alarm_at in upcoming:
-            alarms.arm(pk, alarm_at)
+            if alarm_at is not None:  # always set (filtered above); this tells mypy
+                alarms.arm(pk, alarm_at)
     if overdue or upcoming:
         logger.info("sweep overdue=%s upcoming=%s", len(overdue), len(upcoming))
     return len(overdue) + len(upcoming)

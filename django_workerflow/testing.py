@@ -20,7 +20,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.test import TestCase
 
 from . import alarms
-from .clock import VirtualClock, set_clock
+from .clock import SystemClock, VirtualClock, set_clock
 from .jsonvalue import to_timedelta
 
 
@@ -41,7 +41,7 @@ class Harness:
         self.clock = VirtualClock(start)
         self.max_ticks = max_ticks
         self.ticks = 0
-        self._previous_clock = None
+        self._previous_clock: SystemClock | VirtualClock | None = None
         self._suppression = alarms.suppressed()
         self._capture: AbstractContextManager[Any] | None = None
         self._callbacks: list[Callable[[], Any]] = []
@@ -64,7 +64,8 @@ class Harness:
             self._stop_capture()
         finally:
             self._suppression.__exit__(exc_type, exc, tb)
-            set_clock(self._previous_clock)
+            if self._previous_clock is not None:
+                set_clock(self._previous_clock)
 
     def now(self) -> datetime:
         """The virtual time."""

@@ -11,6 +11,7 @@ SEED_MAP = ROOT / "tests" / "SEED.md"
 SEED_TESTS = 112
 REFERENCE = re.compile(r"^\| [^|]+ \| `(?P<path>tests/[\w/]+\.py)::(?P<function>\w+)` \|", re.M)
 
+
 def references() -> list[tuple[str, str]]:
     """Each table row's (path, test function), in the order SEED.md lists them."""
     text = SEED_MAP.read_text(encoding="utf-8")

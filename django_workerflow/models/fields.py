@@ -12,6 +12,10 @@ from .. import jsonvalue
 class JSONTextField(models.TextField):
     """JSON kept as text, so values read back exactly as written (``jsonb`` reorders keys)."""
 
+    # django-stubs types a TextField's value as str; this one holds any JSON value.
+    _pyi_private_set_type: Any
+    _pyi_private_get_type: Any
+
     def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
         return jsonvalue.loads(value)
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .history import InboundEvent
 
 
-class WorkflowInstanceQuerySet(models.QuerySet):
+class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
     def active(self) -> WorkflowInstanceQuerySet:
         """Instances the engine may still tick: pending or running."""
         return self.filter(status__in=ACTIVE_STATUSES)
