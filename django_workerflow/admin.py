@@ -7,59 +7,32 @@ recorded in the admin history with its reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
-from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern
 from django.utils.html import format_html
-from django.views.decorators.http import require_POST
 
 from .clock import now as clock_now
-from .console import describe, operations, timeline
+from .console import controls, describe, operations, timeline
+from .console.controls import ControlName
 from .console.forms import CancelForm, SendEventForm
 from .console.history import load_history
+from .console.instance_views import ControlViews
+from .console.replies import confirmation_page, record
 from .models import (
-    ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     InboundEvent,
     Step,
     StepEvent,
     WorkflowEvent,
     WorkflowInstance,
-    WorkflowStatus,
 )
-
-UNFINISHED = frozenset(ACTIVE_STATUSES | {WorkflowStatus.PAUSED})
-
-
-@dataclass(frozen=True, slots=True)
-class Control:
-    """A button of the instance page: what it says, the permission it needs (the codename
-    prefix of ``<prefix>_workflowinstance``), the statuses it applies to, and whether it
-    opens a form first (otherwise it is a one-click POST)."""
-
-    label: str
-    permission: str
-    statuses: frozenset[str]
-    form: bool = False
-
-
-CONTROLS = {
-    "pause": Control("Pause", "pause", frozenset({WorkflowStatus.RUNNING})),
-    "resume": Control("Resume", "resume", frozenset({WorkflowStatus.PAUSED})),
-    # Waking re-drives an instance: the same power as resuming one.
-    "wake": Control("Wake now", "resume", frozenset(ACTIVE_STATUSES)),
-    "send_event": Control("Send event…", "send_event", UNFINISHED, form=True),
-    "cancel": Control("Cancel…", "cancel", UNFINISHED, form=True),
-}
 
 
 class InstanceChangeList(ChangeList):
@@ -234,102 +207,36 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         if obj is not None:
             context["history"] = load_history(obj, clock_now())
-            context["controls"] = self._controls(request, obj)
+            context["controls"] = controls.buttons(self, request, obj)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    def _controls(self, request: HttpRequest, instance: WorkflowInstance) -> list[dict[str, Any]]:
-        """The buttons the user may press on this instance now."""
-        return [
-            {
-                "name": name,
-                "label": control.label,
-                "url": self._url(name, instance.pk),
-                "post": not control.form,
-            }
-            for name, control in CONTROLS.items()
-            if instance.status in control.statuses and self._has_perm(request, control.permission)
-        ]
-
-    def get_urls(self) -> list[Any]:
-        views = {
-            "pause": require_POST(self.pause_view),
-            "resume": require_POST(self.resume_view),
-            "wake": require_POST(self.wake_view),
-            "cancel": self.cancel_view,
-            "send_event": self.send_event_view,
-        }
-        wrap = self.admin_site.admin_view
-        urls = [
-            path(f"<path:object_id>/{name}/", wrap(view), name=self._url_name(name))
-            for name, view in views.items()
-        ]
-        return urls + super().get_urls()
-
-    def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        instance = self._instance_for(request, object_id, "pause")
-        return self._done(request, operations.pause([instance]), instance)
-
-    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        instance = self._instance_for(request, object_id, "resume")
-        return self._done(request, operations.resume([instance]), instance)
-
-    def wake_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        instance = self._instance_for(request, object_id, "wake")
-        return self._done(request, operations.wake([instance]), instance)
-
-    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        instance = self._instance_for(request, object_id, "cancel")
-        form = CancelForm(request.POST if request.method == "POST" else None)
-        if form.is_valid():
-            report = operations.cancel([instance], form.cleaned_data["reason"])
-            return self._done(request, report, instance)
-        return self._form_page(request, "cancel", form, [instance])
-
-    def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        instance = self._instance_for(request, object_id, "send_event")
-        form = SendEventForm(request.POST if request.method == "POST" else None)
-        if form.is_valid():
-            data = form.cleaned_data
-            report = operations.send_event([instance], data["event_name"], data["payload"])
-            return self._done(request, report, instance)
-        return self._form_page(request, "send_event", form, [instance])
-
-    def _instance_for(self, request: HttpRequest, object_id: str, control: str) -> WorkflowInstance:
-        if not self._has_perm(request, CONTROLS[control].permission):
-            raise PermissionDenied
-        instance = self.get_object(request, unquote(object_id))
-        if instance is None:
-            raise Http404(f"No workflow instance with id {object_id!r}.")
-        return instance
-
-    def _done(
-        self, request: HttpRequest, report: operations.Report, instance: WorkflowInstance
-    ) -> HttpResponse:
-        self._record(request, report)
-        return HttpResponseRedirect(self._url("change", instance.pk))
+    def get_urls(self) -> list[URLPattern]:
+        return [*ControlViews(self).urls(), *super().get_urls()]
 
     # List actions ------------------------------------------------------------------------
 
     @admin.action(permissions=["pause"], description="Pause selected workflows")
     def pause_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._record(request, operations.pause(queryset.order_by("pk")))
+        record(self, request, operations.pause(queryset.order_by("pk")))
 
     @admin.action(permissions=["resume"], description="Resume selected workflows")
     def resume_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._record(request, operations.resume(queryset.order_by("pk")))
+        record(self, request, operations.resume(queryset.order_by("pk")))
 
     @admin.action(permissions=["resume"], description="Wake selected workflows now")
     def wake_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._record(request, operations.wake(queryset.order_by("pk")))
+        record(self, request, operations.wake(queryset.order_by("pk")))
 
     @admin.action(permissions=["cancel"], description="Cancel selected workflows…")
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
         form = CancelForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
             report = operations.cancel(queryset.order_by("pk"), form.cleaned_data["reason"])
-            self._record(request, report)
+            record(self, request, report)
             return None
-        return self._form_page(request, "cancel", form, list(queryset), action="cancel_selected")
+        return confirmation_page(
+            self, request, ControlName.CANCEL, form, list(queryset), action="cancel_selected"
+        )
 
     @admin.action(permissions=["send_event"], description="Send an event to selected workflows…")
     def send_event(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
@@ -339,9 +246,11 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
             report = operations.send_event(
                 queryset.order_by("pk"), data["event_name"], data["payload"]
             )
-            self._record(request, report)
+            record(self, request, report)
             return None
-        return self._form_page(request, "send_event", form, list(queryset), action="send_event")
+        return confirmation_page(
+            self, request, ControlName.SEND_EVENT, form, list(queryset), action="send_event"
+        )
 
     @admin.action(permissions=["delete"], description="Delete selected finished workflows")
     def delete_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
@@ -371,48 +280,3 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         refused = [i for i in instances if not self.has_delete_permission(request, i)]
         perms_needed = {self.opts.verbose_name} if refused else set()
         return [str(instance) for instance in instances], counts, perms_needed, []
-
-    # Shared ------------------------------------------------------------------------------
-
-    def _record(self, request: HttpRequest, report: operations.Report) -> None:
-        """Log each change in the admin history and tell the user what happened."""
-        for outcome in report.done:
-            self.log_change(request, outcome.instance, outcome.detail)
-        level = messages.SUCCESS if report.done and not report.skipped else messages.WARNING
-        self.message_user(request, report.summary(), level)
-
-    def _form_page(
-        self,
-        request: HttpRequest,
-        control: str,
-        form: Any,
-        instances: list[WorkflowInstance],
-        *,
-        action: str = "",
-    ) -> HttpResponse:
-        """The confirmation page of cancel and send event, for a selection or one instance."""
-        titles = {"cancel": "Cancel workflows", "send_event": "Send an event"}
-        buttons = {"cancel": "Yes, cancel", "send_event": "Send event"}
-        statuses = CONTROLS[control].statuses
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": titles[control],
-            "control": control,
-            "form": form,
-            "instances": instances,
-            "skipped": [i for i in instances if i.status not in statuses],
-            "action": action,
-            "submit_label": buttons[control],
-            "back_url": self._url("change", instances[0].pk)
-            if not action
-            else self._url("changelist"),
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "workerflow/admin/action_form.html", context)
-
-    def _url_name(self, name: str) -> str:
-        return f"{self.opts.app_label}_{self.opts.model_name}_{name}"
-
-    def _url(self, name: str, *args: Any) -> str:
-        return reverse(f"{self.admin_site.name}:{self._url_name(name)}", args=args)
