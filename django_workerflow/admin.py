@@ -9,30 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
-from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
 from django.utils.html import format_html
 
 from .clock import now as clock_now
-from .console import controls, describe, operations, timeline
-from .console.controls import ControlName
-from .console.forms import CancelForm, SendEventForm
+from .console import controls, describe, list_actions, timeline
 from .console.history import load_history
 from .console.instance_views import ControlViews
-from .console.replies import confirmation_page, record
-from .models import (
-    TERMINAL_STATUSES,
-    InboundEvent,
-    Step,
-    StepEvent,
-    WorkflowEvent,
-    WorkflowInstance,
-)
+from .models import WorkflowInstance
 
 
 class InstanceChangeList(ChangeList):
@@ -60,12 +47,12 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
     ordering = ["-created_at", "-id"]
     list_per_page = 50
     actions = [
-        "pause_selected",
-        "resume_selected",
-        "cancel_selected",
-        "send_event",
-        "wake_now",
-        "delete_selected",
+        list_actions.pause_selected,
+        list_actions.resume_selected,
+        list_actions.cancel_selected,
+        list_actions.send_event,
+        list_actions.wake_now,
+        list_actions.delete_selected,
     ]
     fields = readonly_fields = (
         "key",
@@ -117,19 +104,8 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if request.method == "POST":
-            self._refuse_unpermitted_action(request)
+            list_actions.refuse_unpermitted(self, request)
         return super().changelist_view(request, extra_context)
-
-    def _refuse_unpermitted_action(self, request: HttpRequest) -> None:
-        """A posted action the user may not run is refused outright (403), not reported
-        as "no action selected" like an empty choice."""
-        names = request.POST.getlist("action")
-        try:
-            name = names[int(request.POST.get("index", 0))]
-        except (IndexError, ValueError):
-            name = names[0] if names else ""
-        if name and name not in self.get_actions(request):
-            raise PermissionDenied
 
     @admin.display(description="definition", ordering="definition_name")
     def definition(self, instance: WorkflowInstance) -> str:
@@ -213,70 +189,5 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         return [*ControlViews(self).urls(), *super().get_urls()]
 
-    # List actions ------------------------------------------------------------------------
-
-    @admin.action(permissions=["pause"], description="Pause selected workflows")
-    def pause_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        record(self, request, operations.pause(queryset.order_by("pk")))
-
-    @admin.action(permissions=["resume"], description="Resume selected workflows")
-    def resume_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        record(self, request, operations.resume(queryset.order_by("pk")))
-
-    @admin.action(permissions=["resume"], description="Wake selected workflows now")
-    def wake_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        record(self, request, operations.wake(queryset.order_by("pk")))
-
-    @admin.action(permissions=["cancel"], description="Cancel selected workflows…")
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
-        form = CancelForm(request.POST if "apply" in request.POST else None)
-        if form.is_valid():
-            report = operations.cancel(queryset.order_by("pk"), form.cleaned_data["reason"])
-            record(self, request, report)
-            return None
-        return confirmation_page(
-            self, request, ControlName.CANCEL, form, list(queryset), action="cancel_selected"
-        )
-
-    @admin.action(permissions=["send_event"], description="Send an event to selected workflows…")
-    def send_event(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
-        form = SendEventForm(request.POST if "apply" in request.POST else None)
-        if form.is_valid():
-            data = form.cleaned_data
-            report = operations.send_event(
-                queryset.order_by("pk"), data["event_name"], data["payload"]
-            )
-            record(self, request, report)
-            return None
-        return confirmation_page(
-            self, request, ControlName.SEND_EVENT, form, list(queryset), action="send_event"
-        )
-
-    @admin.action(permissions=["delete"], description="Delete selected finished workflows")
-    def delete_selected(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
-        """Django's delete action, limited to finished instances."""
-        unfinished = queryset.exclude(status__in=TERMINAL_STATUSES).count()
-        if unfinished and "post" not in request.POST:
-            self.message_user(
-                request,
-                f"{unfinished} skipped: not finished (only completed, failed or cancelled "
-                "workflows can be deleted; cancel them first).",
-                messages.WARNING,
-            )
-        finished = queryset.filter(status__in=TERMINAL_STATUSES)
-        if not finished.exists():
-            return None
-        return django_delete_selected(self, request, finished)
-
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, ...]:
-        """Summarise the rows a deletion removes instead of listing every step event."""
-        instances = list(objs)
-        pks = [instance.pk for instance in instances]
-        counts = {self.opts.verbose_name_plural: len(instances)}
-        for model in (Step, StepEvent, WorkflowEvent, InboundEvent):
-            count = model.objects.filter(instance_id__in=pks).count()
-            if count:
-                counts[model._meta.verbose_name_plural] = count
-        refused = [i for i in instances if not self.has_delete_permission(request, i)]
-        perms_needed = {self.opts.verbose_name} if refused else set()
-        return [str(instance) for instance in instances], counts, perms_needed, []
+        return list_actions.deletion_summary(self, objs, request)
