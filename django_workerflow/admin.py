@@ -2,7 +2,8 @@
 
 Engine rows are read-only here: every change goes through :mod:`django_workerflow.runtime`
 (via :mod:`django_workerflow.console.operations`), is allowed by its own permission, and is
-recorded in the admin history with its reason.
+recorded in the admin history with its reason. This module registers the model admin; the
+console's columns, buttons, views and actions live in :mod:`django_workerflow.console`.
 """
 
 from __future__ import annotations
@@ -13,25 +14,17 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
-from django.utils.html import format_html
 
 from .clock import now as clock_now
-from .console import controls, describe, list_actions, timeline
+from .console import controls, list_actions
+from .console.columns import InstanceChangeList, InstanceColumns
 from .console.history import load_history
 from .console.instance_views import ControlViews
 from .models import WorkflowInstance
 
 
-class InstanceChangeList(ChangeList):
-    """Prefetch, for the displayed page only, what the "waiting on" column needs."""
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        self.result_list = self.result_list.prefetch_related(*describe.attention_prefetches())
-
-
 @admin.register(WorkflowInstance)
-class WorkflowInstanceAdmin(admin.ModelAdmin):
+class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
     list_display = [
         "key",
         "definition",
@@ -97,7 +90,7 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.{action}_{opts.model_name}")
 
-    # Change list -------------------------------------------------------------------------
+    # Pages -------------------------------------------------------------------------------
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return InstanceChangeList
@@ -106,71 +99,6 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):
         if request.method == "POST":
             list_actions.refuse_unpermitted(self, request)
         return super().changelist_view(request, extra_context)
-
-    @admin.display(description="definition", ordering="definition_name")
-    def definition(self, instance: WorkflowInstance) -> str:
-        return f"{instance.definition_name} v{instance.definition_version}"
-
-    @admin.display(description="status", ordering="status")
-    def status_badge(self, instance: WorkflowInstance) -> str:
-        return format_html(
-            '<span class="wf-badge wf-status-{}">{}</span>',
-            instance.status,
-            instance.get_status_display(),
-        )
-
-    @admin.display(description="waiting on")
-    def waiting_on(self, instance: WorkflowInstance) -> str:
-        steps = getattr(instance, "attention_steps", None)
-        if steps is None:  # the change page: read them for this one instance
-            steps = instance.steps.filter(state__in=describe.ATTENTION_STATES)
-        text = describe.waiting_on(
-            instance, steps, clock_now(), cancel_reason=describe.cancel_reason_of(instance)
-        )
-        return text or "-"
-
-    @admin.display(description="created", ordering="created_at")
-    def created(self, instance: WorkflowInstance) -> str:
-        return self._time(instance.created_at)
-
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, instance: WorkflowInstance) -> str:
-        return self._time(instance.updated_at)
-
-    def _time(self, when: Any) -> str:
-        """A short time in the list; the full one on hover."""
-        full = timeline.clock_text(when)
-        return format_html('<span title="{}">{}</span>', full, timeline.short_time(when))
-
-    @admin.display(description="created")
-    def created_at_full(self, instance: WorkflowInstance) -> str:
-        return self._full_time(instance.created_at)
-
-    @admin.display(description="updated")
-    def updated_at_full(self, instance: WorkflowInstance) -> str:
-        return self._full_time(instance.updated_at)
-
-    @admin.display(description="finished")
-    def finished_at_full(self, instance: WorkflowInstance) -> str:
-        return self._full_time(instance.finished_at)
-
-    def _full_time(self, when: Any) -> str:
-        if when is None:
-            return "-"
-        return f"{timeline.clock_text(when)} ({describe.relative_time(when, clock_now())})"
-
-    @admin.display(description="next alarm", ordering="alarm_at")
-    def next_alarm(self, instance: WorkflowInstance) -> str:
-        return describe.format_when(instance.alarm_at, clock_now()) or "-"
-
-    @admin.display(description="worker lease")
-    def lease(self, instance: WorkflowInstance) -> str:
-        if not instance.lease_token:
-            return "-"
-        until = describe.format_when(instance.lease_expires_at, clock_now())
-        return f"held until {until} (token {instance.lease_token[:8]})"
-
-    # Change page -------------------------------------------------------------------------
 
     def render_change_form(
         self,
