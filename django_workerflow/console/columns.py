@@ -15,7 +15,7 @@ from django.utils.html import format_html
 
 from ..clock import now as clock_now
 from ..models import WorkflowInstance
-from . import describe, timeline
+from . import describe
 
 
 class InstanceChangeList(ChangeList):
@@ -86,11 +86,11 @@ class InstanceColumns:
 
 def _short_time(when: datetime) -> str:
     """A short time in the list; the full one on hover."""
-    full = timeline.clock_text(when)
-    return format_html('<span title="{}">{}</span>', full, timeline.short_time(when))
+    full = describe.clock_text(when)
+    return format_html('<span title="{}">{}</span>', full, describe.short_time(when))
 
 
 def _full_time(when: datetime | None) -> str:
     if when is None:
         return "-"
-    return f"{timeline.clock_text(when)} ({describe.relative_time(when, clock_now())})"
+    return f"{describe.clock_text(when)} ({describe.relative_time(when, clock_now())})"
