@@ -1,4 +1,5 @@
-"""The buttons of the instance page: what each says, who may press it, when it applies.
+"""The buttons of the instance page: what each says, who may press it, when it applies, and
+the URL names the console's pages are reached by.
 
 A control's permission is checked through the model admin's ``has_<permission>_permission``
 method, the same method Django asks before it offers a list action.
