@@ -18,6 +18,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.text import Truncator
 
+from ..clock import now as clock_now
 from ..models import (
     Step,
     StepState,
@@ -161,6 +162,25 @@ def format_duration(delta: timedelta) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def short_time(when: datetime | None) -> str:
+    """A local time to the second, with the date when it is not today's."""
+    if when is None:
+        return ""
+    local, today = timezone.localtime(when), timezone.localtime(clock_now()).date()
+    return local.strftime("%H:%M:%S" if local.date() == today else "%b %d %H:%M:%S")
+
+
+def clock_text(when: datetime | None) -> str:
+    """A full local timestamp, with milliseconds when there are any."""
+    if when is None:
+        return ""
+    local = timezone.localtime(when)
+    text = local.strftime("%Y-%m-%d %H:%M:%S")
+    if local.microsecond:
+        text += f".{local.microsecond // 1000:03d}"
+    return text
 
 
 # Helpers ---------------------------------------------------------------------------------

@@ -15,8 +15,11 @@ from ..models import (
     WorkflowStatus,
 )
 from .describe import cancel_reason_of, pretty_json, waiting_on
-from .timeline import MAX_STEPS, StepNode, Timeline, build_timeline, step_tree
+from .steptree import StepNode, step_tree
+from .timeline import Timeline, build_timeline
 
+# Steps shown on one page; an instance with more says how many it leaves out.
+MAX_STEPS = 500
 # Step events listed on the page (the newest ones); each step's own attempts are always shown.
 MAX_STEP_EVENTS = 300
 MAX_INBOUND_EVENTS = 300

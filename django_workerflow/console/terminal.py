@@ -12,9 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from ..models import StepState, StepType, WorkflowInstance, WorkflowStatus
-from .describe import cancel_reason_of, format_when, waiting_on
+from .describe import cancel_reason_of, clock_text, format_when, waiting_on
 from .history import History
-from .timeline import clock_text
 
 MAX_VALUE = 120
 MAX_ID_WIDTH = 40

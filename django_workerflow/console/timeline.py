@@ -1,7 +1,6 @@
-"""An instance's history as data for pages and terminals: the step tree and the timeline.
+"""An instance's history on one time axis, as data for the instance page.
 
-The tree nests steps under the run step that was executing when they were reached. The
-timeline draws each step as a bar from its creation to its resolution (or to now), split into
+The timeline draws each step as a bar from its creation to its resolution (or to now), split into
 segments: each attempt of a run step, the backoff between attempts, a sleep, a wait. Positions
 are percentages of the instance's lifetime, so the page draws it with plain HTML and CSS.
 """
@@ -12,13 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.utils import timezone
-
-from ..clock import now as clock_now
 from ..models import (
-    Step,
-    StepEvent,
-    StepEventType,
     StepState,
     StepType,
     WorkflowEvent,
@@ -26,102 +19,12 @@ from ..models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from .describe import format_duration, pretty_json, step_error
+from .describe import clock_text, format_duration, short_time
+from .steptree import StepNode
 
-# Steps shown on one page; an instance with more says how many it leaves out.
-MAX_STEPS = 500
 # Width, in percent of the track, under which a segment is drawn at the minimum width.
 MIN_WIDTH = 0.4
 TICKS = 4
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One attempt of a run step, read from its step events."""
-
-    number: int
-    started_at: datetime
-    ended_at: datetime | None = None
-    outcome: StepState = StepState.RUNNING  # then SUCCEEDED or FAILED
-    error: str = ""
-    next_attempt_at: datetime | None = None
-
-    @property
-    def duration(self) -> timedelta | None:
-        return None if self.ended_at is None else self.ended_at - self.started_at
-
-    @property
-    def duration_text(self) -> str:
-        duration = self.duration
-        return "" if duration is None else format_duration(duration)
-
-
-@dataclass(slots=True)
-class StepNode:
-    """A step with its depth in the tree, its attempts and its events."""
-
-    step: Step
-    depth: int = 0
-    children: list[StepNode] = field(default_factory=list)
-    events: list[StepEvent] = field(default_factory=list)
-    attempts: list[Attempt] = field(default_factory=list)
-
-    @property
-    def duration(self) -> timedelta | None:
-        if self.step.resolved_at is None:
-            return None
-        return self.step.resolved_at - self.step.created_at
-
-    @property
-    def indent(self) -> range:
-        return range(self.depth)
-
-    @property
-    def retried(self) -> bool:
-        """True when the step's attempts are worth listing: more than one, or a failure."""
-        return len(self.attempts) > 1 or any(a.outcome == StepState.FAILED for a in self.attempts)
-
-    @property
-    def error(self) -> str:
-        if self.step.state in (StepState.FAILED, StepState.TIMED_OUT):
-            return step_error(self.step)
-        return ""
-
-    @property
-    def duration_text(self) -> str:
-        duration = self.duration
-        return "" if duration is None else format_duration(duration)
-
-    @property
-    def value_json(self) -> str:
-        """A succeeded run step's result or a satisfied wait's payload, as indented JSON."""
-        if self.step.state == StepState.SUCCEEDED:
-            return pretty_json(self.step.result)
-        if self.step.state == StepState.SATISFIED:
-            return pretty_json(self.step.payload)
-        return ""
-
-    @property
-    def detail(self) -> str:
-        """What a sleep or wait step waits for."""
-        step = self.step
-        if step.type == StepType.SLEEP:
-            return f"until {short_time(step.wake_at)}"
-        if step.type == StepType.WAIT:
-            words = f"event '{step.event_name}'"
-            return f"{words} until {short_time(step.timeout_at)}" if step.timeout_at else words
-        if step.state == StepState.PENDING and step.next_attempt_at and step.attempt_count:
-            return f"next attempt at {short_time(step.next_attempt_at)}"
-        return ""
-
-    @property
-    def attempts_text(self) -> str:
-        step = self.step
-        if step.type != StepType.RUN:
-            return ""
-        if step.max_attempts:
-            return f"{step.attempt_count} of {step.max_attempts}"
-        return str(step.attempt_count)
 
 
 @dataclass(slots=True)
@@ -178,54 +81,6 @@ class Timeline:
     @property
     def duration_text(self) -> str:
         return format_duration(self.end - self.start)
-
-
-# The tree --------------------------------------------------------------------------------
-
-
-def step_tree(steps: Iterable[Step], events: Iterable[StepEvent] = ()) -> list[StepNode]:
-    """The steps in depth-first order (children after their parent, each level by creation),
-    each with its events and attempts."""
-    nodes = {step.pk: StepNode(step) for step in steps}
-    for event in events:
-        node = nodes.get(event.step_id)
-        if node is not None:
-            node.events.append(event)
-    roots: list[StepNode] = []
-    for node in nodes.values():
-        node.attempts = _attempts(node.events)
-        parent = nodes.get(node.step.parent_id) if node.step.parent_id else None
-        (parent.children if parent else roots).append(node)
-    ordered: list[StepNode] = []
-    stack = [(node, 0) for node in reversed(roots)]
-    while stack:
-        node, depth = stack.pop()
-        node.depth = depth
-        ordered.append(node)
-        stack.extend((child, depth + 1) for child in reversed(node.children))
-    return ordered
-
-
-def _attempts(events: list[StepEvent]) -> list[Attempt]:
-    attempts: list[Attempt] = []
-    for event in events:
-        if event.type == StepEventType.ATTEMPT_STARTED:
-            attempts.append(Attempt(event.attempt_number or len(attempts) + 1, event.recorded_at))
-        elif event.type in (StepEventType.ATTEMPT_SUCCEEDED, StepEventType.ATTEMPT_FAILED):
-            if not attempts:
-                continue
-            attempt = attempts[-1]
-            attempt.ended_at = event.recorded_at
-            if event.type == StepEventType.ATTEMPT_SUCCEEDED:
-                attempt.outcome = StepState.SUCCEEDED
-            else:
-                attempt.outcome = StepState.FAILED
-                attempt.error = event.error_message or event.error_name
-                attempt.next_attempt_at = event.next_attempt_at
-    return attempts
-
-
-# The timeline ----------------------------------------------------------------------------
 
 
 def build_timeline(
@@ -381,22 +236,3 @@ def _summary(node: StepNode, end: datetime) -> str:
     if failed:
         words += f", {failed} failed"
     return f"{words}; {step.state} after {took}" if resolved else f"{words}; {step.state}"
-
-
-def short_time(when: datetime | None) -> str:
-    """A local time to the second, with the date when it is not today's."""
-    if when is None:
-        return ""
-    local, today = timezone.localtime(when), timezone.localtime(clock_now()).date()
-    return local.strftime("%H:%M:%S" if local.date() == today else "%b %d %H:%M:%S")
-
-
-def clock_text(when: datetime | None) -> str:
-    """A full local timestamp, with milliseconds when there are any."""
-    if when is None:
-        return ""
-    local = timezone.localtime(when)
-    text = local.strftime("%Y-%m-%d %H:%M:%S")
-    if local.microsecond:
-        text += f".{local.microsecond // 1000:03d}"
-    return text

@@ -1,0 +1,56 @@
+"""How the console answers an operator: a confirmation page before an operation that takes
+input, and after any operation its report, as a message and as entries in the admin history.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.admin import ModelAdmin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from ..models import WorkflowInstance
+from .controls import CONTROLS, ControlName, admin_url
+from .operations import Report
+
+TITLES = {ControlName.CANCEL: "Cancel workflows", ControlName.SEND_EVENT: "Send an event"}
+SUBMIT_LABELS = {ControlName.CANCEL: "Yes, cancel", ControlName.SEND_EVENT: "Send event"}
+
+
+def record(model_admin: ModelAdmin[WorkflowInstance], request: HttpRequest, report: Report) -> None:
+    """Log each change in the admin history and tell the user what happened."""
+    for outcome in report.done:
+        model_admin.log_change(request, outcome.instance, outcome.detail)
+    level = messages.SUCCESS if report.done and not report.skipped else messages.WARNING
+    model_admin.message_user(request, report.summary(), level)
+
+
+def confirmation_page(
+    model_admin: ModelAdmin[WorkflowInstance],
+    request: HttpRequest,
+    control: ControlName,
+    form: forms.Form,
+    instances: list[WorkflowInstance],
+    *,
+    action: str = "",
+) -> HttpResponse:
+    """The form page of cancel and send event, for a selection (the list ``action`` that
+    posts it back) or for one instance (no action)."""
+    statuses = CONTROLS[control].statuses
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": TITLES[control],
+        "control": control,
+        "form": form,
+        "instances": instances,
+        "skipped": [i for i in instances if i.status not in statuses],
+        "action": action,
+        "submit_label": SUBMIT_LABELS[control],
+        "back_url": admin_url(model_admin, "change", instances[0].pk)
+        if not action
+        else admin_url(model_admin, "changelist"),
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, "workerflow/admin/action_form.html", context)
