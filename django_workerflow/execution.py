@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import transaction
 
-from . import jsonvalue
+from . import jsonvalue, storable
 from .backoff import Backoff
 from .clock import now as clock_now
 from .control import ExecutionStopped, Suspension
@@ -197,7 +197,7 @@ class Execution(PassState):
             self.store.mark_attempt_failed,
             record.step_id,
             record.attempt_count,
-            error_name=type(exc).__name__,
+            error_name=storable.error_name(exc),
             error_message=error_message(exc),
             non_retryable=non_retryable,
             backoff=backoff,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import storable
 from .exceptions import (
     MaxAttemptsExceededError,
     NonRetryableStepError,
@@ -26,9 +27,7 @@ REPLAYED_FAILURES: dict[str, type[StepOutcomeError]] = {
 
 def error_message(exc: BaseException) -> str:
     """``"<ClassName>: <message>"``, or the class name alone when the message is empty."""
-    text = str(exc)
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
+    return storable.error_message(exc)
 
 
 def strip_name(message: str, name: str) -> str:

@@ -12,6 +12,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from . import storable
 from .conf import settings
 from .exceptions import WorkflowInputError
 
@@ -34,6 +35,9 @@ def dumps(value: Any, *, what: str) -> str:
         raise WorkflowInputError(f"{what} is not JSON-serializable: {exc}") from exc
     if text.count("[") + text.count("{") > MAX_NESTING:
         _check_nesting(text, what)
+    if not text.isascii():
+        # ensure_ascii=False keeps lone surrogates as they are, and UTF-8 cannot hold them.
+        storable.check_text(text, what=what)
     limit = settings.MAX_JSON_BYTES
     if len(text) > limit // 4 and len(text.encode()) > limit:
         raise WorkflowInputError(
@@ -68,7 +72,7 @@ def check_identifier(value: Any, *, what: str, max_length: int = MAX_IDENTIFIER_
         raise WorkflowInputError(
             f"{what} {value[:40]!r}... is {len(value)} characters long; the limit is {max_length}."
         )
-    return value
+    return storable.check_text(value, what=what)
 
 
 def to_timedelta(value: Any, *, what: str) -> timedelta:

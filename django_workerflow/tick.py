@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import alarms, jsonvalue, lease, registry
+from . import alarms, jsonvalue, lease, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
@@ -202,7 +202,7 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
 
 def _failed(exc: BaseException) -> PassResult:
     return PassResult(
-        PassOutcome.FAILED, error_name=type(exc).__name__, error_message=error_message(exc)
+        PassOutcome.FAILED, error_name=storable.error_name(exc), error_message=error_message(exc)
     )
 
 
