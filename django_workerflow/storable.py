@@ -58,8 +58,16 @@ def error_name(exc: BaseException) -> str:
 
 
 def error_message(exc: BaseException) -> str:
-    """``"<ClassName>: <message>"`` (the class name alone for an empty message), storable."""
+    """``"<ClassName>: <message>"`` (the class name alone for an empty message), storable.
+
+    Never raises: an exception whose ``str()`` fails is described by its class name and the
+    class of the error that reading its message raised.
+    """
     name = error_name(exc)
-    text = str(exc)
+    try:
+        text = str(exc)
+    except Exception as unreadable:  # user __str__ code may raise anything
+        reason = f"its message could not be read: {type(unreadable).__name__}"
+        return safe_text(f"{name} ({reason})", max_length=MAX_ERROR_MESSAGE_LENGTH)
     message = f"{name}: {text}" if text else name
     return safe_text(message, max_length=MAX_ERROR_MESSAGE_LENGTH)
