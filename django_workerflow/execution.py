@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import transaction
 
-from . import jsonvalue, storable
+from . import jsonvalue
 from .backoff import Backoff
 from .clock import now as clock_now
 from .control import ExecutionStopped, Suspension
@@ -29,6 +29,7 @@ from .failures import (
     REPLAYED_FAILURES,
     error_message,
     recorded_failure,
+    recorded_name,
 )
 from .pass_state import PassState
 from .states import StepState, StepType
@@ -197,7 +198,7 @@ class Execution(PassState):
             self.store.mark_attempt_failed,
             record.step_id,
             record.attempt_count,
-            error_name=storable.error_name(exc),
+            error_name=recorded_name(exc),
             error_message=error_message(exc),
             non_retryable=non_retryable,
             backoff=backoff,

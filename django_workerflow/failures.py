@@ -30,6 +30,17 @@ def error_message(exc: BaseException) -> str:
     return storable.error_message(exc)
 
 
+def recorded_name(exc: BaseException) -> str:
+    """The error name a failed attempt records. A subclass of a failure that replays is
+    recorded under that failure's name (its message keeps the subclass's name): a class
+    cannot be rebuilt from its name on replay, and the replay must raise what the first run
+    raised."""
+    for name, replayed in REPLAYED_FAILURES.items():
+        if isinstance(exc, replayed):
+            return name
+    return storable.error_name(exc)
+
+
 def strip_name(message: str, name: str) -> str:
     prefix = f"{name}: "
     if message.startswith(prefix):
