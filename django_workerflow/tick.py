@@ -18,14 +18,14 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import alarms, jsonvalue, lease, registry, storable
+from . import alarms, jsonvalue, lease, recovery, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
 from .definition import WorkflowDefinition
 from .exceptions import WorkflowInputError
 from .execution import Execution, error_message
-from .models import ACTIVE_STATUSES, StepState, StepType, WorkflowInstance, WorkflowStatus
+from .models import ACTIVE_STATUSES, StepState, WorkflowInstance, WorkflowStatus
 from .states import PassOutcome, StopReason, TickOutcome
 from .store import StepStore
 
@@ -129,11 +129,7 @@ def _execute(
         store = StepStore(instance.pk, lease_token=token)
         steps = store.load()
         if suspects is None:
-            suspects = {
-                step_id
-                for step_id, step in steps.items()
-                if step.type == StepType.RUN and step.state == StepState.RUNNING
-            }
+            suspects = recovery.interrupted_run_steps(steps)
         result = _settle(
             instance, token, _replay(instance, definition_class, store, deadline, suspects), replays
         )
