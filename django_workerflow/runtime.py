@@ -165,7 +165,8 @@ def send_event(
                     state=StepState.WAITING,
                     event_name=event_name,
                 )
-                .exclude(timeout_at__lt=now)
+                # At its deadline a wait has timed out, as a tick at the same instant finds.
+                .exclude(timeout_at__lte=now)
                 .order_by("created_at", "id")
                 .values_list("pk", flat=True)
                 .first()
