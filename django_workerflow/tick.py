@@ -93,8 +93,8 @@ def _claim(
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
-            if not instance.wake_requested:
-                instance.request_another_pass()
+            if instance.found_leased():
+                alarms.arm(instance.pk, instance.alarm_at)
             return TickResult(TickOutcome.BUSY, alarm_at=instance.alarm_at)
         definition_class = registry.lookup(instance.definition_name, instance.definition_version)
         if definition_class is None:
