@@ -62,6 +62,15 @@ def loads(text: str | None) -> Any:
     return None if text is None else _decode(text)
 
 
+def fresh_copy(value: Any) -> Any:
+    """A deep copy of a value read back from JSON, so that changing it changes no other copy."""
+    if isinstance(value, dict):
+        return {key: fresh_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [fresh_copy(item) for item in value]
+    return value
+
+
 def check_identifier(value: Any, *, what: str, max_length: int = MAX_IDENTIFIER_LENGTH) -> str:
     """Return ``value`` if it is a usable step id, event name or key, else raise."""
     if not isinstance(value, str):

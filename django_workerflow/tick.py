@@ -150,7 +150,9 @@ def _replay(
         deadline=deadline,
         interrupted_suspects=suspects,
     )
-    definition = definition_class(key=instance.key, input=instance.input, execution=execution)
+    # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
+    pinned_input = jsonvalue.fresh_copy(instance.input)
+    definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
     result = _run_pass(definition, execution)
     if not (result.stop_reason or result.yielded):
         result.unreached = _unreached_steps(store, execution.seen_step_ids)
