@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import transaction
 
-from . import jsonvalue
+from . import jsonvalue, storable
 from .backoff import Backoff
 from .clock import now as clock_now
 from .control import ExecutionStopped, Suspension
@@ -83,6 +83,11 @@ class Execution(PassState):
             raise WorkflowInputError(
                 f"max_attempts of run step '{step_id}' must be a whole number >= 1, "
                 f"not {max_attempts!r}."
+            )
+        if max_attempts > storable.MAX_INTEGER:
+            raise WorkflowInputError(
+                f"max_attempts of run step '{step_id}' is {max_attempts}, more than the limit "
+                f"of {storable.MAX_INTEGER} (the largest count the database stores)."
             )
         if not callable(fn):
             raise WorkflowInputError(f"Run step '{step_id}' needs a callable, not {fn!r}.")

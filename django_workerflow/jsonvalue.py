@@ -54,7 +54,8 @@ def _check_nesting(text: str, what: str) -> None:
         deepest = max(deepest, depth)
     if deepest > MAX_NESTING:
         raise WorkflowInputError(
-            f"{what} is nested {deepest} levels deep; the limit is {MAX_NESTING}."
+            f"{what} is nested {deepest} levels deep, more than the JSON nesting limit of "
+            f"{MAX_NESTING} levels."
         )
 
 

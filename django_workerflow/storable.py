@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from .exceptions import WorkflowInputError
 
+# The largest value of a PositiveIntegerField on every database (max_attempts, say).
+MAX_INTEGER = 2_147_483_647
 # The width of the error_name columns.
 MAX_ERROR_NAME_LENGTH = 200
 # Error messages are cut here: they are shown and stored on every failed attempt.
