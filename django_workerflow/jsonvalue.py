@@ -31,8 +31,10 @@ def dumps(value: Any, *, what: str) -> str:
     """Encode ``value`` as stored JSON text, or raise WorkflowInputError naming ``what``."""
     try:
         text = _encoder.encode(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise WorkflowInputError(f"{what} is not JSON-serializable: {exc}") from exc
+    except Exception as exc:  # TypeError, ValueError, RecursionError, or user container code
+        raise WorkflowInputError(
+            f"{what} is not JSON-serializable: {storable.describe(exc)}"
+        ) from exc
     if text.count("[") + text.count("{") > MAX_NESTING:
         _check_nesting(text, what)
     if not text.isascii():

@@ -66,10 +66,20 @@ def error_message(exc: BaseException) -> str:
     class of the error that reading its message raised.
     """
     name = error_name(exc)
-    try:
-        text = str(exc)
-    except Exception as unreadable:  # user __str__ code may raise anything
-        reason = f"its message could not be read: {type(unreadable).__name__}"
-        return safe_text(f"{name} ({reason})", max_length=MAX_ERROR_MESSAGE_LENGTH)
+    text, readable = _read(exc)
+    if not readable:
+        return safe_text(f"{name} {text}", max_length=MAX_ERROR_MESSAGE_LENGTH)
     message = f"{name}: {text}" if text else name
     return safe_text(message, max_length=MAX_ERROR_MESSAGE_LENGTH)
+
+
+def describe(exc: BaseException) -> str:
+    """``str(exc)``, or why it could not be read; never raises."""
+    return _read(exc)[0]
+
+
+def _read(exc: BaseException) -> tuple[str, bool]:
+    try:
+        return str(exc), True
+    except Exception as unreadable:  # user __str__ code may raise anything
+        return f"(its message could not be read: {type(unreadable).__name__})", False

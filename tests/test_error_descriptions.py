@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow import MaxAttemptsExceededError
+from django_workerflow import MaxAttemptsExceededError, WorkflowInputError
 from django_workerflow.models import Step, StepEvent, StepEventType, StepState, WorkflowStatus
 
 pytestmark = pytest.mark.django_db
@@ -86,3 +86,32 @@ def test_execute__raising_an_error_whose_str_fails_fails_the_workflow_once(
     assert workerflow_harness.drain() == 1
     instance.refresh_from_db()
     assert (instance.status, instance.error_message) == (WorkflowStatus.FAILED, expected)
+
+
+class ExplodingList(list):
+    def __iter__(self):
+        raise KeyError("exploded")
+
+
+class ExplodingDict(dict):
+    def items(self):
+        raise UnreadableError()
+
+
+def test_start__an_input_whose_encoding_raises_is_refused(define, workerflow_harness):
+    with pytest.raises(WorkflowInputError, match="workflow input is not JSON-serializable"):
+        workerflow.start(define(lambda self: None), input=ExplodingDict(a=1))
+
+
+def test_run__a_result_whose_encoding_raises_fails_the_step_as_non_retryable(
+    define, workerflow_harness
+):
+    instance = workerflow.start(define(lambda self: self.run("load", lambda: ExplodingList([1]))))
+    workerflow_harness.drain()
+    step = Step.objects.get(instance=instance)
+    assert (step.state, step.attempt_count, step.error_name) == (
+        StepState.FAILED,
+        1,
+        "NonRetryableStepError",
+    )
+    assert "exploded" in step.error_message
