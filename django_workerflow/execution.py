@@ -100,6 +100,7 @@ class Execution(PassState):
                 step_id,
                 parent_step_id=self._parent(),
                 max_attempts=max_attempts,
+                fuse=True,
             )
             return self._attempt(record, fn, backoff, atomic)
         self._check_kind(record, StepType.RUN)
@@ -151,7 +152,7 @@ class Execution(PassState):
                     value = fn()
                     self.atomic_step = None
                     # Recorded inside the transaction, so fn's writes commit with it.
-                    return self._record_success(record, value)
+                    return self._record_success(record, value, atomic=True)
             value = fn()
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, non_retryable=True)
@@ -172,7 +173,7 @@ class Execution(PassState):
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, non_retryable=True)
 
-    def _record_success(self, record: StepRecord, value: Any) -> Any:
+    def _record_success(self, record: StepRecord, value: Any, *, atomic: bool = False) -> Any:
         """Serialise the result and record the attempt's success; return the recorded
         (JSON round-tripped) result. _UnserializableResult if it cannot be serialised."""
         step_id = record.step_id
@@ -184,9 +185,16 @@ class Execution(PassState):
                 f"JSON: {exc.__cause__ or exc}"
             )
             raise _UnserializableResult(failure) from failure
-        recorded = self._write(
-            self.store.mark_attempt_succeeded, step_id, record.attempt_count, result_json
-        )
+        if atomic:
+            # Inside the step's own transaction, so fn's writes commit with its success.
+            recorded = self._write(
+                self.store.mark_attempt_succeeded, step_id, record.attempt_count, result_json
+            )
+        else:
+            # Held in memory and written with the next write (see store.StepStore).
+            recorded = self._write(
+                self.store.defer_success, step_id, record.attempt_count, result_json, fuse=True
+            )
         return recorded.result
 
     def _record_failure(

@@ -121,8 +121,14 @@ class PassState:
         self.due_times.append(due)
         raise Suspension()
 
-    def _write(self, method: Callable[..., StepRecord], *args: Any, **kwargs: Any) -> StepRecord:
+    def _write(
+        self, method: Callable[..., StepRecord], *args: Any, fuse: bool = False, **kwargs: Any
+    ) -> StepRecord:
+        """A step write. A success held in memory is written first, unless ``method`` writes
+        it itself (``fuse``: starting a new run step, or holding the next success)."""
         try:
+            if not fuse:
+                self.store.flush()
             return method(*args, **kwargs)
         except ExecutionStopped as stopped:
             self.suspended = True
@@ -131,3 +137,8 @@ class PassState:
         except DatabaseError as exc:
             # Not the workflow's failure: user code must not see (or swallow) it.
             raise TickAborted() from exc
+
+    def flush(self) -> None:
+        """Write the success held in memory (the pass is ending)."""
+        if self.store.pending_success is not None:
+            self._write(self.store.flush, fuse=True)

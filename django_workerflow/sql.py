@@ -129,6 +129,34 @@ _CHECKING_FENCE = f"""
             SELECT id FROM {INSTANCE} WHERE {LEASE_HELD_RUNNING} FOR SHARE
         ),"""
 
+# Step N's success and step N+1's start in one statement (one commit): the success is fenced
+# by the step row alone, the start also by the lease and the status, and only if the success
+# landed. A pause or a lost lease therefore still records the success and starts nothing.
+_FUSED_SUCCESS = f"""
+        WITH done AS (
+            UPDATE {STEP}
+            SET state = %(state_succeeded)s::varchar, result = %(result)s::text,
+                resolved_at = %(now)s::timestamptz
+            WHERE id = %(step)s::bigint AND state = %(state_running)s::varchar
+                AND attempt_count = %(attempt)s::integer
+            RETURNING id
+        ), succeeded AS (
+            {_SUCCEEDED_EVENT}
+        ),"""
+_FUSED_RENEWING_FENCE = f"""
+        fence AS (
+            UPDATE {INSTANCE} SET {RENEW_LEASE_SET}
+            WHERE {LEASE_HELD_RUNNING} AND EXISTS (SELECT 1 FROM done)
+            RETURNING id
+        ),"""
+_FUSED_CHECKING_FENCE = f"""
+        fence AS (
+            SELECT id FROM {INSTANCE}
+            WHERE {LEASE_HELD_RUNNING} AND EXISTS (SELECT 1 FROM done) FOR SHARE
+        ),"""
+_FUSED_RESULT = """
+        SELECT (SELECT count(*) FROM done), (SELECT id FROM new_step)"""
+
 _STATEMENTS: dict[str, str] = {
     # Renew the lease (and a running instance's alarm); matches nothing once it is lost.
     "renew_lease": f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD}",
@@ -144,6 +172,15 @@ _STATEMENTS: dict[str, str] = {
     "start_new_run_checked": _CHECKING_FENCE + _START_NEW_RUN_TAIL + _FLUSH,
     # ... the same, committed without waiting for the WAL flush (autocommit only).
     "start_new_run_checked_no_flush": _CHECKING_FENCE + _START_NEW_RUN_TAIL + _NO_FLUSH,
+    # PostgreSQL: record a running attempt's success and start the next run step (renewing
+    # the lease), in one synchronous commit; returns (successes recorded, new step or NULL).
+    "succeed_and_start_renewing": (
+        _FUSED_SUCCESS + _FUSED_RENEWING_FENCE + _START_NEW_RUN_TAIL + _FUSED_RESULT
+    ),
+    # ... the same, only checking the lease.
+    "succeed_and_start_checked": (
+        _FUSED_SUCCESS + _FUSED_CHECKING_FENCE + _START_NEW_RUN_TAIL + _FUSED_RESULT
+    ),
     # SQLite: create a run step with attempt 1 started if the lease is held and running.
     "start_new_run_sqlite": f"""
         INSERT INTO {STEP} ({_STEP_COLUMNS})
@@ -191,6 +228,13 @@ _STATEMENTS: dict[str, str] = {
         VALUES (%(instance)s, %(step_id)s, %(type)s, %(state_waiting)s, %(parent)s, 0, NULL,
             '', '', %(wake_at)s, %(event_name)s, %(timeout_at)s, %(now)s)
         RETURNING id""",
+    # SQLite: the success and attempt-started events of a fused write, in one insert.
+    "insert_two_step_events": f"""
+        {_INSERT_STEP_EVENT} VALUES
+            (%(instance)s, %(step)s, %(event_attempt_succeeded)s, %(now)s, %(attempt)s,
+                %(result)s, '', '', NULL, NULL, '', NULL, NULL),
+            (%(instance)s, %(new_step)s, %(event_attempt_started)s, %(now)s, 1, NULL, '', '',
+                NULL, NULL, '', NULL, NULL)""",
     # Append one step event.
     "insert_step_event": f"""
         {_INSERT_STEP_EVENT} VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,

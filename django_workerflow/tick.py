@@ -154,6 +154,7 @@ def _replay(
     pinned_input = jsonvalue.fresh_copy(instance.input)
     definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
     result = _run_pass(definition, execution)
+    result = _flush(execution, result)
     if not (result.stop_reason or result.yielded):
         result.unreached = _unreached_steps(store, execution.seen_step_ids)
     return result
@@ -196,6 +197,16 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
     except WorkflowInputError as exc:
         return _failed(exc)
     return PassResult(PassOutcome.COMPLETED, result_json=result_json)
+
+
+def _flush(execution: Execution, result: PassResult) -> PassResult:
+    """Make the success held in memory durable before the pass settles; a lost lease or a
+    stopped instance found by that write ends the pass as stopped."""
+    try:
+        execution.flush()
+    except ExecutionStopped:
+        return PassResult(PassOutcome.SUSPENDED, stop_reason=execution.stop_reason)
+    return result
 
 
 def _failed(exc: BaseException) -> PassResult:

@@ -99,7 +99,10 @@ def test_take_over__a_parent_that_died_after_its_child_succeeded_was_interrupted
     crash = dies_once()
 
     def outer(self):
-        value = self.run("inner", lambda: 5)
+        # atomic: the child's success commits before the death (a plain step's success is
+        # written with the next write, so the death would lose it and re-run the child:
+        # tests/test_step_outcome_durability.py).
+        value = self.run("inner", lambda: 5, atomic=True)
         crash()
         return value
 
