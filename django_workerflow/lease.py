@@ -15,7 +15,9 @@ The fencing invariant (``docs/concepts.md`` states the same):
   ``running``, same attempt number), not by the lease. A worker that lost its lease still
   records the success of the attempt it started, unless the new owner already recorded that
   attempt as interrupted: both writes carry the same condition, so exactly one of the two
-  lands.
+  lands. When the success rides with the next step's start (one statement), the start is
+  fenced as above and only written if the success landed; a refused start (paused,
+  cancelled, lease lost) still leaves the success recorded.
 * **Recording a failed attempt** carries the same step-row condition, and also needs the
   lease (its retry schedule belongs to the owner); so does resolving a sleep or a wait.
 * **Settling the tick** (status, alarm, release) needs the lease, checked on the locked
