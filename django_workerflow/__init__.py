@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .definition import WorkflowDefinition
@@ -42,6 +43,7 @@ __all__ = [
     "resume",
     "send_event",
     "start",
+    "start_many",
 ]
 
 
@@ -60,6 +62,19 @@ def start(
     from . import runtime
 
     return runtime.start(definition, key=key, input=input, version=version)
+
+
+def start_many(
+    workflow: str | type[WorkflowDefinition],
+    items: Iterable[tuple[str | None, Any]],
+    *,
+    version: str | None = None,
+) -> list[WorkflowInstance]:
+    """Start one instance per ``(key, input)`` pair, idempotent by key like :func:`start`:
+    every item is validated before any write, rows are written 1,000 per statement."""
+    from .bulk_start import start_many as start_many_
+
+    return start_many_(workflow, items, version=version)
 
 
 def send_event(

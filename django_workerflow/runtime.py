@@ -13,10 +13,10 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 
-from . import alarms, jsonvalue, lease, registry, storable
+from . import alarms, jsonvalue, lease, registry, starting, storable
 from .clock import now as clock_now
 from .conf import settings
 from .definition import WorkflowDefinition
@@ -91,35 +91,25 @@ def start(
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     input_json = jsonvalue.dumps(input, what="The workflow input")
 
-    existing = WorkflowInstance.objects.filter(key=key).first()
-    if existing is None:
-        now = clock_now()
-        try:
-            with transaction.atomic():
-                instance = WorkflowInstance.objects.create_pending(
-                    key=key,
-                    definition_name=name,
-                    definition_version=definition_class.version,
-                    input=jsonvalue.loads(input_json),
-                    now=now,
-                )
-                alarms.arm(instance.pk, now)
-        except IntegrityError:
-            existing = WorkflowInstance.objects.filter(key=key).first()
-            if existing is None:
-                raise
-        else:
-            logger.info(
-                "workflow created key=%s definition=%s version=%s",
-                key,
-                name,
-                instance.definition_version,
-            )
-            return instance
-    return _existing_start(existing, name, version)
+    created = starting.insert_pending(
+        name, definition_class.version, [starting.NewInstance(key, input_json)], clock_now()
+    )
+    if created:
+        logger.info(
+            "workflow created key=%s definition=%s version=%s",
+            key,
+            name,
+            definition_class.version,
+        )
+        return created[0]
+    return check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
 
 
-def _existing_start(instance: WorkflowInstance, name: str, version: str | None) -> WorkflowInstance:
+def check_existing_start(
+    instance: WorkflowInstance, name: str, version: str | None
+) -> WorkflowInstance:
+    """The existing ``instance`` a start of ``name`` (at ``version``) under its key returns,
+    or the error that start raises."""
     if instance.definition_name != name:
         raise WorkflowInputError(
             f"Instance key '{instance.key}' already belongs to a '{instance.definition_name}' "

@@ -1,0 +1,59 @@
+"""start() of one new instance: at most three statements, the bell included, and one commit
+(issue 15). On PostgreSQL: the id the bell names, then one statement in autocommit."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+import django_workerflow as workerflow
+from django_workerflow import alarms
+from django_workerflow.models import WorkflowInstance
+
+from .test_statements import TRANSACTION_CONTROL
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_start__of_a_new_instance_costs_at_most_three_statements_and_one_commit(define):
+    workflow = define(lambda self: None)
+    workerflow.start(workflow)  # the first start reads the id sequence's name once
+    executed: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        executed.append(sql.strip())
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        instance = workerflow.start(workflow, key="cheap", input={"n": 1})
+
+    control = [s for s in executed if s.upper().startswith(TRANSACTION_CONTROL)]
+    statements = [s for s in executed if s not in control]
+    assert len(statements) <= 3, statements
+    if connection.vendor == "postgresql":
+        # Autocommit: the id the bell names (a read), then instance, event and bell in one
+        # statement, its own transaction and the only commit.
+        assert control == []
+        assert [s.upper().startswith("SELECT") for s in statements] == [True, False]
+    else:
+        assert control == ["BEGIN IMMEDIATE", "COMMIT"]
+    stored = WorkflowInstance.objects.get(pk=instance.pk)
+    assert (stored.key, stored.input, stored.status) == ("cheap", {"n": 1}, "pending")
+    if alarms.uses_delayed_bells():
+        from django_q.models import OrmQ
+        from django_q.signing import SignedPackage
+
+        bells = [
+            SignedPackage.loads(p)["args"] for p in OrmQ.objects.values_list("payload", flat=True)
+        ]
+        assert (instance.pk,) in [tuple(args) for args in bells]
+
+
+def test_start__of_an_existing_key_returns_it_without_writing(define):
+    workflow = define(lambda self: None)
+    first = workerflow.start(workflow, key="again", input=1)
+
+    second = workerflow.start(workflow, key="again", input=2)
+
+    assert (second.pk, second.input) == (first.pk, 1)
+    assert WorkflowInstance.objects.count() == 1

@@ -1,0 +1,112 @@
+"""start_many(): validated before any write, idempotent by key, 1,000 rows per statement,
+bells included (issue 15)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+import django_workerflow as workerflow
+from django_workerflow import alarms
+from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
+from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def workflow(define):
+    return define(lambda self: self.input)
+
+
+def test_start_many__creates_one_pending_instance_per_item_in_order(workflow, workerflow_harness):
+    instances = workerflow.start_many(workflow, [("a", {"n": 1}), ("b", None), (None, [2])])
+
+    assert [i.key for i in instances[:2]] == ["a", "b"]
+    assert [i.input for i in instances] == [{"n": 1}, None, [2]]
+    assert all(i.status == WorkflowStatus.PENDING for i in instances)
+    stored = WorkflowInstance.objects.get(key="a")
+    assert (stored.pk, stored.input, stored.definition_version) == (
+        instances[0].pk,
+        {"n": 1},
+        workflow.version,
+    )
+    assert WorkflowEvent.objects.filter(type="created").count() == 3
+    workerflow_harness.drain()
+    assert WorkflowInstance.objects.get(key="a").result == {"n": 1}
+
+
+def test_start_many__is_idempotent_by_key(workflow):
+    first = workerflow.start(workflow, key="taken", input=1)
+
+    instances = workerflow.start_many(workflow, [("taken", 2), ("new", 3), ("new", 4)])
+
+    assert instances[0].pk == first.pk
+    assert instances[0].input == 1
+    assert instances[1].pk == instances[2].pk
+    assert instances[2].input == 3
+    assert WorkflowInstance.objects.count() == 2
+    assert WorkflowEvent.objects.filter(type="created").count() == 2
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (("k", {1, 2}), "Item 2 of start_many()"),
+        (("bad\x00key", 1), "Item 2 of start_many()"),
+        ("not a pair", "Item 2 of start_many()"),
+        (("k", "x", "y"), "Item 2 of start_many()"),
+    ],
+)
+def test_start_many__a_bad_item_refuses_the_whole_call_before_any_write(workflow, bad, message):
+    items = [("ok-1", 1), ("ok-2", 2), bad, ("ok-3", 3)]
+
+    with pytest.raises(WorkflowInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        workerflow.start_many(workflow, items)
+
+    assert WorkflowInstance.objects.count() == 0
+
+
+def test_start_many__an_existing_key_of_another_version_refuses_before_any_write(define):
+    old = define(lambda self: 1, version="1")
+    workerflow.start(old, key="pinned")
+    define(lambda self: 2, version="2", name=old.name)
+
+    with pytest.raises(WorkflowVersionConflictError, match="Item 1 of start_many"):
+        workerflow.start_many(old.name, [("fresh", 1), ("pinned", 2)], version="2")
+
+    assert list(WorkflowInstance.objects.values_list("key", flat=True)) == ["pinned"]
+
+
+def test_start_many__writes_at_most_1000_rows_per_statement(workflow):
+    inserts = []
+    columns = len(WorkflowInstance._meta.concrete_fields)  # the id included (PostgreSQL)
+
+    def rows(sql: str, count: int) -> int:
+        return sql.count("(" + ", ".join(["%s"] * count) + ")")
+
+    def record(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith(("INSERT", "WITH")) and "workflowinstance" in sql:
+            inserts.append(max(rows(sql, columns), rows(sql, columns - 1)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        instances = workerflow.start_many(workflow, ((f"k{n}", n) for n in range(2500)))
+
+    assert len(instances) == WorkflowInstance.objects.count() == 2500
+    assert len(inserts) == 3
+    assert inserts == [1000, 1000, 500]
+
+
+def test_start_many__rings_a_bell_per_new_instance(workflow):
+    if not alarms.uses_delayed_bells():
+        pytest.skip("bells are rows only with django-q2's ORM broker")
+    from django_q.models import OrmQ
+    from django_q.signing import SignedPackage
+
+    instances = workerflow.start_many(workflow, [(f"k{n}", n) for n in range(5)])
+
+    bells = [SignedPackage.loads(p) for p in OrmQ.objects.values_list("payload", flat=True)]
+    assert sorted(task["args"][0] for task in bells) == sorted(i.pk for i in instances)
+    assert all(task["func"] == alarms.TICK_TASK for task in bells)
+    assert {i.bell_at for i in WorkflowInstance.objects.all()} == {instances[0].alarm_at}
