@@ -1,0 +1,53 @@
+"""Bells under a backlog are handed out earliest-due first (issue 15)."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+pytestmark = pytest.mark.django_db
+
+pytest.importorskip("django_q")
+
+
+def inversions(values: list) -> int:
+    return sum(
+        1 for i in range(len(values)) for j in range(i + 1, len(values)) if values[i] > values[j]
+    )
+
+
+def test_due_first_broker__hands_out_a_backlog_earliest_due_first():
+    from django_q.conf import Conf
+    from django_q.models import OrmQ
+
+    from django_workerflow.broker import DueFirstOrmBroker
+
+    now = timezone.now()
+    dues = [now - timedelta(seconds=n) for n in range(1, 201)]
+    random.Random(15).shuffle(dues)
+    OrmQ.objects.bulk_create(
+        OrmQ(key=Conf.CLUSTER_NAME, payload=f"due-{due.isoformat()}", lock=due) for due in dues
+    )
+    OrmQ.objects.create(key=Conf.CLUSTER_NAME, payload="later", lock=now + timedelta(hours=1))
+    broker = DueFirstOrmBroker(list_key=Conf.CLUSTER_NAME)
+
+    handed_out = []
+    while len(handed_out) < len(dues):
+        handed_out += [payload for _pk, payload in broker.dequeue()]
+
+    assert len(handed_out) == 200
+    assert "later" not in handed_out
+    assert inversions(handed_out) == 0
+    assert handed_out == [f"due-{due.isoformat()}" for due in sorted(dues)]
+
+
+def test_bell_queue__has_the_key_lock_index():
+    from django_q.models import OrmQ
+
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, OrmQ._meta.db_table)
+    assert constraints["workerflow_ormq_key_lock"]["columns"] == ["key", "lock"]
