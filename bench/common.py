@@ -51,6 +51,10 @@ class Sizes:
     peer_repeats: int = 5
     # Profile of the sequential hot path (pyinstrument).
     profile_steps: int = 2_000
+    # 8. Starts: timed start() calls, start_many() instances, bells due at once.
+    starts_timed: int = 500
+    start_many: int = 10_000
+    bells: int = 10_000
 
 
 FULL = Sizes()
@@ -75,6 +79,9 @@ SMOKE = Sizes(
     peer_steps=20,
     peer_repeats=1,
     profile_steps=50,
+    starts_timed=20,
+    start_many=200,
+    bells=200,
 )
 
 

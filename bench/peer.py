@@ -100,6 +100,30 @@ def dbos_fleet(instances: int, steps: int) -> dict[str, Any]:
     }
 
 
+def dbos_starts(count: int) -> dict[str, Any]:
+    """DBOS's start_workflow in a loop (a workflow of no step): each call's time, and the
+    rate of the loop; the workflows' results are awaited afterwards."""
+    from dbos import DBOS
+
+    from .dbos_workload import sequential
+
+    timings = []
+    handles = []
+    began = time.perf_counter()
+    for _ in range(count):
+        started = time.perf_counter()
+        handles.append(DBOS.start_workflow(sequential, 0))
+        timings.append(time.perf_counter() - started)
+    elapsed = time.perf_counter() - began
+    for handle in handles:
+        handle.get_result()
+    return {
+        "starts": count,
+        "median": statistics.median(timings),
+        "starts_per_second": count / elapsed,
+    }
+
+
 def peer(sizes: Sizes, workdir: Path, pg_name: str, progress: Any) -> dict[str, Any]:
     version = dbos_version()
     if version is None:
@@ -125,6 +149,8 @@ def peer(sizes: Sizes, workdir: Path, pg_name: str, progress: Any) -> dict[str, 
         }
         progress(f"DBOS fleet, {sizes.fleet_instances} x {sizes.fleet_steps} steps")
         results["fleet"] = dbos_fleet(sizes.fleet_instances, sizes.fleet_steps)
+        progress(f"DBOS start_workflow, {sizes.starts_timed} starts")
+        results["starts"] = dbos_starts(sizes.starts_timed)
     finally:
         DBOS.destroy(destroy_registry=True)
     return results

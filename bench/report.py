@@ -468,7 +468,10 @@ def details(results: Results) -> list[str]:
 
 
 def render(results: Results, *, smoke: bool) -> str:
+    from .targets15 import targets_table as targets15_table
+
     lines = figures_table(results).lines + targets_table(results).lines
+    lines += targets15_table(results).lines
     lines.append("")
     if smoke:
         lines.append("Smoke sizes: the figures only show that every scenario ran.")

@@ -15,7 +15,12 @@ DEBUG = False
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
 
-Q_CLUSTER = {**Q_CLUSTER, "workers": 2 if WORKERFLOW_DB == "sqlite" else 4}
+Q_CLUSTER = {
+    **Q_CLUSTER,
+    "workers": 2 if WORKERFLOW_DB == "sqlite" else 4,
+    # Bells under a backlog go out earliest-due first (issue 15).
+    "broker_class": "django_workerflow.broker.DueFirstOrmBroker",
+}
 
 LOGGING = {
     "version": 1,

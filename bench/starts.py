@@ -1,0 +1,140 @@
+"""Scenario 8 (issue 15): starting instances, and bells under a backlog.
+
+- ``start()`` of one instance with its bell (django-q2's ORM broker, no cluster running):
+  median and p99 beside the raw commit time measured right before and after, and the
+  statements one start sends.
+- ``start_many()`` of ``start_many`` instances: instances per second.
+- ``bells`` bells due at once, shuffled, drained through :class:`DueFirstOrmBroker`:
+  inversions of the due order (0 expected) and the drain time; django-q2's own ORM broker
+  on the same backlog for comparison.
+Everything this scenario creates is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection
+from django.utils import timezone
+
+from django_workerflow import start, start_many
+from django_workerflow.models import WorkflowInstance
+
+from .common import Sizes, percentile
+from .inline import StatementCounter, commit_rate, create_probe_table
+
+
+def _clean(prefix: str) -> None:
+    from django_q.models import OrmQ
+
+    WorkflowInstance.objects.filter(key__startswith=prefix).delete()
+    OrmQ.objects.all().delete()
+
+
+def start_latency(count: int, probe_seconds: float) -> dict[str, Any]:
+    prefix = f"bench-start-{uuid.uuid4().hex[:8]}-"
+    create_probe_table()
+    start("bench-steps", key=f"{prefix}warm", input={"steps": 1})
+    before = commit_rate(probe_seconds)
+    timings = []
+    for number in range(count):
+        began = time.perf_counter()
+        start("bench-steps", key=f"{prefix}{number}", input={"steps": 1})
+        timings.append(time.perf_counter() - began)
+    after = commit_rate(probe_seconds)
+    counter = StatementCounter()
+    with connection.execute_wrapper(counter):
+        start("bench-steps", key=f"{prefix}counted", input={"steps": 1})
+    _clean(prefix)
+    raw_seconds = 2 / (before + after)
+    median = statistics.median(timings)
+    return {
+        "starts": count,
+        "median": median,
+        "p99": percentile(timings, 0.99),
+        "raw_commit_seconds": raw_seconds,
+        "ratio_to_raw_commit": median / raw_seconds,
+        "statements": len(counter.statements),
+        "transactions": counter.transactions,
+    }
+
+
+def start_many_rate(count: int) -> dict[str, Any]:
+    prefix = f"bench-many-{uuid.uuid4().hex[:8]}-"
+    items = [(f"{prefix}{number}", {"steps": 1}) for number in range(count)]
+    began = time.perf_counter()
+    instances = start_many("bench-steps", items)
+    seconds = time.perf_counter() - began
+    if len(instances) != count:
+        raise RuntimeError(f"start_many created {len(instances)} of {count}.")
+    _clean(prefix)
+    return {"instances": count, "seconds": seconds, "instances_per_second": count / seconds}
+
+
+def _inversions(values: list[Any]) -> int:
+    """Pairs out of order (merge-sort count, O(n log n))."""
+
+    def count(items: list[Any]) -> tuple[list[Any], int]:
+        if len(items) <= 1:
+            return items, 0
+        middle = len(items) // 2
+        left, a = count(items[:middle])
+        right, b = count(items[middle:])
+        merged, inverted, i, j = [], a + b, 0, 0
+        while i < len(left) and j < len(right):
+            if right[j] < left[i]:
+                merged.append(right[j])
+                inverted += len(left) - i
+                j += 1
+            else:
+                merged.append(left[i])
+                i += 1
+        return merged + left[i:] + right[j:], inverted
+
+    return count(values)[1]
+
+
+def bell_backlog(count: int, broker_class: type) -> dict[str, Any]:
+    from django_q.conf import Conf
+    from django_q.models import OrmQ
+
+    OrmQ.objects.all().delete()
+    now = timezone.now()
+    dues = [now - timedelta(milliseconds=number) for number in range(1, count + 1)]
+    random.Random(15).shuffle(dues)
+    OrmQ.objects.bulk_create(
+        (OrmQ(key=Conf.CLUSTER_NAME, payload=due.isoformat(), lock=due) for due in dues),
+        batch_size=1000,
+    )
+    broker = broker_class(list_key=Conf.CLUSTER_NAME)
+    order: list[str] = []
+    began = time.perf_counter()
+    while len(order) < count:
+        for pk, payload in broker.dequeue() or []:
+            order.append(payload)
+            broker.acknowledge(pk)
+    seconds = time.perf_counter() - began
+    return {
+        "bells": count,
+        "drain_seconds": seconds,
+        "bells_per_second": count / seconds,
+        "inversions": _inversions(order),
+    }
+
+
+def starts(sizes: Sizes) -> dict[str, Any]:
+    from django_q.brokers.orm import ORM
+
+    from django_workerflow.broker import DueFirstOrmBroker
+
+    return {
+        "start": start_latency(sizes.starts_timed, sizes.commit_probe_seconds),
+        "start_many": start_many_rate(sizes.start_many),
+        "bells": bell_backlog(sizes.bells, DueFirstOrmBroker),
+        "bells_django_q2_orm": bell_backlog(min(sizes.bells, 2_000), ORM),
+    }
