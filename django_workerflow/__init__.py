@@ -38,8 +38,10 @@ __all__ = [
     "WorkflowStateError",
     "WorkflowVersionConflictError",
     "cancel",
+    "fork",
     "pause",
     "resume",
+    "retry",
     "send_event",
     "start",
 ]
@@ -90,3 +92,27 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     from . import runtime
 
     return runtime.cancel(instance, reason=reason)
+
+
+def retry(key_or_instance: WorkflowInstance | str, reason: str | None = None) -> None:
+    """Run a failed instance again from the step that failed it."""
+    from . import recovery
+
+    recovery.retry(key_or_instance, reason=reason)
+
+
+def fork(
+    key_or_instance: WorkflowInstance | str,
+    *,
+    from_step: str | None = None,
+    key: str | None = None,
+    version: str | None = None,
+    input: Any = ...,
+    reason: str | None = None,
+) -> WorkflowInstance:
+    """Fork an instance from a step onto a version (default: the registered default)."""
+    from . import recovery
+
+    return recovery.fork(
+        key_or_instance, from_step=from_step, key=key, version=version, input=input, reason=reason
+    )
