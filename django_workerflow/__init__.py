@@ -65,12 +65,17 @@ def start(
 
 
 def send_event(
-    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+    instance: WorkflowInstance | str,
+    event_name: str,
+    payload: Any = None,
+    *,
+    missing_ok: bool = False,
 ) -> InboundEvent | None:
-    """Send an event to an instance (by key or object); None if it has finished."""
+    """Send an event to an instance (by key or object); None if it has finished, or if
+    the key is unknown and ``missing_ok``."""
     from . import runtime
 
-    return runtime.send_event(instance, event_name, payload)
+    return runtime.send_event(instance, event_name, payload, missing_ok=missing_ok)
 
 
 def pause(instance: WorkflowInstance | str) -> bool:

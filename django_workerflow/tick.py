@@ -23,6 +23,7 @@ from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
 from .definition import WorkflowDefinition
+from .drift import DEFINITIONS_HINT
 from .exceptions import StepOutcomeError, WorkflowInputError
 from .execution import Execution, error_message
 from .models import ACTIVE_STATUSES, StepState, StepType, WorkflowInstance, WorkflowStatus
@@ -104,10 +105,11 @@ def _claim(
         if definition_class is None:
             logger.warning(
                 "definition not registered key=%s definition=%s version=%s: the instance "
-                "waits untouched until the code is deployed again",
+                "waits untouched until a worker has it; %s",
                 instance.key,
                 instance.definition_name,
                 instance.definition_version,
+                DEFINITIONS_HINT,
             )
             instance.defer(now + UNREGISTERED_RETRY)
             alarms.arm(instance.pk, instance.alarm_at)

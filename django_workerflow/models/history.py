@@ -130,6 +130,10 @@ class InboundEvent(models.Model):
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
 
+    #: Not stored: set by send_event() on an event no step claimed, the event names the
+    #: instance's waiting steps wait for (so a misspelt name shows at once).
+    waiting_for: list[str] | None = None
+
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [
