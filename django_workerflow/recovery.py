@@ -31,6 +31,7 @@ SETTLED_STATES = {
     StepType.SLEEP: StepState.ELAPSED,
     StepType.WAIT: StepState.SATISFIED,
 }
+KEY_MAX_LENGTH = WorkflowInstance._meta.get_field("key").max_length or 255
 # How many copied steps one INSERT carries.
 _COPY_BATCH = 500
 
@@ -110,7 +111,7 @@ def fork(
     """
     reason = _checked_reason(reason, "fork")
     if key is not None:
-        jsonvalue.check_identifier(key, what="An instance key", max_length=255)
+        jsonvalue.check_identifier(key, what="An instance key", max_length=KEY_MAX_LENGTH)
     with transaction.atomic():
         source = _lock(_pk(instance))
         definition = registry.get(source.definition_name, version)
@@ -222,7 +223,13 @@ def _next_fork_key(source: WorkflowInstance) -> str:
     n = source.forks.count() + 1
     while WorkflowInstance.objects.filter(key=f"{source.key}~{n}").exists():
         n += 1
-    return f"{source.key}~{n}"
+    key = f"{source.key}~{n}"
+    if len(key) > KEY_MAX_LENGTH:
+        raise WorkflowInputError(
+            f"The fork key {key!r} would be longer than {KEY_MAX_LENGTH} characters. Pass a "
+            "shorter key."
+        )
+    return key
 
 
 def _checked_reason(reason: str | None, verb: str) -> str | None:

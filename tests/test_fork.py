@@ -208,3 +208,11 @@ def test_fork__refuses_an_unregistered_version_and_a_taken_key(workerflow_harnes
         workerflow.fork(source, key="order-7")
     assert WorkflowInstance.objects.count() == 1
     assert _events(source)[-1][0] == "failed"
+
+
+def test_fork__refuses_a_default_key_longer_than_keys_may_be(workerflow_harness, define):
+    long_key = "k" * 254
+    source = workerflow.start(define(lambda self: 1), key=long_key)
+    with pytest.raises(WorkflowInputError, match="Pass a shorter key"):
+        workerflow.fork(source)
+    assert workerflow.fork(source, key="short").key == "short"

@@ -271,3 +271,14 @@ def test_retry__refuses_a_reason_that_is_not_a_string(workerflow_harness, define
     with pytest.raises(WorkflowInputError, match="reason must be a string"):
         workerflow.retry(instance, reason=42)
     assert refreshed(instance).status == "failed"
+
+
+def test_retry_and_fork__have_their_own_permissions():
+    from django.contrib.auth.models import Permission
+
+    codenames = set(
+        Permission.objects.filter(content_type__app_label="workerflow").values_list(
+            "codename", flat=True
+        )
+    )
+    assert {"retry_workflowinstance", "fork_workflowinstance"} <= codenames
