@@ -101,9 +101,9 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
 
 def retry(key_or_instance: WorkflowInstance | str, reason: str | None = None) -> None:
     """Run a failed instance again from the step that failed it."""
-    from . import recovery
+    from . import reruns
 
-    recovery.retry(key_or_instance, reason=reason)
+    reruns.retry(key_or_instance, reason=reason)
 
 
 def fork(
@@ -116,8 +116,8 @@ def fork(
     reason: str | None = None,
 ) -> WorkflowInstance:
     """Fork an instance from a step onto a version (default: the registered default)."""
-    from . import recovery
+    from . import reruns
 
-    return recovery.fork(
+    return reruns.fork(
         key_or_instance, from_step=from_step, key=key, version=version, input=input, reason=reason
     )

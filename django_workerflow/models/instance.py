@@ -170,10 +170,10 @@ class WorkflowInstance(models.Model):
         return runtime.send_event(self, event_name, payload)
 
     def retry(self, reason: str | None = None) -> None:
-        """Run a failed instance again from the step that failed it (see recovery.retry)."""
-        from .. import recovery
+        """Run a failed instance again from the step that failed it (see reruns.retry)."""
+        from .. import reruns
 
-        recovery.retry(self, reason=reason)
+        reruns.retry(self, reason=reason)
 
     def fork(
         self,
@@ -185,10 +185,10 @@ class WorkflowInstance(models.Model):
         reason: str | None = None,
     ) -> WorkflowInstance:
         """A new instance that keeps this one's settled steps before ``from_step`` (see
-        recovery.fork)."""
-        from .. import recovery
+        reruns.fork)."""
+        from .. import reruns
 
-        return recovery.fork(
+        return reruns.fork(
             self, from_step=from_step, key=key, version=version, input=input, reason=reason
         )
 

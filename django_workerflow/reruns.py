@@ -1,4 +1,4 @@
-"""Recovery by an operator: retry a failed instance, fork an instance onto another version.
+"""Reruns an operator asks for: retry a failed instance, fork an instance onto another version.
 
 Both lock the source instance row in one short transaction, like every verb of
 :mod:`django_workerflow.runtime`, and ring the bell of the instance that is to run in the
