@@ -3,14 +3,17 @@
 The engine's own frames (this package's modules) are left out, so a traceback reads from
 the workflow's ``execute()`` down to the line that raised. A traceback longer than
 :data:`MAX_TRACEBACK_CHARS` keeps its head and its tail (where the raising line is), with a
-marker in between. The text is made storable on both databases: no NUL characters and no
-lone surrogates.
+marker in between. The text is made storable on both databases with
+:func:`~django_workerflow.storable.safe_text` (NUL and lone surrogates escaped).
 """
 
 from __future__ import annotations
 
+import sys
 import traceback
 from pathlib import Path
+
+from .storable import safe_text
 
 # Enough for a deep stack of user frames; an attempt row stays small.
 MAX_TRACEBACK_CHARS = 16 * 1024
@@ -61,5 +64,4 @@ def bounded(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:
 
 def storable_text(text: str) -> str:
     """``text`` as both databases store it: NUL and lone surrogates escaped."""
-    text = text.replace("\x00", "\\x00")
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return safe_text(text, max_length=sys.maxsize)  # bounded() cuts it afterwards
