@@ -4,7 +4,7 @@ django-q2's ORM broker dequeues due rows without an ``ORDER BY``: under a backlo
 bells due than workers can take) the database returns them in whatever order it finds
 them, so an instance due long ago can wait behind ones due later. This broker orders by the
 row's ``lock`` (a bell's due time, see :mod:`django_workerflow.alarms`), then by id, served
-by the ``(key, lock)`` index our migration 0002 adds to django-q2's queue table.
+by the ``(key, lock)`` index our migration 0003 adds to django-q2's queue table.
 
 Use it with ``Q_CLUSTER = {..., "orm": "default",
 "broker_class": "django_workerflow.broker.DueFirstOrmBroker"}``.

@@ -235,11 +235,13 @@ _STATEMENTS: dict[str, str] = {
                 %(result)s, '', '', NULL, NULL, '', NULL, NULL),
             (%(instance)s, %(new_step)s, %(event_attempt_started)s, %(now)s, 1, NULL, '', '',
                 NULL, NULL, '', NULL, NULL)""",
-    # Append one step event.
+    # Append one step event (with a failed attempt's traceback; the CTEs leave it blank).
     "insert_step_event": f"""
-        {_INSERT_STEP_EVENT} VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
+        INSERT INTO {STEP_EVENT} ({", ".join(STEP_EVENT_COLUMNS)}, traceback)
+        VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
             %(attempt_number)s, %(result)s, %(error_name)s, %(error_message)s,
-            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s)""",
+            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s,
+            %(traceback)s)""",
     # The state of one step (has an event satisfied a waiting wait meanwhile?).
     "step_state": f"SELECT state FROM {STEP} WHERE id = %(step)s",
     # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one);
