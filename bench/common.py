@@ -55,6 +55,11 @@ class Sizes:
     starts_timed: int = 500
     start_many: int = 10_000
     bells: int = 10_000
+    # 9. Admin (PostgreSQL): instances in the table, steps of the instance whose page is
+    # opened, timed page loads.
+    admin_instances: int = 1_000_000
+    admin_steps: int = 10_000
+    admin_repeats: int = 5
 
 
 FULL = Sizes()
@@ -82,6 +87,9 @@ SMOKE = Sizes(
     starts_timed=20,
     start_many=200,
     bells=200,
+    admin_instances=2_000,
+    admin_steps=50,
+    admin_repeats=2,
 )
 
 

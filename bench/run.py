@@ -31,6 +31,7 @@ SCENARIOS = (
     "clusters",
     "peer",
     "scale",
+    "admin",
 )
 
 
@@ -100,7 +101,7 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import cluster, inline, peer, scale, starts
+    from . import admin_scale, cluster, inline, peer, scale, starts
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -113,6 +114,7 @@ def scenario_runners(
         "clusters": lambda: cluster.with_clusters(sizes, workdir, progress),
         "peer": lambda: peer.peer(sizes, workdir, args.pg_name, progress),
         "scale": lambda: scale.scale(sizes, progress),
+        "admin": lambda: admin_scale.admin_scale(sizes, progress),
     }
 
 

@@ -18,6 +18,7 @@ from django.urls import URLPattern
 from .clock import now as clock_now
 from .console import controls, list_actions
 from .console.columns import InstanceChangeList, InstanceColumns
+from .console.estimated_count import EstimatedCountPaginator
 from .console.history import load_history
 from .console.instance_views import ControlViews
 from .models import WorkflowInstance
@@ -39,6 +40,9 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
     list_per_page = 50
+    # No COUNT(*) over a large table: PostgreSQL's estimate (console/estimated_count.py).
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
     actions = [
         list_actions.pause_selected,
         list_actions.resume_selected,

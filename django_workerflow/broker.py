@@ -6,6 +6,11 @@ them, so an instance due long ago can wait behind ones due later. This broker or
 row's ``lock`` (a bell's due time, see :mod:`django_workerflow.alarms`), then by id, served
 by the ``(key, lock)`` index our migration 0003 adds to django-q2's queue table.
 
+It also keeps its connection between calls: django-q2's broker closes "old" connections on
+every call, which with ``CONN_MAX_AGE = 0`` (SQLite's usual setting) reopens the database
+three times per bell (dequeue, claim, acknowledge). This one closes its connection only when
+it failed and is no longer usable.
+
 Use it with ``Q_CLUSTER = {..., "orm": "default",
 "broker_class": "django_workerflow.broker.DueFirstOrmBroker"}``.
 """
@@ -16,13 +21,25 @@ from datetime import timedelta
 from time import sleep
 from typing import Any
 
+from django.db import connections
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
+from django_q.models import OrmQ
 
 
 class DueFirstOrmBroker(ORM):
     """django-q2's ORM broker, dequeuing the earliest-due rows first."""
+
+    @staticmethod
+    def get_connection(list_key: str | None = None) -> Any:
+        connection = connections[Conf.ORM]
+        if connection.connection is not None and connection.errors_occurred:
+            if connection.get_autocommit() and not connection.is_usable():
+                connection.close()  # a stale connection (a restart): reconnect
+            else:
+                connection.errors_occurred = False
+        return OrmQ.objects.using(Conf.ORM)
 
     def dequeue(self) -> list[tuple[int, Any]] | None:
         due = list(

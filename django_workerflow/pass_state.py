@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from django.db import DatabaseError
 
@@ -18,6 +18,9 @@ from .states import StopReason
 if TYPE_CHECKING:
     from .records import StepRecord
     from .store import StepStore
+
+
+_Written = TypeVar("_Written")
 
 
 def _inside(parent_step_id: str | None) -> str:
@@ -122,8 +125,8 @@ class PassState:
         raise Suspension()
 
     def _write(
-        self, method: Callable[..., StepRecord], *args: Any, fuse: bool = False, **kwargs: Any
-    ) -> StepRecord:
+        self, method: Callable[..., _Written], *args: Any, fuse: bool = False, **kwargs: Any
+    ) -> _Written:
         """A step write. A success held in memory is written first, unless ``method`` writes
         it itself (``fuse``: starting a new run step, or holding the next success)."""
         try:

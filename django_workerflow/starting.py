@@ -46,7 +46,7 @@ class NewInstance:
 def _columns() -> tuple[list[str], list[Any]]:
     """The instance table's columns (all but the id) and their field objects."""
     fields = [f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key]
-    return [f.column for f in fields], fields
+    return [str(f.column) for f in fields], fields
 
 
 def _template(name: str, version: str, now: datetime, bell: bool) -> WorkflowInstance:
@@ -87,8 +87,8 @@ def insert_pending(
     columns, fields = _columns()
     template = _template(name, version, now, direct_bells)
     values = [f.get_db_prep_save(f.value_from_object(template), connection) for f in fields]
-    key_at = columns.index(WorkflowInstance._meta.get_field("key").column)
-    input_at = columns.index(WorkflowInstance._meta.get_field("input").column)
+    key_at = columns.index(str(WorkflowInstance._meta.get_field("key").column))
+    input_at = columns.index(str(WorkflowInstance._meta.get_field("input").column))
     rows = []
     for entry in entries:
         row = list(values)
@@ -100,8 +100,8 @@ def insert_pending(
         created = _insert(cursor, columns, rows, direct_bells, now)
         if not direct_bells:
             # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).
-            for pk in created.values():
-                alarms.arm(pk, now)
+            for created_pk in created.values():
+                alarms.arm(created_pk, now)
     armed = direct_bells or (not alarms.is_suppressed() and apps.is_installed("django_q"))
     template.bell_at = now if armed else None
     result = []

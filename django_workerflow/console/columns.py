@@ -15,7 +15,7 @@ from django.utils.html import format_html
 
 from ..clock import now as clock_now
 from ..models import WorkflowInstance
-from . import describe
+from . import describe, estimated_count
 
 
 class InstanceChangeList(ChangeList):
@@ -24,6 +24,8 @@ class InstanceChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         self.result_list = self.result_list.prefetch_related(*describe.attention_prefetches())
+        # The template hides the date drill-down over a large list (estimated_count.py).
+        self.large_list = self.result_count >= estimated_count.LARGE_LIST
 
 
 class InstanceColumns:

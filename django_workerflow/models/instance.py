@@ -130,6 +130,9 @@ class WorkflowInstance(FailureTransitions, models.Model):
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
             models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
+            # The admin's list order, unfiltered and filtered by status (issue 15).
+            models.Index(fields=["-created_at", "-id"], name="workerflow_created"),
+            models.Index(fields=["status", "-created_at", "-id"], name="workerflow_status_created"),
         ]
         permissions = [
             ("pause_workflowinstance", "Can pause workflow instances"),

@@ -1,0 +1,115 @@
+"""Scenario 9 (issue 15): the admin over a large table (PostgreSQL).
+
+``admin_instances`` finished and active instances are written with one INSERT ... SELECT
+from ``generate_series``; then the instance change list is timed through Django's test
+client (a logged-in superuser), without and with a status filter, and the change page of
+one instance of ``admin_steps`` run steps. The queries each page sends are counted, and
+those counting rows are listed. The tables are emptied afterwards.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from typing import Any
+
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from django_workerflow.clock import now as clock_now
+from django_workerflow.models import WorkflowInstance
+
+from .common import Sizes
+from .inline import drive, start_inline
+
+STATUS_CYCLE = ("completed", "completed", "completed", "failed", "running", "pending")
+
+
+def _fill(count: int) -> None:
+    """``count`` instances, their statuses cycling through :data:`STATUS_CYCLE`."""
+    now = clock_now()
+    template = WorkflowInstance(
+        key="",
+        definition_name="bench-steps",
+        definition_version="1",
+        status="completed",
+        created_at=now,
+        updated_at=now,
+    )
+    fields = [f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key]
+    expressions, params = [], []
+    statuses = "ARRAY[" + ", ".join(f"'{s}'" for s in STATUS_CYCLE) + "]"
+    for field in fields:
+        if field.name == "key":
+            expressions.append("'bench-admin-' || g")
+        elif field.name == "status":
+            expressions.append(f"({statuses})[1 + g %% {len(STATUS_CYCLE)}]")
+        elif field.name in ("created_at", "updated_at"):
+            expressions.append("%s::timestamptz - g * interval '1 second'")
+            params.append(now)
+        else:
+            expressions.append("%s")
+            params.append(field.get_db_prep_save(field.value_from_object(template), connection))
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {WorkflowInstance._meta.db_table} ({columns}) "
+            f"SELECT {', '.join(expressions)} FROM generate_series(1, {count}) AS g",
+            params,
+        )
+        cursor.execute(f"ANALYZE {WorkflowInstance._meta.db_table}")
+
+
+def _timed(client: Client, url: str, repeats: int) -> dict[str, Any]:
+    client.get(url)  # warm: templates, the estimate's plan
+    timings = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        response = client.get(url)
+        timings.append(time.perf_counter() - began)
+        if response.status_code != 200:
+            raise RuntimeError(f"GET {url} answered {response.status_code}.")
+    with CaptureQueriesContext(connection) as queries:
+        client.get(url)
+    counting = [q["sql"][:120] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+    return {
+        "median": statistics.median(timings),
+        "max": max(timings),
+        "queries": len(queries.captured_queries),
+        "counting_queries": counting,
+    }
+
+
+def admin_scale(sizes: Sizes, progress: Any) -> dict[str, Any]:
+    if connection.vendor != "postgresql":
+        return {"skipped": "measured on PostgreSQL"}
+    from django.contrib.auth import get_user_model
+
+    progress(f"admin: a workflow of {sizes.admin_steps:,} steps")
+    big = start_inline("bench-steps", sizes.admin_steps)
+    drive(big)
+    progress(f"admin: {sizes.admin_instances:,} instances")
+    began = time.perf_counter()
+    _fill(sizes.admin_instances)
+    fill_seconds = time.perf_counter() - began
+    user = get_user_model().objects.create_superuser(f"bench-{uuid.uuid4().hex[:8]}", "", "x")
+    client = Client()
+    client.force_login(user)
+    base = "/admin/workerflow/workflowinstance/"
+    try:
+        return {
+            "instances": WorkflowInstance.objects.count(),
+            "fill_seconds": fill_seconds,
+            "change_list": _timed(client, base, sizes.admin_repeats),
+            "change_list_running": _timed(
+                client, f"{base}?status__exact=running", sizes.admin_repeats
+            ),
+            "change_page_steps": sizes.admin_steps,
+            "change_page": _timed(client, f"{base}{big}/change/", sizes.admin_repeats),
+        }
+    finally:
+        user.delete()
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {WorkflowInstance._meta.db_table} CASCADE")
