@@ -32,6 +32,7 @@ SCENARIOS = (
     "peer",
     "scale",
     "admin",
+    "wal",
 )
 
 
@@ -101,7 +102,7 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import admin_scale, cluster, inline, peer, scale, starts
+    from . import admin_scale, cluster, inline, peer, scale, starts, wal
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -115,6 +116,7 @@ def scenario_runners(
         "peer": lambda: peer.peer(sizes, workdir, args.pg_name, progress),
         "scale": lambda: scale.scale(sizes, progress),
         "admin": lambda: admin_scale.admin_scale(sizes, progress),
+        "wal": lambda: wal.wal(sizes),
     }
 
 

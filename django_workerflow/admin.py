@@ -21,6 +21,7 @@ from .console.columns import InstanceChangeList, InstanceColumns
 from .console.estimated_count import EstimatedCountPaginator
 from .console.history import load_history
 from .console.instance_views import ControlViews
+from .console.list_filters import IndexedValuesFilter
 from .models import WorkflowInstance
 
 
@@ -35,7 +36,11 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         "updated",
         "next_alarm",
     ]
-    list_filter = ["status", "definition_name", "definition_version"]
+    list_filter = [
+        "status",
+        ("definition_name", IndexedValuesFilter),
+        ("definition_version", IndexedValuesFilter),
+    ]
     search_fields = ["key", "definition_name"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]

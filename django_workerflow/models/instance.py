@@ -130,7 +130,9 @@ class WorkflowInstance(FailureTransitions, models.Model):
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
             models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
-            # The admin's list order, unfiltered and filtered by status (issue 15).
+            # The admin's list order, unfiltered and filtered by status, and its version
+            # filter's choices (console/list_filters.py) (issue 15).
+            models.Index(fields=["definition_version"], name="workerflow_version"),
             models.Index(fields=["-created_at", "-id"], name="workerflow_created"),
             models.Index(fields=["status", "-created_at", "-id"], name="workerflow_status_created"),
         ]

@@ -1,0 +1,45 @@
+"""List filters whose choices are read without scanning the instance table.
+
+Django's ``AllValuesFieldListFilter`` lists a column's values with ``SELECT DISTINCT``, which
+reads every row: about 150 ms per filter at a million instances. These read the distinct
+values by skipping through an index whose first column is the filtered one (a recursive
+query: one index probe per distinct value).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import connections
+
+
+def distinct_values(model: Any, column: str, using: str) -> list[str]:
+    """The distinct non-null values of ``column``, in order, one index probe each."""
+    connection = connections[using]
+    table = connection.ops.quote_name(model._meta.db_table)
+    column = connection.ops.quote_name(column)
+    sql = f"""
+        WITH RECURSIVE skip(value) AS (
+            SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1)
+            UNION ALL
+            SELECT (SELECT {column} FROM {table} WHERE {column} > skip.value
+                    ORDER BY {column} LIMIT 1)
+            FROM skip WHERE skip.value IS NOT NULL
+        )
+        SELECT value FROM skip WHERE value IS NOT NULL"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return [row[0] for row in cursor.fetchall()]
+
+
+class IndexedValuesFilter(admin.AllValuesFieldListFilter):
+    """``AllValuesFieldListFilter`` with its choices read by :func:`distinct_values`."""
+
+    def __init__(
+        self, field: Any, request: Any, params: Any, model: Any, *args: Any, **kwargs: Any
+    ) -> None:
+        super().__init__(field, request, params, model, *args, **kwargs)
+        # choices() only iterates it: a list of the values serves as the queryset did.
+        values = distinct_values(model, field.column, model._default_manager.db)
+        self.lookup_choices = values  # type: ignore[assignment]
