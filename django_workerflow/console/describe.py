@@ -18,6 +18,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.text import Truncator
 
+from .. import registry
 from ..clock import now as clock_now
 from ..models import (
     Step,
@@ -70,6 +71,9 @@ def waiting_on(
     """
     status = instance.status
     steps = list(steps)
+    missing = missing_definition(instance)
+    if missing:
+        return missing
     if status == WorkflowStatus.COMPLETED:
         return ""
     if status == WorkflowStatus.CANCELLED:
@@ -83,6 +87,20 @@ def waiting_on(
     if status == WorkflowStatus.PAUSED:
         return f"paused: {words}" if words else "paused"
     return words or _idle(instance, now)
+
+
+def missing_definition(instance: WorkflowInstance) -> str:
+    """ "no worker has workflow 'x' version 'y'" for an unfinished instance whose pinned
+    definition is not registered in this process (workers and web processes import the same
+    `workflows` modules), otherwise ""."""
+    if instance.is_terminal:
+        return ""
+    if registry.lookup(instance.definition_name, instance.definition_version) is not None:
+        return ""
+    return (
+        f"no worker has workflow '{instance.definition_name}' version "
+        f"'{instance.definition_version}'"
+    )
 
 
 def cancel_reason_of(instance: WorkflowInstance) -> str | None:
