@@ -57,7 +57,7 @@ def failed(define, workerflow_harness):
     v1 = define(checkout_v1, name="checkout", version="1")
     define(checkout_v2, name="checkout", version="2")
     workerflow.start(v1, key="order-1")
-    workerflow_harness.advance(600)
+    fail_every_attempt(workerflow_harness)
     assert get("order-1").status == WorkflowStatus.FAILED
     return get("order-1")
 
@@ -248,3 +248,10 @@ def test_command_line__recovery_subcommands_exit_1_or_2_with_one_line(tmp_path):
         assert result.returncode == 2
         assert len(result.stderr.strip().splitlines()) == 1
         assert "Traceback" not in result.stderr
+
+
+def fail_every_attempt(harness) -> None:
+    """Run the instances' attempts one by one until their retries are used up."""
+    harness.drain()
+    for _ in range(3):
+        harness.advance(600)

@@ -156,7 +156,7 @@ def test_change_page__shows_the_failures_tracebacks_collapsed(
     admin_client, define, workerflow_harness
 ):
     workerflow.start(define(broken_execute, name="broken"), key="broken-1")
-    workerflow_harness.advance(600)
+    fail_every_attempt(workerflow_harness)
 
     body = text(admin_client.get(change_url(get("broken-1"))))
 
@@ -238,3 +238,10 @@ def test_missing_definition__goes_away_when_the_definition_is_registered(
     define(order_execute, name="late", version="1")
 
     assert "no worker has workflow" not in text(admin_client.get(changelist_url()))
+
+
+def fail_every_attempt(harness) -> None:
+    """Run the instances' attempts one by one until their retries are used up."""
+    harness.drain()
+    for _ in range(3):
+        harness.advance(600)

@@ -44,13 +44,13 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
     wake.add_argument("key", metavar="KEY")
 
 
-def retry(stdout: OutputWrapper, *, key: str, reason: str | None, **_: Any) -> None:
+def retry(output: OutputWrapper, *, key: str, reason: str | None, **_: Any) -> None:
     instance = WorkflowInstance.objects.get(key=key)
-    _say(stdout, recovery.retry([instance], reason or None))
+    _say(output, recovery.retry([instance], reason or None))
 
 
 def fork(
-    stdout: OutputWrapper,
+    output: OutputWrapper,
     *,
     key: str,
     from_step: str | None,
@@ -64,16 +64,16 @@ def fork(
         from_step=from_step, version=fork_version, key=fork_key, reason=reason or None
     )
     report, _forked = recovery.fork(instance, request)
-    _say(stdout, report)
+    _say(output, report)
 
 
-def wake(stdout: OutputWrapper, *, key: str, **_: Any) -> None:
+def wake(output: OutputWrapper, *, key: str, **_: Any) -> None:
     instance = WorkflowInstance.objects.get(key=key)
-    _say(stdout, operations.wake([instance]))
+    _say(output, operations.wake([instance]))
 
 
-def _say(stdout: OutputWrapper, report: Report) -> None:
+def _say(output: OutputWrapper, report: Report) -> None:
     """Print the one instance's outcome, or refuse with it."""
     if report.skipped:
         raise CommandError(report.summary())
-    stdout.write(report.summary())
+    output.write(report.summary())

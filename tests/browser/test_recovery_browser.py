@@ -73,7 +73,9 @@ def trouble(define, workerflow_harness):
     workerflow.start(define(invoice, name="invoice", version="3"), key="invoice-7")
     v1 = define(checkout_v1, name="checkout", version="1")
     workerflow.start(v1, key="order-1001", input={"items": ["A-1"]})
-    workerflow_harness.advance(600)
+    workerflow_harness.drain()
+    for _ in range(3):  # each attempt, then its retry's backoff
+        workerflow_harness.advance(600)
     registry.unregister(v1)  # the deploy removed v1: no worker has it any more
     v2 = define(checkout_v2, name="checkout", version="2")
     workerflow.start(v2, key="order-1002", input={"items": ["B-2"]})
