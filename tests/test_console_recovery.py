@@ -191,7 +191,10 @@ def test_fork_button__forks_onto_the_fixed_version_and_opens_the_fork(
     assert "Forked 'failed-1' into 'failed-1~1' (checkout v2), from step 'charge'" in (
         entry.get_change_message()
     )
-    page = text(admin_client.get(change_url(fork)))
+    fork_page = admin_client.get(change_url(fork))
+    reserve = next(r for r in fork_page.context["history"].timeline.rows if r.label == "reserve")
+    assert reserve.summary == "succeeded; copied from the source, not run here"
+    page = text(fork_page)
     assert "forked from" in page
     assert "failed-1" in page
     workerflow_harness.drain()
@@ -296,3 +299,18 @@ def fail_every_attempt(harness) -> None:
     harness.drain()
     for _ in range(3):
         harness.advance(600)
+
+
+def test_change_page__after_a_retry_the_timeline_runs_again_with_a_retried_mark(
+    admin_client, checkout
+):
+    workerflow.retry("failed-1", reason="service back")
+
+    response = admin_client.get(change_url(get("failed-1")))
+
+    row = response.context["history"].timeline.rows[0]
+    assert row.segments[-1].kind == WorkflowStatus.RUNNING
+    assert row.segments[-1].open
+    assert any(mark.kind == "mark-retried" for mark in row.marks)
+    assert "retried at" in text(response)
+    assert "service back" in text(response)

@@ -46,6 +46,10 @@ class InstanceColumns:
         steps = getattr(instance, "attention_steps", None)
         if steps is None:  # the change page: read them for this one instance
             steps = instance.steps.filter(state__in=describe.ATTENTION_STATES)
+        if describe.missing_definition(instance):
+            return format_html(
+                '<span class="wf-warning-text">{}</span>', describe.missing_definition(instance)
+            )
         text = describe.waiting_on(
             instance, steps, clock_now(), cancel_reason=describe.cancel_reason_of(instance)
         )

@@ -68,11 +68,14 @@ def build_summary(history: History, now: datetime) -> Summary:
         if instance.lease_token and instance.lease_expires_at:
             held = format_when(instance.lease_expires_at, now)
             times.append(("Worker lease", f"held until {held}"))
+    missing = missing_definition(instance)
     return Summary(
         instance=instance,
-        waiting_on="" if instance.is_terminal else history.waiting_on,
+        # What describe.waiting_on says: the missing definition (shown as a warning instead),
+        # the steps an unfinished instance waits on, or how a finished one ended.
+        waiting_on="" if instance.is_terminal or missing else history.waiting_on,
         outcome=history.waiting_on if instance.is_terminal else "",
-        missing_definition=missing_definition(instance),
+        missing_definition=missing,
         times=times,
         unreached_step_ids=list(instance.unreached_step_ids or []),
         tracebacks=tracebacks(history),

@@ -31,7 +31,7 @@ def render_show(history: History, now: datetime, *, tracebacks: bool = False) ->
     ]
     if summary.missing_definition:
         lines.append(f"Warning: {safe(summary.missing_definition)}. {MISSING_DEFINITION_HINT}")
-    elif summary.waiting_on:
+    if summary.waiting_on:
         lines.append(f"Waiting on: {safe(summary.waiting_on)}")
     if summary.outcome:
         lines.append(f"Ended: {safe(summary.outcome)}")

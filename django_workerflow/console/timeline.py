@@ -98,6 +98,10 @@ def build_timeline(
     end = max(end, start + timedelta(milliseconds=1))
     rows = [_instance_row(instance, list(workflow_events), end)]
     rows += [_step_row(node, end) for node in nodes]
+    if instance.forked_from_id is not None:
+        for row, node in zip(rows[1:], nodes, strict=True):
+            if node.step.type == StepType.RUN and node.step.resolved_at and not node.attempts:
+                row.summary = f"{node.step.state}; copied from the source, not run here"
     span = (end - start).total_seconds()
     for row in rows:
         for segment in [*row.segments, *row.marks]:
@@ -123,6 +127,7 @@ def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: 
     follows_event: dict[str, str] = {
         WorkflowEventType.STARTED: WorkflowStatus.RUNNING,
         WorkflowEventType.RESUMED: WorkflowStatus.RUNNING,
+        WorkflowEventType.RETRIED: WorkflowStatus.RUNNING,
         WorkflowEventType.PAUSED: WorkflowStatus.PAUSED,
     }
     kind: str = WorkflowStatus.PENDING
