@@ -51,6 +51,33 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         instance._record(WorkflowEventType.CREATED, now, previous=None)
         return instance
 
+    def create_fork(
+        self,
+        source: WorkflowInstance,
+        *,
+        key: str,
+        version: str,
+        input: Any,
+        now: datetime,
+        reason: str | None,
+    ) -> WorkflowInstance:
+        """Create a pending fork of ``source``, due at once; its history starts with a
+        ``forked`` event naming the source."""
+        fork = self.create(
+            key=key,
+            definition_name=source.definition_name,
+            definition_version=version,
+            input=input,
+            status=WorkflowStatus.PENDING,
+            alarm_at=now,
+            created_at=now,
+            updated_at=now,
+            forked_from=source,
+        )
+        text = f"forked from '{source.key}'" + (f": {reason}" if reason else "")
+        fork._record(WorkflowEventType.FORKED, now, previous=None, reason=text)
+        return fork
+
 
 class WorkflowInstance(models.Model):
     """One run of a definition, identified by its ``key``."""
@@ -78,6 +105,15 @@ class WorkflowInstance(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The formatted traceback of the failure that failed the instance (the user's frames).
+    error_traceback = models.TextField(blank=True, default="")
+    # The step whose failure failed the instance ("" when execute() raised outside a step):
+    # what retry() reopens.
+    error_step_id = models.CharField(max_length=200, blank=True, default="")
+    # The instance this one was forked from (see fork()).
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -99,6 +135,8 @@ class WorkflowInstance(models.Model):
             ("resume_workflowinstance", "Can resume workflow instances"),
             ("cancel_workflowinstance", "Can cancel workflow instances"),
             ("send_event_workflowinstance", "Can send events to workflow instances"),
+            ("retry_workflowinstance", "Can retry failed workflow instances"),
+            ("fork_workflowinstance", "Can fork workflow instances"),
         ]
 
     def __str__(self) -> str:
@@ -130,6 +168,29 @@ class WorkflowInstance(models.Model):
         from .. import runtime
 
         return runtime.send_event(self, event_name, payload)
+
+    def retry(self, reason: str | None = None) -> None:
+        """Run a failed instance again from the step that failed it (see reruns.retry)."""
+        from .. import reruns
+
+        reruns.retry(self, reason=reason)
+
+    def fork(
+        self,
+        *,
+        from_step: str | None = None,
+        key: str | None = None,
+        version: str | None = None,
+        input: Any = ...,
+        reason: str | None = None,
+    ) -> WorkflowInstance:
+        """A new instance that keeps this one's settled steps before ``from_step`` (see
+        reruns.fork)."""
+        from .. import reruns
+
+        return reruns.fork(
+            self, from_step=from_step, key=key, version=version, input=input, reason=reason
+        )
 
     # Transitions: the caller holds the row lock (select_for_update) -------------------
 
@@ -208,17 +269,30 @@ class WorkflowInstance(models.Model):
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
 
-    def set_failed(self, error_name: str, error_message: str, now: datetime) -> None:
-        """running -> failed with the error, releasing the tick's lease."""
+    def set_failed(
+        self,
+        error_name: str,
+        error_message: str,
+        now: datetime,
+        *,
+        traceback: str = "",
+        step_id: str = "",
+    ) -> None:
+        """running -> failed with the error (its traceback, and the step whose failure it
+        is, if any), releasing the tick's lease."""
         self.status = WorkflowStatus.FAILED
         self.error_name = error_name
         self.error_message = error_message
+        self.error_traceback = traceback
+        self.error_step_id = step_id
         self._finish_tick(now)
         self.save(
             update_fields=[
                 "status",
                 "error_name",
                 "error_message",
+                "error_traceback",
+                "error_step_id",
                 "alarm_at",
                 "lease_token",
                 "lease_expires_at",
@@ -228,6 +302,36 @@ class WorkflowInstance(models.Model):
             ]
         )
         self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
+
+    def set_retried(self, now: datetime, reason: str | None) -> None:
+        """failed -> running, due at once; the failure's fields are cleared (its attempts
+        keep their tracebacks)."""
+        self.status = WorkflowStatus.RUNNING
+        self.error_name = ""
+        self.error_message = ""
+        self.error_traceback = ""
+        self.error_step_id = ""
+        self.alarm_at = now
+        self.updated_at = now
+        self.finished_at = None
+        self.save(
+            update_fields=[
+                "status",
+                "error_name",
+                "error_message",
+                "error_traceback",
+                "error_step_id",
+                "alarm_at",
+                "updated_at",
+                "finished_at",
+            ]
+        )
+        self._record(WorkflowEventType.RETRIED, now, previous=WorkflowStatus.FAILED, reason=reason)
+
+    def note_forked(self, fork: WorkflowInstance, now: datetime, reason: str | None) -> None:
+        """Record on the source that ``fork`` was forked from it; nothing else changes."""
+        text = f"forked to '{fork.key}'" + (f": {reason}" if reason else "")
+        self._record(WorkflowEventType.FORKED, now, previous=self.status, reason=text)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;
