@@ -18,7 +18,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from .. import registry
+from .. import drift
 from ..clock import now as clock_now
 from ..models import (
     Step,
@@ -91,16 +91,10 @@ def waiting_on(
 
 def missing_definition(instance: WorkflowInstance) -> str:
     """ "no worker has workflow 'x' version 'y'" for an unfinished instance whose pinned
-    definition is not registered in this process (workers and web processes import the same
-    `workflows` modules), otherwise ""."""
+    definition no worker has (see :mod:`django_workerflow.drift`), otherwise ""."""
     if instance.is_terminal:
         return ""
-    if registry.lookup(instance.definition_name, instance.definition_version) is not None:
-        return ""
-    return (
-        f"no worker has workflow '{instance.definition_name}' version "
-        f"'{instance.definition_version}'"
-    )
+    return drift.missing_definition(instance) or ""
 
 
 def cancel_reason_of(instance: WorkflowInstance) -> str | None:

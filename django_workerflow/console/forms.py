@@ -8,9 +8,9 @@ from typing import Any
 
 from django import forms
 
-from .. import jsonvalue
+from .. import drift, jsonvalue
 from ..exceptions import WorkflowInputError
-from ..models import Step, StepState, StepType, WorkflowInstance
+from ..models import WorkflowInstance
 
 
 class CancelForm(forms.Form):
@@ -62,9 +62,9 @@ class SendEventForm(forms.Form):
 def awaited_event_initial(instances: Iterable[WorkflowInstance]) -> dict[str, str]:
     """The send-event form's initial data: the event name the instances' waiting steps
     await, when they all await the same one (otherwise nothing is pre-filled)."""
-    names = set(
-        Step.objects.filter(
-            instance__in=instances, type=StepType.WAIT, state=StepState.WAITING
-        ).values_list("event_name", flat=True)
-    )
-    return {"event_name": names.pop()} if len(names) == 1 else {}
+    names: set[str] = set()
+    for instance in instances:
+        names.update(drift.awaited_event_names(instance))
+        if len(names) > 1:
+            return {}
+    return {"event_name": names.pop()} if names else {}

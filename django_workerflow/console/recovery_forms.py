@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 
@@ -60,17 +60,18 @@ class ForkForm(forms.Form):
         self.instance = instance
         step_ids = Step.objects.filter(instance=instance).order_by("created_at", "id")
         first = ("", "(none: copy every settled step, run the rest)")
-        self.fields["from_step"].choices = [
+        from_step = cast(forms.ChoiceField, self.fields["from_step"])
+        from_step.choices = [
             first,
             *((step_id, step_id) for step_id in step_ids.values_list("step_id", flat=True)),
         ]
         name = instance.definition_name
-        versions = registry.versions(name)
-        self.fields["version"].choices = [(v, f"v{v}") for v in reversed(versions)]
+        version = cast(forms.ChoiceField, self.fields["version"])
+        version.choices = [(v, f"v{v}") for v in reversed(registry.versions(name))]
         try:
-            self.fields["version"].initial = registry.get(name).version
+            version.initial = registry.get(name).version
         except WorkflowNotRegisteredError:
-            self.fields["version"].help_text = (
+            version.help_text = (
                 f"No version of workflow '{name}' is registered in this process: deploy "
                 "its definition (in a `workflows` module) before forking."
             )

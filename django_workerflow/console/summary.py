@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .. import drift
 from ..models import StepEventType, WorkflowInstance
 from .describe import format_when, missing_definition
 from .history import History
@@ -49,9 +50,8 @@ class Summary:
 
 
 MISSING_DEFINITION_HINT = (
-    "Its instances wait untouched until a worker can import it. Define workflows in a "
-    "`workflows` module of an installed app (workers import those), deploy that code to the "
-    "workers, or fork the instance onto a registered version."
+    f"Its instances wait untouched until a worker has it: {drift.DEFINITIONS_HINT}. Or fork "
+    "the instance onto a registered version."
 )
 
 
