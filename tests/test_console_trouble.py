@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 
 import django_workerflow as workerflow
 from django_workerflow import registry
@@ -245,3 +247,28 @@ def fail_every_attempt(harness) -> None:
     harness.drain()
     for _ in range(3):
         harness.advance(600)
+
+
+def test_send_event__a_queued_event_says_which_events_the_instance_waits_for(
+    admin_client, order, workerflow_harness
+):
+    workerflow.start(order, key="order-1")
+    workerflow_harness.drain()
+    workerflow_harness.advance(timedelta(minutes=2))
+
+    response = admin_client.post(
+        change_url(get("order-1"), "send_event"),
+        {"event_name": "payment.recieved", "payload": ""},
+        follow=True,
+    )
+    out = StringIO()
+    call_command("workerflow", "send-event", "order-1", "payment.recieved", stdout=out)
+
+    assert [str(m) for m in response.context["messages"]] == [
+        "Sent event 'payment.recieved' to 'order-1': queued, no step waits for it yet "
+        "(the instance waits for 'payment.received')."
+    ]
+    assert out.getvalue() == (
+        "Event 'payment.recieved' sent to 'order-1': queued until a step waits "
+        "(the instance waits for 'payment.received').\n"
+    )

@@ -147,7 +147,11 @@ class Command(BaseCommand):
         if sent.claimed_by_id is not None:
             self.stdout.write(f"Event '{safe(event)}' sent to {key!r}: a waiting step claimed it.")
         else:
-            self.stdout.write(f"Event '{safe(event)}' sent to {key!r}: queued until a step waits.")
+            waits = ", ".join(f"'{safe(name)}'" for name in sent.waiting_for or [])
+            also = f" (the instance waits for {waits})" if waits else ""
+            self.stdout.write(
+                f"Event '{safe(event)}' sent to {key!r}: queued until a step waits{also}."
+            )
 
     def handle_pause(self, *, key: str, **_: Any) -> None:
         if not runtime.pause(key):
