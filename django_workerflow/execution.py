@@ -214,15 +214,7 @@ class Execution(PassState):
             backoff=backoff,
             traceback=format_user_traceback(exc),
         )
-        logger.info(
-            "step attempt failed key=%s step=%s attempt=%s error=%s retry=%s",
-            self.instance_key,
-            record.step_id,
-            record.attempt_count,
-            record.error_name,
-            record.state != StepState.FAILED,
-            exc_info=exc,
-        )
+        _log_failed_attempt(self.instance_key, record, exc)
         if record.state == StepState.FAILED:
             raise recorded_failure(record) from exc
         self._suspend(record.next_attempt_at)
@@ -331,3 +323,15 @@ class Execution(PassState):
                     raise self.fatal from exc
                 outcomes.append(SettledResult(ok=False, error=exc))
         return outcomes
+
+
+def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
+    logger.info(
+        "step attempt failed key=%s step=%s attempt=%s error=%s retry=%s",
+        instance_key,
+        record.step_id,
+        record.attempt_count,
+        record.error_name,
+        record.state != StepState.FAILED,
+        exc_info=exc,
+    )

@@ -1,4 +1,4 @@
-"""An instance of a workflow definition, and its transitions."""
+"""An instance of a workflow definition, and its transitions (failure and reruns: failing.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .failing import FailureTransitions
 from .fields import JSONTextField
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return fork
 
 
-class WorkflowInstance(models.Model):
+class WorkflowInstance(FailureTransitions, models.Model):
     """One run of a definition, identified by its ``key``."""
 
     key = models.CharField(max_length=255, unique=True)
@@ -169,29 +170,6 @@ class WorkflowInstance(models.Model):
 
         return runtime.send_event(self, event_name, payload)
 
-    def retry(self, reason: str | None = None) -> None:
-        """Run a failed instance again from the step that failed it (see reruns.retry)."""
-        from .. import reruns
-
-        reruns.retry(self, reason=reason)
-
-    def fork(
-        self,
-        *,
-        from_step: str | None = None,
-        key: str | None = None,
-        version: str | None = None,
-        input: Any = ...,
-        reason: str | None = None,
-    ) -> WorkflowInstance:
-        """A new instance that keeps this one's settled steps before ``from_step`` (see
-        reruns.fork)."""
-        from .. import reruns
-
-        return reruns.fork(
-            self, from_step=from_step, key=key, version=version, input=input, reason=reason
-        )
-
     # Transitions: the caller holds the row lock (select_for_update) -------------------
 
     def claim_lease(self, token: str, expires: datetime) -> None:
@@ -268,70 +246,6 @@ class WorkflowInstance(models.Model):
             ]
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
-
-    def set_failed(
-        self,
-        error_name: str,
-        error_message: str,
-        now: datetime,
-        *,
-        traceback: str = "",
-        step_id: str = "",
-    ) -> None:
-        """running -> failed with the error (its traceback, and the step whose failure it
-        is, if any), releasing the tick's lease."""
-        self.status = WorkflowStatus.FAILED
-        self.error_name = error_name
-        self.error_message = error_message
-        self.error_traceback = traceback
-        self.error_step_id = step_id
-        self._finish_tick(now)
-        self.save(
-            update_fields=[
-                "status",
-                "error_name",
-                "error_message",
-                "error_traceback",
-                "error_step_id",
-                "alarm_at",
-                "lease_token",
-                "lease_expires_at",
-                "wake_requested",
-                "updated_at",
-                "finished_at",
-            ]
-        )
-        self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
-
-    def set_retried(self, now: datetime, reason: str | None) -> None:
-        """failed -> running, due at once; the failure's fields are cleared (its attempts
-        keep their tracebacks)."""
-        self.status = WorkflowStatus.RUNNING
-        self.error_name = ""
-        self.error_message = ""
-        self.error_traceback = ""
-        self.error_step_id = ""
-        self.alarm_at = now
-        self.updated_at = now
-        self.finished_at = None
-        self.save(
-            update_fields=[
-                "status",
-                "error_name",
-                "error_message",
-                "error_traceback",
-                "error_step_id",
-                "alarm_at",
-                "updated_at",
-                "finished_at",
-            ]
-        )
-        self._record(WorkflowEventType.RETRIED, now, previous=WorkflowStatus.FAILED, reason=reason)
-
-    def note_forked(self, fork: WorkflowInstance, now: datetime, reason: str | None) -> None:
-        """Record on the source that ``fork`` was forked from it; nothing else changes."""
-        text = f"forked to '{fork.key}'" + (f": {reason}" if reason else "")
-        self._record(WorkflowEventType.FORKED, now, previous=self.status, reason=text)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;
