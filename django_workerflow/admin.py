@@ -16,11 +16,11 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
 
 from .clock import now as clock_now
-from .console import controls, list_actions, recovery_actions
+from .console import controls, list_actions, rerun_actions
 from .console.columns import InstanceChangeList, InstanceColumns
 from .console.history import load_history
 from .console.instance_views import ControlViews
-from .console.recovery_views import RecoveryViews
+from .console.rerun_views import RerunViews
 from .console.summary import MISSING_DEFINITION_HINT, build_summary
 from .models import WorkflowInstance
 
@@ -47,8 +47,8 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         list_actions.cancel_selected,
         list_actions.send_event,
         list_actions.wake_now,
-        recovery_actions.retry_selected,
-        recovery_actions.fork_selected,
+        rerun_actions.retry_selected,
+        rerun_actions.fork_selected,
         list_actions.delete_selected,
     ]
     # The page draws its own summary (console/summary.py) instead of a form of read-only rows.
@@ -119,7 +119,7 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_urls(self) -> list[URLPattern]:
-        return [*ControlViews(self).urls(), *RecoveryViews(self).urls(), *super().get_urls()]
+        return [*ControlViews(self).urls(), *RerunViews(self).urls(), *super().get_urls()]
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, ...]:
         return list_actions.deletion_summary(self, objs, request)

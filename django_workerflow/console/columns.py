@@ -43,13 +43,12 @@ class InstanceColumns:
 
     @admin.display(description="waiting on")
     def waiting_on(self, instance: WorkflowInstance) -> str:
+        missing = describe.missing_definition(instance)
+        if missing:
+            return format_html('<span class="wf-warning-text">{}</span>', missing)
         steps = getattr(instance, "attention_steps", None)
         if steps is None:  # the change page: read them for this one instance
             steps = instance.steps.filter(state__in=describe.ATTENTION_STATES)
-        if describe.missing_definition(instance):
-            return format_html(
-                '<span class="wf-warning-text">{}</span>', describe.missing_definition(instance)
-            )
         text = describe.waiting_on(
             instance, steps, clock_now(), cancel_reason=describe.cancel_reason_of(instance)
         )

@@ -18,8 +18,7 @@ from .history import History
 
 @dataclass(frozen=True, slots=True)
 class Traceback:
-    """A failure's formatted traceback and what it belongs to ("the instance", "attempt 2 of
-    step 'charge'")."""
+    """A formatted traceback and the failure it belongs to ("Attempt 2 of step 'charge'")."""
 
     title: str
     text: str

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ... import alarms, runtime
 from ... import purge as purging
 from ...clock import now as clock_now
-from ...console import describe, recovery_commands
+from ...console import describe, rerun_commands
 from ...console.history import load_history
 from ...console.terminal import render_list, render_show, safe
 from ...exceptions import WorkerflowError, WorkflowStateError
@@ -110,7 +110,7 @@ class Command(BaseCommand):
         )
         purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
-        recovery_commands.add_arguments(sub)
+        rerun_commands.add_arguments(sub)
 
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
         handler = getattr(self, f"handle_{subcommand.replace('-', '_')}")
@@ -210,13 +210,13 @@ class Command(BaseCommand):
         )
 
     def handle_retry(self, **options: Any) -> None:
-        recovery_commands.retry(self.stdout, **options)
+        rerun_commands.retry(self.stdout, **options)
 
     def handle_fork(self, **options: Any) -> None:
-        recovery_commands.fork(self.stdout, **options)
+        rerun_commands.fork(self.stdout, **options)
 
     def handle_wake(self, **options: Any) -> None:
-        recovery_commands.wake(self.stdout, **options)
+        rerun_commands.wake(self.stdout, **options)
 
 
 def _json(text: str, option: str) -> Any:

@@ -9,10 +9,9 @@ from django import forms
 from .. import jsonvalue, registry
 from ..exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from ..models import Step, WorkflowInstance
-from .recovery import ForkRequest
+from .reruns import ForkRequest
 
 REASON_WIDGET = forms.Textarea(attrs={"rows": 3, "cols": 60})
-ALL_SETTLED = ""
 
 
 class RetryForm(forms.Form):
@@ -57,7 +56,6 @@ class ForkForm(forms.Form):
 
     def __init__(self, instance: WorkflowInstance, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.instance = instance
         step_ids = Step.objects.filter(instance=instance).order_by("created_at", "id")
         first = ("", "(none: copy every settled step, run the rest)")
         from_step = cast(forms.ChoiceField, self.fields["from_step"])

@@ -15,10 +15,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from ..models import WorkflowInstance
-from . import recovery
+from . import reruns
 from .controls import ControlName, admin_url
-from .recovery_forms import RetryForm
 from .replies import confirmation_page, record
+from .rerun_forms import RetryForm
 
 if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
     InstanceAdmin: TypeAlias = ModelAdmin[WorkflowInstance]
@@ -31,7 +31,7 @@ def retry_selected(
 ) -> HttpResponse | None:
     form = RetryForm(request.POST if "apply" in request.POST else None)
     if form.is_valid():
-        report = recovery.retry(queryset.order_by("pk"), form.cleaned_data["reason"])
+        report = reruns.retry(queryset.order_by("pk"), form.cleaned_data["reason"])
         record(model_admin, request, report)
         return None
     return confirmation_page(

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 
 from ..models import WorkflowInstance
-from . import operations, recovery
+from . import operations, reruns
 from .operations import Report
 
 
@@ -46,7 +46,7 @@ def add_arguments(sub: argparse._SubParsersAction) -> None:
 
 def retry(output: OutputWrapper, *, key: str, reason: str | None, **_: Any) -> None:
     instance = WorkflowInstance.objects.get(key=key)
-    _say(output, recovery.retry([instance], reason or None))
+    _say(output, reruns.retry([instance], reason or None))
 
 
 def fork(
@@ -60,10 +60,10 @@ def fork(
     **_: Any,
 ) -> None:
     instance = WorkflowInstance.objects.get(key=key)
-    request = recovery.ForkRequest(
+    request = reruns.ForkRequest(
         from_step=from_step, version=fork_version, key=fork_key, reason=reason or None
     )
-    report, _forked = recovery.fork(instance, request)
+    report, _forked = reruns.fork(instance, request)
     _say(output, report)
 
 

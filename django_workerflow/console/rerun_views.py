@@ -1,7 +1,7 @@
 """The instance page's "Retry" and "Fork…" buttons: their form pages and what a POST does.
 
 Each view checks its permission on the server (a crafted POST without it is a 403), shows
-its form, calls :mod:`~django_workerflow.console.recovery` and records the report in the
+its form, calls :mod:`~django_workerflow.console.reruns` and records the report in the
 admin history, like the other controls of :mod:`~django_workerflow.console.instance_views`.
 """
 
@@ -10,14 +10,14 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 
-from . import recovery
+from . import reruns
 from .controls import ControlName, admin_url, url_name
 from .instance_views import ControlViews
-from .recovery_forms import ForkForm, RetryForm
 from .replies import confirmation_page, record
+from .rerun_forms import ForkForm, RetryForm
 
 
-class RecoveryViews(ControlViews):
+class RerunViews(ControlViews):
     """Retry and fork for one instance of the model admin."""
 
     def urls(self) -> list[URLPattern]:
@@ -36,7 +36,7 @@ class RecoveryViews(ControlViews):
         instance = self._instance_for(request, object_id, ControlName.RETRY)
         form = RetryForm(request.POST if request.method == "POST" else None)
         if form.is_valid():
-            report = recovery.retry([instance], form.cleaned_data["reason"])
+            report = reruns.retry([instance], form.cleaned_data["reason"])
             return self._done(request, report, instance)
         return confirmation_page(self.model_admin, request, ControlName.RETRY, form, [instance])
 
@@ -44,7 +44,7 @@ class RecoveryViews(ControlViews):
         instance = self._instance_for(request, object_id, ControlName.FORK)
         form = ForkForm(instance, request.POST if request.method == "POST" else None)
         if form.is_valid():
-            report, forked = recovery.fork(instance, form.fork_request())
+            report, forked = reruns.fork(instance, form.fork_request())
             if forked is not None:
                 record(self.model_admin, request, report)
                 return HttpResponseRedirect(admin_url(self.model_admin, "change", forked.pk))

@@ -1,4 +1,4 @@
-"""Recovery from the console: retry failed instances, fork one onto another version.
+"""Reruns from the console: retry failed instances, fork one onto another version.
 
 Both go through the public API (:func:`django_workerflow.retry`, :func:`django_workerflow.fork`)
 and return a :class:`~django_workerflow.console.operations.Report`, so the admin and the
