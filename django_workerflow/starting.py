@@ -153,20 +153,21 @@ def _insert(
         if bells:
             columns = ["id", *columns]
             rows = [[pk, *row] for pk, row in zip(ids, rows, strict=True)]
-        text = f"WITH new AS ({_insert_rows(columns, len(rows))}), created AS (INSERT INTO "
-        text += (
+        select, params = _unnest_rows(columns, rows)
+        text = (
+            f"WITH new AS (INSERT INTO {INSTANCE} ({', '.join(columns)}) {select} "
+            f"ON CONFLICT ({KEY}) DO NOTHING RETURNING id, {KEY}), created AS (INSERT INTO "
             f"{EVENT} (instance_id, type, reason, recorded_at) SELECT id, %s, NULL, %s FROM new)"
         )
-        params = [value for row in rows for value in row] + created_event
+        params += created_event
         if bells:
-            values = ", ".join(["(%s::bigint, %s)"] * len(ids))
             text += (
                 f", bells AS (INSERT INTO {bell_rows.queue_table()} {QUEUE_COLUMNS} "
-                f"SELECT %s, b.payload, %s::timestamptz FROM new JOIN (VALUES {values}) "
-                "AS b(instance_id, payload) ON b.instance_id = new.id)"
+                "SELECT %s, b.payload, %s::timestamptz FROM new JOIN "
+                "unnest(%s::bigint[], %s::text[]) AS b(instance_id, payload) "
+                "ON b.instance_id = new.id)"
             )
-            params += [bell_rows.list_key(), when]
-            params += [value for pk in ids for value in (pk, bell_rows.payload(pk))]
+            params += [bell_rows.list_key(), when, ids, [bell_rows.payload(pk) for pk in ids]]
         cursor.execute(text + f" SELECT id, {KEY} FROM new", params)
         return {key: pk for pk, key in cursor.fetchall()}
     cursor.execute(_insert_rows(columns, len(rows)), [value for row in rows for value in row])
@@ -186,6 +187,30 @@ def _insert(
             [v for pk in created.values() for v in (list_key, bell_rows.payload(pk), when)],
         )
     return created
+
+
+def _unnest_rows(columns: list[str], rows: list[list[Any]]) -> tuple[str, list[Any]]:
+    """PostgreSQL: a SELECT of ``rows`` with one parameter per column (an array where the
+    rows differ), so a batch's text and parameters stay small whatever its size."""
+    types = {str(f.column): f.db_type(connection) for f in WorkflowInstance._meta.concrete_fields}
+    types["id"] = "bigint"
+    outputs, arrays, params, array_params = [], [], [], []
+    for index, column in enumerate(columns):
+        values = [row[index] for row in rows]
+        if all(value == values[0] for value in values):
+            outputs.append(f"%s::{types[column]}")
+            params.append(values[0])
+        else:
+            outputs.append(f"v.c{index}")
+            arrays.append((index, column))
+            array_params.append(values)
+    select = f"SELECT {', '.join(outputs)}"
+    if arrays:  # else one row (a single start)
+        unnest = ", ".join(f"%s::{types[column]}[]" for _index, column in arrays)
+        names = ", ".join(f"c{index}" for index, _column in arrays)
+        select += f" FROM unnest({unnest}) AS v({names})"
+    # The unnest's parameters come after the select list's in the text.
+    return select, params + array_params
 
 
 def _insert_rows(columns: list[str], count: int) -> str:
@@ -217,6 +242,12 @@ def _next_ids(cursor: Any, count: int) -> list[int]:
 def _announce(instances: list[WorkflowInstance]) -> None:
     """Send workflow_status_changed (None -> pending) for each, once committed."""
 
+    if not instances:
+        return
+    first = instances[0]  # a batch is of one definition and version
+    sender = registry.lookup(first.definition_name, first.definition_version)
+    if not workflow_status_changed.has_listeners(sender):
+        return
     fields = WorkflowInstance._meta.concrete_fields
     # Copies: the caller's objects may change before the commit (the signal reports this one).
     snapshots = [
@@ -227,11 +258,10 @@ def _announce(instances: list[WorkflowInstance]) -> None:
     def send() -> None:
         for instance in snapshots:
             workflow_status_changed.send(
-                sender=registry.lookup(instance.definition_name, instance.definition_version),
+                sender=sender,
                 instance=instance,
                 status=WorkflowStatus.PENDING,
                 previous_status=None,
             )
 
-    if instances:
-        transaction.on_commit(send)
+    transaction.on_commit(send)
