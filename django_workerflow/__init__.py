@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .definition import WorkflowDefinition
@@ -12,7 +13,9 @@ from .exceptions import (
     NonRetryableStepError,
     WaitStepTimedOutError,
     WorkerflowError,
+    WorkflowCancelledError,
     WorkflowDefinitionError,
+    WorkflowFailedError,
     WorkflowInputError,
     WorkflowNotRegisteredError,
     WorkflowStateError,
@@ -31,17 +34,22 @@ __all__ = [
     "SettledResult",
     "WaitStepTimedOutError",
     "WorkerflowError",
+    "WorkflowCancelledError",
     "WorkflowDefinition",
     "WorkflowDefinitionError",
+    "WorkflowFailedError",
     "WorkflowInputError",
     "WorkflowNotRegisteredError",
     "WorkflowStateError",
     "WorkflowVersionConflictError",
+    "asend_event",
+    "astart",
     "cancel",
     "pause",
     "resume",
     "send_event",
     "start",
+    "wait_result",
 ]
 
 
@@ -90,3 +98,39 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     from . import runtime
 
     return runtime.cancel(instance, reason=reason)
+
+
+def wait_result(
+    key_or_instance: WorkflowInstance | str, timeout: float | timedelta | None = None
+) -> Any:
+    """Block until the instance finishes and return its result.
+
+    Raises :class:`WorkflowFailedError` (:class:`WorkflowCancelledError` if cancelled), or
+    the builtin ``TimeoutError`` once ``timeout`` (seconds or a timedelta) passes. Holds no
+    transaction or lock while waiting; under the test ``Harness`` it drains instead.
+    """
+    from . import results
+
+    return results.wait_result(key_or_instance, timeout)
+
+
+async def astart(
+    definition: str | type[WorkflowDefinition],
+    *,
+    key: str | None = None,
+    input: Any = None,
+    version: str | None = None,
+) -> WorkflowInstance:
+    """:func:`start` for async code."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(start)(definition, key=key, input=input, version=version)
+
+
+async def asend_event(
+    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+) -> InboundEvent | None:
+    """:func:`send_event` for async code."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(send_event)(instance, event_name, payload)

@@ -16,6 +16,7 @@ from django.db import transaction
 
 from . import jsonvalue
 from .backoff import Backoff
+from .child_steps import ChildSteps
 from .clock import now as clock_now
 from .control import ExecutionStopped, Suspension
 from .exceptions import (
@@ -30,7 +31,6 @@ from .failures import (
     error_message,
     recorded_failure,
 )
-from .pass_state import PassState
 from .states import StepState, StepType
 
 __all__ = [
@@ -63,7 +63,7 @@ class _UnserializableResult(Exception):
         self.failure = failure
 
 
-class Execution(PassState):
+class Execution(ChildSteps):
     """One replay pass: the definition's step helpers delegate here."""
 
     # run ------------------------------------------------------------------------------

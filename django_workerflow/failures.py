@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .exceptions import (
     MaxAttemptsExceededError,
     NonRetryableStepError,
     StepOutcomeError,
     WaitStepTimedOutError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
 )
+from .states import WorkflowStatus
 
 if TYPE_CHECKING:
     from .records import StepRecord
@@ -51,3 +54,25 @@ def recorded_failure(record: StepRecord) -> StepOutcomeError:
     return NonRetryableStepError(
         strip_name(record.error_message, record.error_name), step_id=record.step_id
     )
+
+
+def failure(details: dict[str, Any], *, child: bool) -> WorkflowFailedError:
+    """The error a failed or cancelled instance raises in whoever awaits it.
+
+    ``details`` holds ``key``, ``status``, ``error_name``, ``error_message`` and ``reason``.
+    """
+    noun = "Child workflow" if child else "Workflow"
+    key = details.get("key", "")
+    reason = details.get("reason")
+    fields = {
+        "key": key,
+        "status": details.get("status", ""),
+        "error_name": details.get("error_name", ""),
+        "error_message": details.get("error_message", ""),
+        "reason": reason,
+    }
+    if fields["status"] == WorkflowStatus.CANCELLED:
+        why = f": {reason}" if reason else ""
+        return WorkflowCancelledError(f"{noun} '{key}' was cancelled{why}", **fields)
+    error = fields["error_message"] or fields["error_name"] or "no error recorded"
+    return WorkflowFailedError(f"{noun} '{key}' failed: {error}", **fields)

@@ -35,6 +35,14 @@ class Step(models.Model):
     payload = JSONTextField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
+    # A child step's instance: the child it started, or the instance it waits for.
+    child_instance = models.ForeignKey(
+        WorkflowInstance,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="awaiting_steps",
+    )
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, transaction
@@ -35,10 +35,20 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return self.filter(status__in=TERMINAL_STATUSES)
 
     def create_pending(
-        self, *, key: str, definition_name: str, definition_version: str, input: Any, now: datetime
+        self,
+        *,
+        key: str,
+        definition_name: str,
+        definition_version: str,
+        input: Any,
+        now: datetime,
+        parent_pk: int | None = None,
+        detached: bool = False,
     ) -> WorkflowInstance:
         """Create a pending instance, due at once, and record its creation."""
         instance = self.create(
+            parent_id=parent_pk,
+            detached=detached,
             key=key,
             definition_name=definition_name,
             definition_version=definition_version,
@@ -78,6 +88,12 @@ class WorkflowInstance(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The instance whose child step started this one (None: a top-level instance).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    # A detached child outlives its parent: no cancel cascades to it.
+    detached = models.BooleanField(default=False)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -130,6 +146,18 @@ class WorkflowInstance(models.Model):
         from .. import runtime
 
         return runtime.send_event(self, event_name, payload)
+
+    def wait_result(self, timeout: float | timedelta | None = None) -> Any:
+        """Block until the instance finishes; see :func:`django_workerflow.wait_result`."""
+        from .. import results  # results reads models: import at call time
+
+        return results.wait_result(self, timeout)
+
+    async def await_result(self, timeout: float | timedelta | None = None) -> Any:
+        """Await the instance's end without holding a thread for the whole wait."""
+        from .. import results
+
+        return await results.await_result(self, timeout)
 
     # Transitions: the caller holds the row lock (select_for_update) -------------------
 
@@ -188,6 +216,7 @@ class WorkflowInstance(models.Model):
         self.finished_at = now
         self.save(update_fields=["status", "alarm_at", "updated_at", "finished_at"])
         self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
+        self._finished(now, reason)
 
     def set_completed(self, result: Any, now: datetime) -> None:
         """running -> completed with ``result``, releasing the tick's lease."""
@@ -207,6 +236,7 @@ class WorkflowInstance(models.Model):
             ]
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
+        self._finished(now, None)
 
     def set_failed(self, error_name: str, error_message: str, now: datetime) -> None:
         """running -> failed with the error, releasing the tick's lease."""
@@ -228,6 +258,7 @@ class WorkflowInstance(models.Model):
             ]
         )
         self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
+        self._finished(now, None)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;
@@ -277,6 +308,12 @@ class WorkflowInstance(models.Model):
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""
         self.unreached_step_ids = step_ids
         self.save(update_fields=["unreached_step_ids"])
+
+    def _finished(self, now: datetime, reason: str | None) -> None:
+        """The one hook point of the finishing transitions (see :mod:`..finishing`)."""
+        from ..finishing import instance_finished  # finishing reads models: import late
+
+        instance_finished(self, now, reason)
 
     def _finish_tick(self, now: datetime) -> None:
         self.alarm_at = None
