@@ -95,9 +95,13 @@ class ChildStepStore(WaitingStepStore):
                 and step.child_instance_pk is not None
             ]
             self._outcomes = read_outcomes(waiting)
-        if record.child_instance_pk is None:
+        pk = record.child_instance_pk
+        if pk is None:
             return None
-        return self._outcomes.get(record.child_instance_pk)
+        if pk not in self._outcomes:
+            # A step created in this pass, after the others were read.
+            self._outcomes.update(read_outcomes([pk]))
+        return self._outcomes.get(pk)
 
     def resolve_child_step(self, step_id: str, outcome: Outcome | None) -> StepRecord:
         """waiting -> succeeded with the awaited instance's result, or -> failed."""
