@@ -141,10 +141,12 @@ def test_async_twins__start_send_and_await(transactional_db, waiter):
         await workerflow.asend_event("async-1", "go", "from async")
         value = await instance.await_result(timeout=30)
         await finisher
+        await _close_thread_connection()
         return value
 
-    with alarms.suppressed():
-        assert asyncio.run(scenario()) == {"got": "from async"}
+    # A fresh thread, as an ASGI server's: the test thread's connection stays its own.
+    [value] = in_threads(lambda: asyncio.run(scenario()))
+    assert value == {"got": "from async"}
 
 
 def _tick_after_event_in_thread(key: str) -> None:
@@ -165,5 +167,23 @@ def _tick_after_event_in_thread(key: str) -> None:
 def test_await_result__times_out(transactional_db, waiter):
     with alarms.suppressed():
         instance = workerflow.start(waiter, key="async-2")
+
+    async def scenario() -> None:
+        try:
+            await instance.await_result(timeout=0.2)
+        finally:
+            await _close_thread_connection()
+
     with pytest.raises(TimeoutError):
-        asyncio.run(instance.await_result(timeout=0.2))
+        in_threads(lambda: asyncio.run(scenario()))
+
+
+async def _close_thread_connection() -> None:
+    """The connection sync_to_async's thread opened (a request's end closes it in a site)."""
+    from asgiref.sync import sync_to_async
+    from django.db import connection
+
+    def close() -> None:  # resolves the connection in sync_to_async's thread
+        connection.close()
+
+    await sync_to_async(close)()
