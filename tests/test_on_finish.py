@@ -91,10 +91,17 @@ def test_on_finish__the_delivery_row_commits_with_the_finish(define, workerflow_
         _with_hook(define, lambda self: self.wait("w", "x"), lambda self, o: None)
     )
     workerflow_harness.drain()
-    with pytest.raises(RuntimeError), transaction.atomic():
-        workerflow.cancel(instance)
-        assert FinishDelivery.objects.count() == 1
-        raise RuntimeError("roll back")
+    inside = []
+
+    def cancel_then_roll_back() -> None:
+        with transaction.atomic():
+            workerflow.cancel(instance)
+            inside.append(FinishDelivery.objects.count())
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        cancel_then_roll_back()
+    assert inside == [1]
     assert FinishDelivery.objects.count() == 0
 
 
@@ -155,7 +162,8 @@ def test_on_finish__a_worker_that_died_mid_hook_is_redelivered_after_the_lease(
     workerflow_harness.advance(settings.LEASE_SECONDS - 1)
     assert len(calls) == 1
     workerflow_harness.advance(2)
-    assert len(calls) == 2 and calls[0] == calls[1]
+    assert len(calls) == 2
+    assert calls[0] == calls[1]
     assert FinishDelivery.objects.get().acknowledged_at is not None
 
 
