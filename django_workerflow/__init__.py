@@ -22,6 +22,7 @@ from .exceptions import (
     WorkflowVersionConflictError,
 )
 from .execution import SettledResult
+from .outcomes import Outcome
 
 if TYPE_CHECKING:
     from .models import InboundEvent, WorkflowInstance
@@ -31,6 +32,7 @@ __all__ = [
     "MaxAttemptsExceededError",
     "NonRetryableStepError",
     "NondeterminismError",
+    "Outcome",
     "SettledResult",
     "WaitStepTimedOutError",
     "WorkerflowError",

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .models import TERMINAL_STATUSES, WorkflowEvent, WorkflowEventType, WorkflowInstance
-from .states import WorkflowStatus
+from .states import TERMINAL_STATUSES, WorkflowEventType, WorkflowStatus
 
 _FIELDS = ("pk", "key", "status", "result", "error_name", "error_message", "finished_at")
 
@@ -51,6 +50,8 @@ class Outcome:
 
 def read_outcomes(pks: list[int]) -> dict[int, Outcome]:
     """The outcomes of the instances ``pks`` (missing ones left out), in two queries at most."""
+    from .models import WorkflowInstance  # a leaf otherwise: the package exports Outcome
+
     rows = list(WorkflowInstance.objects.filter(pk__in=pks).values_list(*_FIELDS))
     cancelled = [row[0] for row in rows if row[2] == WorkflowStatus.CANCELLED]
     reasons = cancel_reasons(cancelled)
@@ -74,6 +75,8 @@ def read_outcome(pk: int) -> Outcome | None:
 
 
 def cancel_reasons(pks: list[int]) -> dict[int, str | None]:
+    from .models import WorkflowEvent
+
     if not pks:
         return {}
     events = WorkflowEvent.objects.filter(
