@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # Polling backoff (SQLite and others, and async waits): first pause, growth, longest pause.
 POLL_FIRST = 0.005
 POLL_FACTOR = 1.5
-POLL_MAX = 0.1
+POLL_MAX = 0.05
 
 _harness = threading.local()
 
