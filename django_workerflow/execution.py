@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import transaction
 
-from . import jsonvalue
+from . import jsonvalue, storable
 from .backoff import Backoff
 from .child_steps import ChildSteps
 from .clock import now as clock_now
@@ -30,6 +30,7 @@ from .failures import (
     REPLAYED_FAILURES,
     error_message,
     recorded_failure,
+    recorded_name,
 )
 from .states import StepState, StepType
 
@@ -82,6 +83,11 @@ class Execution(ChildSteps):
             raise WorkflowInputError(
                 f"max_attempts of run step '{step_id}' must be a whole number >= 1, "
                 f"not {max_attempts!r}."
+            )
+        if max_attempts > storable.MAX_INTEGER:
+            raise WorkflowInputError(
+                f"max_attempts of run step '{step_id}' is {max_attempts}, more than the limit "
+                f"of {storable.MAX_INTEGER} (the largest count the database stores)."
             )
         if not callable(fn):
             raise WorkflowInputError(f"Run step '{step_id}' needs a callable, not {fn!r}.")
@@ -197,7 +203,7 @@ class Execution(ChildSteps):
             self.store.mark_attempt_failed,
             record.step_id,
             record.attempt_count,
-            error_name=type(exc).__name__,
+            error_name=recorded_name(exc),
             error_message=error_message(exc),
             non_retryable=non_retryable,
             backoff=backoff,

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from . import alarms, jsonvalue, lease, registry
+from . import alarms, jsonvalue, lease, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .definition import WorkflowDefinition
@@ -170,7 +170,8 @@ def send_event(
                     state=StepState.WAITING,
                     event_name=event_name,
                 )
-                .exclude(timeout_at__lt=now)
+                # At its deadline a wait has timed out, as a tick at the same instant finds.
+                .exclude(timeout_at__lte=now)
                 .order_by("created_at", "id")
                 .values_list("pk", flat=True)
                 .first()
@@ -223,6 +224,8 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     """Cancel an unfinished instance; no step starts after this. False: already finished."""
     if reason is not None and not isinstance(reason, str):
         raise WorkflowInputError(f"A cancel reason must be a string, not {type(reason).__name__}.")
+    if reason is not None:
+        storable.check_text(reason, what="The cancel reason")
     with transaction.atomic():
         locked = _lock(_pk(instance))
         if locked.is_terminal:
@@ -312,6 +315,7 @@ def _pk(instance: WorkflowInstance | str) -> int:
     if isinstance(instance, WorkflowInstance):
         return instance.pk
     if isinstance(instance, str):
+        storable.check_text(instance, what="The instance key")
         try:
             return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
         except WorkflowInstance.DoesNotExist:

@@ -198,12 +198,13 @@ _STATEMENTS: dict[str, str] = {
             %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s)""",
     # The state of one step (has an event satisfied a waiting wait meanwhile?).
     "step_state": f"SELECT state FROM {STEP} WHERE id = %(step)s",
-    # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one).
+    # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one);
+    # strictly before: at its deadline a wait has timed out.
     "oldest_queued_event": f"""
         SELECT id, payload FROM {INBOUND}
         WHERE instance_id = %(instance)s AND event_name = %(event_name)s
             AND claimed_at IS NULL
-            AND (%(deadline)s IS NULL OR created_at <= %(deadline)s)
+            AND (%(deadline)s IS NULL OR created_at < %(deadline)s)
         ORDER BY created_at, id LIMIT 1""",
     # Satisfy a waiting wait step with an event's payload.
     "satisfy_wait": f"""

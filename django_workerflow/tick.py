@@ -18,14 +18,14 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import alarms, jsonvalue, lease, registry
+from . import alarms, jsonvalue, lease, recovery, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
 from .definition import WorkflowDefinition
 from .exceptions import WorkflowInputError
 from .execution import Execution, error_message
-from .models import ACTIVE_STATUSES, StepState, StepType, WorkflowInstance, WorkflowStatus
+from .models import ACTIVE_STATUSES, StepState, WorkflowInstance, WorkflowStatus
 from .states import PassOutcome, StopReason, TickOutcome
 from .store import StepStore
 
@@ -93,8 +93,8 @@ def _claim(
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
-            if not instance.wake_requested:
-                instance.request_another_pass()
+            if instance.found_leased():
+                alarms.arm(instance.pk, instance.alarm_at)
             return TickResult(TickOutcome.BUSY, alarm_at=instance.alarm_at)
         definition_class = registry.lookup(instance.definition_name, instance.definition_version)
         if definition_class is None:
@@ -129,11 +129,7 @@ def _execute(
         store = StepStore(instance.pk, lease_token=token)
         steps = store.load()
         if suspects is None:
-            suspects = {
-                step_id
-                for step_id, step in steps.items()
-                if step.type == StepType.RUN and step.state == StepState.RUNNING
-            }
+            suspects = recovery.interrupted_run_steps(steps)
         result = _settle(
             instance, token, _replay(instance, definition_class, store, deadline, suspects), replays
         )
@@ -154,7 +150,9 @@ def _replay(
         deadline=deadline,
         interrupted_suspects=suspects,
     )
-    definition = definition_class(key=instance.key, input=instance.input, execution=execution)
+    # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
+    pinned_input = jsonvalue.fresh_copy(instance.input)
+    definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
     result = _run_pass(definition, execution)
     if not (result.stop_reason or result.yielded):
         result.unreached = _unreached_steps(store, execution.seen_step_ids)
@@ -202,7 +200,7 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
 
 def _failed(exc: BaseException) -> PassResult:
     return PassResult(
-        PassOutcome.FAILED, error_name=type(exc).__name__, error_message=error_message(exc)
+        PassOutcome.FAILED, error_name=storable.error_name(exc), error_message=error_message(exc)
     )
 
 

@@ -289,10 +289,20 @@ class WorkflowInstance(models.Model):
         self.alarm_at = now
         self.save(update_fields=["wake_requested", "updated_at", "alarm_at"])
 
-    def request_another_pass(self) -> None:
-        """A bell found the instance leased: its tick takes one more pass before it ends."""
+    def found_leased(self) -> bool:
+        """A bell found the instance leased: its tick takes one more pass before it ends,
+        and the alarm moves to the lease's expiry, the next chance to progress if the holder
+        died. True if the alarm moved (the caller arms a bell there)."""
+        fields = [] if self.wake_requested else ["wake_requested"]
         self.wake_requested = True
-        self.save(update_fields=["wake_requested"])
+        expires = self.lease_expires_at
+        moved = expires is not None and (self.alarm_at is None or self.alarm_at < expires)
+        if moved:
+            self.alarm_at = expires
+            fields.append("alarm_at")
+        if fields:
+            self.save(update_fields=fields)
+        return moved
 
     def clear_wake_request(self) -> None:
         """The tick is about to take the pass that was asked for."""
