@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from . import storable
 from .clock import now as clock_now
 from .exceptions import WorkerflowError, WorkflowInputError
 from .models import Step, WorkflowInstance
@@ -163,8 +164,12 @@ class ChildStepStore(WaitingStepStore):
             parent_id=parent_pk,
             child_instance_id=child_pk,
             result=result,
-            error_name=type(failure).__name__ if failure else "",
-            error_message=str(failure) if failure else "",
+            error_name=storable.error_name(failure) if failure else "",
+            error_message=storable.safe_text(
+                storable.describe(failure), max_length=storable.MAX_ERROR_MESSAGE_LENGTH
+            )
+            if failure
+            else "",
             resolved_at=None if state == StepState.WAITING else now,
             created_at=now,
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import alarms, registry
+from . import alarms, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .failures import error_message
@@ -175,7 +175,7 @@ def _record(claim: _Claim, error: BaseException | None) -> None:
             delivery.acknowledged_at = delivery.acknowledged_at or now
             delivery.next_attempt_at = None
         elif delivery.acknowledged_at is None:
-            delivery.last_error_name = type(error).__name__
+            delivery.last_error_name = storable.error_name(error)
             delivery.last_error_message = error_message(error)
             delivery.next_attempt_at = now + retry_delay(claim.attempt)
             _ring(delivery.pk, delivery.next_attempt_at)

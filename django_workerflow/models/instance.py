@@ -93,7 +93,7 @@ class WorkflowInstance(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
     )
     # A detached child outlives its parent: no cancel cascades to it.
-    detached = models.BooleanField(default=False)
+    detached = models.BooleanField(default=False, db_default=False)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
