@@ -12,6 +12,7 @@ from django_workerflow import (
     WorkflowVersionConflictError,
 )
 from django_workerflow.conf import settings
+from django_workerflow.control import ExecutionStopped
 from django_workerflow.models import (
     Step,
     StepType,
@@ -19,6 +20,9 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.states import StopReason
+
+from .factories import WorkflowInstanceFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -331,3 +335,27 @@ def test_child__finishing_wakes_the_waiting_parent_in_the_same_transaction(
     runtime.tick(WorkflowInstance.objects.get(key="p/ship").pk)
     woken = fresh(parent)
     assert (woken.alarm_at, woken.wake_requested) == (workerflow_harness.now(), True)
+
+
+def test_child__a_stale_worker_starts_no_child(quick):
+    """The child and its step are written under the parent's lease: a worker whose lease
+    was taken over creates neither."""
+    from .test_lease_fencing import claim, take_over
+
+    parent = WorkflowInstanceFactory()
+    stale = claim(parent)
+    take_over(parent)
+    with pytest.raises(ExecutionStopped) as stopped:
+        stale.start_child_step(
+            "ship",
+            parent_step_id=None,
+            workflow=quick,
+            key="never",
+            input=1,
+            version=None,
+            detached=False,
+            waits=True,
+        )
+    assert stopped.value.reason == StopReason.LEASE_LOST
+    assert not WorkflowInstance.objects.filter(key="never").exists()
+    assert not Step.objects.filter(step_id="ship").exists()
