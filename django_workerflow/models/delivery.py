@@ -29,11 +29,12 @@ class FinishDeliveryQuerySet(models.QuerySet["FinishDelivery"]):
 
 
 class FinishDelivery(models.Model):
-    """One row per finished instance whose definition defines ``on_finish``, created in the
-    transaction that finished it; acknowledged once a call of the hook returned."""
+    """One row per finish of an instance whose definition defines ``on_finish``, created in
+    the transaction that finished it; acknowledged once a call of the hook returned. An
+    instance retried after it failed finishes again, and gets a new row (a new outcome id)."""
 
-    instance = models.OneToOneField(
-        WorkflowInstance, on_delete=models.CASCADE, related_name="finish_delivery"
+    instance = models.ForeignKey(
+        WorkflowInstance, on_delete=models.CASCADE, related_name="finish_deliveries"
     )
     created_at = models.DateTimeField()
     next_attempt_at = models.DateTimeField(null=True, blank=True)
