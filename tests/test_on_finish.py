@@ -185,3 +185,28 @@ def test_on_finish__deliver_now_makes_a_waiting_retry_due(define, workerflow_har
 
 def test_on_finish__is_optional_on_the_base_class():
     assert not hasattr(WorkflowDefinition, "on_finish")
+
+
+def test_on_finish__a_retried_instance_that_finishes_again_is_delivered_again(
+    define, workerflow_harness
+):
+    outcomes = []
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first time")
+        return "second time"
+
+    def execute(self):
+        return self.run("flaky", flaky, max_attempts=1)
+
+    instance = workerflow.start(
+        _with_hook(define, execute, lambda self, o: outcomes.append((o.id, o.status)))
+    )
+    workerflow_harness.drain()
+    workerflow.retry(instance)
+    workerflow_harness.drain()
+    first, second = FinishDelivery.objects.order_by("id")
+    assert outcomes == [(first.pk, "failed"), (second.pk, "completed")]
