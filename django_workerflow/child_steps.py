@@ -118,7 +118,7 @@ class ChildSteps(PassState):
         start_failure = _START_FAILURES.get(record.error_name)
         if start_failure is not None:
             raise start_failure(strip_name(record.error_message, record.error_name))
-        raise failure(record.payload or {}, child=True)
+        raise failure(record.payload or {}, child=True, step_id=record.step_id)
 
     def _mismatch(self, record: StepRecord, helper: str) -> NoReturn:
         self.fatal = NondeterminismError(

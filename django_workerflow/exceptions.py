@@ -78,10 +78,11 @@ class StepStateError(WorkerflowError):
     """
 
 
-class WorkflowFailedError(WorkerflowError):
+class WorkflowFailedError(StepOutcomeError):
     """The awaited workflow instance failed (or, as the subclass says, was cancelled).
 
-    Raised in a parent by ``self.child()`` / ``self.wait_child()`` and by ``wait_result()``.
+    Raised in a parent by ``self.child()`` / ``self.wait_child()`` (``step_id`` names that
+    child step, which a ``retry()`` of the parent reopens) and by ``wait_result()``.
     ``key``, ``status``, ``error_name``, ``error_message`` and ``reason`` describe the
     instance that finished badly (``reason`` is its cancel reason, if any).
     """
@@ -95,8 +96,9 @@ class WorkflowFailedError(WorkerflowError):
         error_name: str = "",
         error_message: str = "",
         reason: str | None = None,
+        step_id: str | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, step_id=step_id)
         self.key = key
         self.status = status
         self.error_name = error_name

@@ -66,7 +66,9 @@ def recorded_failure(record: StepRecord) -> StepOutcomeError:
     )
 
 
-def failure(details: dict[str, Any], *, child: bool) -> WorkflowFailedError:
+def failure(
+    details: dict[str, Any], *, child: bool, step_id: str | None = None
+) -> WorkflowFailedError:
     """The error a failed or cancelled instance raises in whoever awaits it.
 
     ``details`` holds ``key``, ``status``, ``error_name``, ``error_message`` and ``reason``.
@@ -80,6 +82,7 @@ def failure(details: dict[str, Any], *, child: bool) -> WorkflowFailedError:
         "error_name": details.get("error_name", ""),
         "error_message": details.get("error_message", ""),
         "reason": reason,
+        "step_id": step_id,
     }
     if fields["status"] == WorkflowStatus.CANCELLED:
         why = f": {reason}" if reason else ""

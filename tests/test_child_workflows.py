@@ -359,3 +359,34 @@ def test_child__a_stale_worker_starts_no_child(quick):
     assert stopped.value.reason == StopReason.LEASE_LOST
     assert not WorkflowInstance.objects.filter(key="never").exists()
     assert not Step.objects.filter(step_id="ship").exists()
+
+
+def test_retry__a_parent_failed_by_its_child_waits_again_for_the_retried_child(
+    define, workerflow_harness
+):
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    child_definition = define(lambda self: self.run("carrier", flaky, max_attempts=1))
+
+    def execute(self):
+        return self.child("ship", child_definition)
+
+    order = workerflow.start(define(execute), key="order-r")
+    workerflow_harness.drain()
+    assert (fresh(order).status, order.error_step_id) == ("failed", "ship")
+
+    workerflow.retry(order)  # the child still failed: so does the parent, at once
+    workerflow_harness.drain()
+    assert fresh(order).status == "failed"
+
+    workerflow.retry("order-r/ship")
+    workerflow.retry(order)
+    workerflow_harness.drain()
+    assert (fresh(order).status, order.result) == ("completed", "shipped")
+    assert WorkflowInstance.objects.filter(parent=order).count() == 1

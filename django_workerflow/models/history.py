@@ -77,6 +77,16 @@ class Step(models.Model):
         self.resolved_at = None
         self.save(update_fields=["state", "timeout_at", "resolved_at"])
 
+    def reopen_child(self) -> None:
+        """failed -> waiting for the same instance: the parent's next pass reads how that
+        instance stands (retry the failed child first for a different outcome)."""
+        self.state = StepState.WAITING
+        self.error_name = ""
+        self.error_message = ""
+        self.payload = None
+        self.resolved_at = None
+        self.save(update_fields=["state", "error_name", "error_message", "payload", "resolved_at"])
+
 
 class StepEvent(models.Model):
     """One entry of a step's history: an attempt, a wait or a sleep transition."""
