@@ -390,3 +390,21 @@ def test_retry__a_parent_failed_by_its_child_waits_again_for_the_retried_child(
     workerflow_harness.drain()
     assert (fresh(order).status, order.result) == ("completed", "shipped")
     assert WorkflowInstance.objects.filter(parent=order).count() == 1
+
+
+def test_child__all_settled_collects_each_childs_outcome(define, quick, workerflow_harness):
+    def broken(self):
+        raise RuntimeError("no")
+
+    broken_definition = define(broken)
+
+    def execute(self):
+        settled = self.all_settled(
+            lambda: self.child("good", quick, input=4),
+            lambda: self.child("bad", broken_definition),
+        )
+        return [[outcome.ok, outcome.value, type(outcome.error).__name__] for outcome in settled]
+
+    parent = workerflow.start(define(execute), key="s")
+    workerflow_harness.drain()
+    assert fresh(parent).result == [[True, 8, "NoneType"], [False, None, "WorkflowFailedError"]]

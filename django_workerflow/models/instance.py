@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, transaction
@@ -16,6 +16,7 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .composed import ComposedInstance
 from .failing import FailureTransitions
 from .fields import JSONTextField
 
@@ -90,7 +91,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return fork
 
 
-class WorkflowInstance(FailureTransitions, models.Model):
+class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     """One run of a definition, identified by its ``key``."""
 
     key = models.CharField(max_length=255, unique=True)
@@ -185,18 +186,6 @@ class WorkflowInstance(FailureTransitions, models.Model):
         from .. import runtime
 
         return runtime.send_event(self, event_name, payload)
-
-    def wait_result(self, timeout: float | timedelta | None = None) -> Any:
-        """Block until the instance finishes; see :func:`django_workerflow.wait_result`."""
-        from .. import results  # results reads models: import at call time
-
-        return results.wait_result(self, timeout)
-
-    async def await_result(self, timeout: float | timedelta | None = None) -> Any:
-        """Await the instance's end without holding a thread for the whole wait."""
-        from .. import results
-
-        return await results.await_result(self, timeout)
 
     # Transitions: the caller holds the row lock (select_for_update) -------------------
 
@@ -335,12 +324,6 @@ class WorkflowInstance(FailureTransitions, models.Model):
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""
         self.unreached_step_ids = step_ids
         self.save(update_fields=["unreached_step_ids"])
-
-    def _finished(self, now: datetime, reason: str | None) -> None:
-        """The one hook point of the finishing transitions (see :mod:`..finishing`)."""
-        from ..finishing import instance_finished  # finishing reads models: import late
-
-        instance_finished(self, now, reason)
 
     def _finish_tick(self, now: datetime) -> None:
         self.alarm_at = None
