@@ -31,6 +31,7 @@ SCENARIOS = (
     "clusters",
     "peer",
     "scale",
+    "composition",
     "admin",
     "wal",
 )
@@ -102,7 +103,7 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import admin_scale, cluster, inline, peer, scale, starts, wal
+    from . import admin_scale, cluster, composition, inline, peer, scale, starts, wal
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -115,6 +116,7 @@ def scenario_runners(
         "clusters": lambda: cluster.with_clusters(sizes, workdir, progress),
         "peer": lambda: peer.peer(sizes, workdir, args.pg_name, progress),
         "scale": lambda: scale.scale(sizes, progress),
+        "composition": lambda: composition.composition(sizes, workdir, progress),
         "admin": lambda: admin_scale.admin_scale(sizes, progress),
         "wal": lambda: wal.wal(sizes),
     }

@@ -72,11 +72,14 @@ def start(
     key: str | None = None,
     input: Any = None,
     version: str | None = None,
+    parent_pk: int | None = None,
+    detached: bool = False,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
     Idempotent on ``key``: the first call pins the input and the definition version. A
     different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
+    ``parent_pk`` and ``detached`` are set by a parent's child step (:mod:`.child_steps`).
     """
     if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
         name = definition.name
@@ -93,7 +96,12 @@ def start(
     input_json = jsonvalue.dumps(input, what="The workflow input")
 
     created = starting.insert_pending(
-        name, definition_class.version, [starting.NewInstance(key, input_json)], clock_now()
+        name,
+        definition_class.version,
+        [starting.NewInstance(key, input_json)],
+        clock_now(),
+        parent_pk=parent_pk,
+        detached=detached,
     )
     if created:
         logger.info(

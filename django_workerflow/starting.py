@@ -74,7 +74,13 @@ def _copy(template: WorkflowInstance, entry: NewInstance) -> WorkflowInstance:
 
 
 def insert_pending(
-    name: str, version: str, entries: Sequence[NewInstance], now: datetime
+    name: str,
+    version: str,
+    entries: Sequence[NewInstance],
+    now: datetime,
+    *,
+    parent_pk: int | None = None,
+    detached: bool = False,
 ) -> list[WorkflowInstance]:
     """Create pending instances (due at ``now``) for ``entries`` whose key is free, with
     their 'created' events and bells; return the created ones (keys taken are left out).
@@ -86,6 +92,9 @@ def insert_pending(
     direct_bells = bell_rows.direct_orm_bells()
     columns, fields = _columns()
     template = _template(name, version, now, direct_bells)
+    # A child workflow's parent (set by a parent's child step, see child_steps.py).
+    template.parent_id = parent_pk
+    template.detached = detached
     values = [f.get_db_prep_save(f.value_from_object(template), connection) for f in fields]
     key_at = columns.index(str(WorkflowInstance._meta.get_field("key").column))
     input_at = columns.index(str(WorkflowInstance._meta.get_field("input").column))

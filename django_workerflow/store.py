@@ -28,11 +28,11 @@ from django.db import connection
 
 from . import jsonvalue, sql
 from .backoff import Backoff, backoff_failure, retry_delay
+from .child_store import ChildStepStore
 from .clock import now as clock_now
 from .control import ExecutionStopped
 from .records import StepRecord
 from .states import StepEventType, StepState, StepType, StopReason
-from .waiting import WaitingStepStore
 from .writes import (
     adapt,
     execute,
@@ -53,9 +53,10 @@ class PendingSuccess:
     result_json: str
 
 
-class StepStore(WaitingStepStore):
+class StepStore(ChildStepStore):
     """Reads and writes the steps of one instance, for the tick holding ``lease_token``:
-    run steps here, sleep and wait steps in :class:`~.waiting.WaitingStepStore`."""
+    run steps here, sleep and wait steps in :class:`~.waiting.WaitingStepStore`, child
+    steps in :class:`~.child_store.ChildStepStore`."""
 
     def __init__(self, instance_pk: int, *, lease_token: str) -> None:
         super().__init__(instance_pk, lease_token=lease_token)

@@ -11,5 +11,15 @@ def tick(instance_pk: int) -> str:
 
 
 def sweep() -> int:
-    """Ring the bells that are missing (scheduled about once a minute)."""
-    return runtime.sweep()
+    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike (scheduled
+    about once a minute)."""
+    from . import deliveries
+
+    return runtime.sweep() + deliveries.ring_due()
+
+
+def deliver(delivery_pk: int) -> bool | None:
+    """Call a finished instance's ``on_finish`` hook if its delivery is due."""
+    from . import deliveries
+
+    return deliveries.deliver(delivery_pk)

@@ -30,7 +30,16 @@ SECTIONS = (
     "7. Peer",
     "Targets (issue 5)",
 )
-SCENARIOS = ("statements", "sequential", "replay", "profile", "clusters", "peer", "scale")
+SCENARIOS = (
+    "statements",
+    "sequential",
+    "replay",
+    "profile",
+    "clusters",
+    "peer",
+    "scale",
+    "composition",
+)
 
 
 def run_smoke(tmp_path: Path) -> tuple[subprocess.CompletedProcess, str]:

@@ -67,3 +67,14 @@ class Waiter(WorkflowDefinition):
     def execute(self) -> None:
         self.wait("go", "go")
         self.run("after", lambda: None)
+
+
+class Parent(WorkflowDefinition):
+    """Starts a "bench-event" child, waits for it, then runs one step."""
+
+    name = "bench-parent"
+    version = "1"
+
+    def execute(self) -> None:
+        self.child("child", "bench-event")
+        self.run("after-child", lambda: None)
