@@ -3,6 +3,13 @@ from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 
+def sync_workflow_schedules(using: str = "default", **_: object) -> None:
+    """post_migrate: keep the WorkflowSchedule rows in sync with the definitions."""
+    from .cron_schedules import sync_after_migrate
+
+    sync_after_migrate(using)
+
+
 class WorkerflowConfig(AppConfig):
     name = "django_workerflow"
     label = "workerflow"
@@ -16,3 +23,4 @@ class WorkerflowConfig(AppConfig):
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
         post_migrate.connect(ensure_sweeper_schedule, sender=self)
+        post_migrate.connect(sync_workflow_schedules, sender=self)

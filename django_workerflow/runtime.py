@@ -16,7 +16,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from . import alarms, jsonvalue, lease, registry, storable
+from . import admission, alarms, jsonvalue, lease, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .definition import WorkflowDefinition
@@ -71,11 +71,15 @@ def start(
     key: str | None = None,
     input: Any = None,
     version: str | None = None,
+    priority: int = 0,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
     Idempotent on ``key``: the first call pins the input and the definition version. A
     different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
+    A workflow with ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until
+    admitted, in order of ``priority`` (lower first), then creation; in the same
+    transaction when a slot is free.
     """
     if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
         name = definition.name
@@ -90,10 +94,17 @@ def start(
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     input_json = jsonvalue.dumps(input, what="The workflow input")
+    admission.check_priority(priority)
 
     existing = WorkflowInstance.objects.filter(key=key).first()
     if existing is None:
         now = clock_now()
+        limited = admission.limits_for_name(name) is not None
+        concurrency_key = (
+            admission.concurrency_key_for(definition_class, key, jsonvalue.loads(input_json))
+            if limited
+            else ""
+        )
         try:
             with transaction.atomic():
                 instance = WorkflowInstance.objects.create_pending(
@@ -102,8 +113,14 @@ def start(
                     definition_version=definition_class.version,
                     input=jsonvalue.loads(input_json),
                     now=now,
+                    priority=priority,
+                    concurrency_key=concurrency_key,
+                    queued=limited,
                 )
-                alarms.arm(instance.pk, now)
+                if not limited:
+                    alarms.arm(instance.pk, now)
+                elif instance.pk in admission.admit_waiting(name, concurrency_key, now):
+                    instance.admitted_at = instance.alarm_at = now
         except IntegrityError:
             existing = WorkflowInstance.objects.filter(key=key).first()
             if existing is None:

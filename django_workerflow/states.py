@@ -69,6 +69,7 @@ class TickOutcome(models.TextChoices):
     INACTIVE = "inactive"
     UNREGISTERED = "unregistered"
     MISSING = "missing"
+    QUEUED = "queued"
 
 
 class PassOutcome(models.TextChoices):

@@ -1,8 +1,8 @@
-"""The django-q2 tasks the engine enqueues: a tick per bell, and the sweeper."""
+"""The django-q2 tasks the engine enqueues: a tick per bell, a schedule bell, the sweeper."""
 
 from __future__ import annotations
 
-from . import runtime
+from . import cron_schedules, runtime
 
 
 def tick(instance_pk: int) -> str:
@@ -11,5 +11,11 @@ def tick(instance_pk: int) -> str:
 
 
 def sweep() -> int:
-    """Ring the bells that are missing (scheduled about once a minute)."""
-    return runtime.sweep()
+    """Ring the bells that are missing and fire the schedules left due (about once a
+    minute)."""
+    return runtime.sweep() + cron_schedules.sweep()
+
+
+def run_schedules() -> int:
+    """Start the due occurrences of the schedules (a schedule bell rang)."""
+    return len(cron_schedules.fire_due())

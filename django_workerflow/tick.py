@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import alarms, jsonvalue, lease, recovery, registry, storable
+from . import admission, alarms, jsonvalue, lease, recovery, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
@@ -72,6 +72,13 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
     """
     token = uuid.uuid4().hex
     claimed = _claim(instance_pk, token)
+    # A queued instance's rate-limit bell rang: admission runs with its row released.
+    if (
+        isinstance(claimed, TickResult)
+        and claimed.outcome == TickOutcome.QUEUED
+        and admission.admit_queued_instance(instance_pk, clock_now())
+    ):
+        claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickResult):
         return claimed
     instance, definition_class, recovering = claimed
@@ -92,6 +99,8 @@ def _claim(
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
+        if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
+            return TickResult(TickOutcome.QUEUED, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
             if instance.found_leased():
                 alarms.arm(instance.pk, instance.alarm_at)

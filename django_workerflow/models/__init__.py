@@ -15,12 +15,14 @@ from ..states import (
     WorkflowStatus,
 )
 from .fields import JSONTextField
+from .flow import AdmissionGate, WorkflowSchedule
 from .history import InboundEvent, Step, StepEvent, WorkflowEvent
 from .instance import WorkflowInstance, WorkflowInstanceQuerySet
 
 __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "AdmissionGate",
     "InboundEvent",
     "JSONTextField",
     "Step",
@@ -32,5 +34,6 @@ __all__ = [
     "WorkflowEventType",
     "WorkflowInstance",
     "WorkflowInstanceQuerySet",
+    "WorkflowSchedule",
     "WorkflowStatus",
 ]

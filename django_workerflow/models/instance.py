@@ -35,16 +35,29 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return self.filter(status__in=TERMINAL_STATUSES)
 
     def create_pending(
-        self, *, key: str, definition_name: str, definition_version: str, input: Any, now: datetime
+        self,
+        *,
+        key: str,
+        definition_name: str,
+        definition_version: str,
+        input: Any,
+        now: datetime,
+        priority: int = 0,
+        concurrency_key: str = "",
+        queued: bool = False,
     ) -> WorkflowInstance:
-        """Create a pending instance, due at once, and record its creation."""
+        """Create a pending instance and record its creation: admitted and due at once, or
+        ``queued`` (no alarm) until :mod:`~django_workerflow.admission` admits it."""
         instance = self.create(
             key=key,
             definition_name=definition_name,
             definition_version=definition_version,
             input=input,
             status=WorkflowStatus.PENDING,
-            alarm_at=now,
+            alarm_at=None if queued else now,
+            admitted_at=None if queued else now,
+            priority=priority,
+            concurrency_key=concurrency_key,
             created_at=now,
             updated_at=now,
         )
@@ -78,6 +91,11 @@ class WorkflowInstance(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (admission.py): lower priority is admitted first; the concurrency key
+    # splits a limit per key; admitted_at is None while the instance is queued.
+    priority = models.IntegerField(default=0)
+    concurrency_key = models.CharField(max_length=255, blank=True, default="")
+    admitted_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -93,6 +111,18 @@ class WorkflowInstance(models.Model):
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
             models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
+            # The queue of a limited workflow, in admission order.
+            models.Index(
+                fields=["definition_name", "concurrency_key", "priority", "created_at", "id"],
+                name="workerflow_queue",
+                condition=Q(status="pending", admitted_at__isnull=True),
+            ),
+            # Slots in use and the admissions inside a rate-limit window.
+            models.Index(
+                fields=["definition_name", "concurrency_key", "admitted_at"],
+                name="workerflow_admitted",
+                condition=Q(admitted_at__isnull=False),
+            ),
         ]
         permissions = [
             ("pause_workflowinstance", "Can pause workflow instances"),
@@ -188,6 +218,7 @@ class WorkflowInstance(models.Model):
         self.finished_at = now
         self.save(update_fields=["status", "alarm_at", "updated_at", "finished_at"])
         self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
+        self._slot_freed(previous, now)
 
     def set_completed(self, result: Any, now: datetime) -> None:
         """running -> completed with ``result``, releasing the tick's lease."""
@@ -207,6 +238,7 @@ class WorkflowInstance(models.Model):
             ]
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
+        self._slot_freed(WorkflowStatus.RUNNING, now)
 
     def set_failed(self, error_name: str, error_message: str, now: datetime) -> None:
         """running -> failed with the error, releasing the tick's lease."""
@@ -228,6 +260,7 @@ class WorkflowInstance(models.Model):
             ]
         )
         self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
+        self._slot_freed(WorkflowStatus.RUNNING, now)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;
@@ -287,6 +320,12 @@ class WorkflowInstance(models.Model):
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""
         self.unreached_step_ids = step_ids
         self.save(update_fields=["unreached_step_ids"])
+
+    def _slot_freed(self, previous: str, now: datetime) -> None:
+        """The instance just finished: admit what waits for its slot, in this transaction."""
+        from ..admission import admit_after_finish  # admission imports models: late
+
+        admit_after_finish(self, previous, now)
 
     def _finish_tick(self, now: datetime) -> None:
         self.alarm_at = None
