@@ -46,6 +46,7 @@ class Harness:
         self._suppression = alarms.suppressed()
         self._capture: AbstractContextManager[Any] | None = None
         self._callbacks: list[Callable[[], Any]] = []
+        self._schedules_synced = False
 
     def __enter__(self) -> Harness:
         self._previous_clock = set_clock(self.clock)
@@ -80,6 +81,7 @@ class Harness:
         ran = 0
         self.run_on_commit_callbacks()
         while True:
+            self._start_scheduled()
             due = list(WorkflowInstance.objects.due(self.now()).values_list("pk", flat=True))
             if not due:
                 return ran
@@ -104,6 +106,17 @@ class Harness:
         that falls due on the way, in time order, and drain there; then drain at ``when``.
         Return the ticks run."""
         return walk_to(self, when)
+
+    def _start_scheduled(self) -> None:
+        """Start the scheduled occurrences due at the virtual time (the schedule rows are
+        synced with the definitions at the first drain)."""
+        from . import cron_schedules
+
+        if not self._schedules_synced:
+            cron_schedules.sync(self.now())
+            self._schedules_synced = True
+        cron_schedules.fire_due(self.now())
+        self.run_on_commit_callbacks()
 
     def run_on_commit_callbacks(self) -> None:
         """Run the on-commit callbacks that a test's wrapping transaction holds back."""
