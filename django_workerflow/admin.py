@@ -20,6 +20,7 @@ from .console import controls, list_actions
 from .console.columns import InstanceChangeList, InstanceColumns
 from .console.history import load_history
 from .console.instance_views import ControlViews
+from .console.schedules import ScheduleFilter, WorkflowScheduleAdmin  # noqa: F401 - registers
 from .models import WorkflowInstance
 
 
@@ -34,7 +35,7 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         "updated",
         "next_alarm",
     ]
-    list_filter = ["status", "definition_name", "definition_version"]
+    list_filter = ["status", "definition_name", "definition_version", ScheduleFilter]
     search_fields = ["key", "definition_name"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
