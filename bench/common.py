@@ -51,6 +51,9 @@ class Sizes:
     peer_repeats: int = 5
     # Profile of the sequential hot path (pyinstrument).
     profile_steps: int = 2_000
+    # 8. Queue: instances queued behind a limit of 10, drained by this many worker threads.
+    queue_instances: int = 10_000
+    queue_workers: int = 4
 
 
 FULL = Sizes()
@@ -75,6 +78,7 @@ SMOKE = Sizes(
     peer_steps=20,
     peer_repeats=1,
     profile_steps=50,
+    queue_instances=100,
 )
 
 

@@ -270,6 +270,24 @@ def figures_table(results: Results) -> Table:
         "peer",
     )
     table.row("fleet: ours with 1 cluster / DBOS", lambda r: f"x{fleet_ratio(r):.2f}", "peer")
+
+    queued = any_result(results, "queue", "instances") or 0
+    table.section(f"8. Queue: {queued:,} instances behind max_concurrency=10, inline workers")
+    table.row(
+        "admissions per second while draining",
+        lambda r: f"{number(dig(r, 'queue', 'admissions_per_second'))}/s",
+        "queue",
+    )
+    table.row(
+        "inversions / double admissions",
+        lambda r: f"{dig(r, 'queue', 'inversions')} / {dig(r, 'queue', 'double_admissions')}",
+        "queue",
+    )
+    table.row(
+        "most instances holding a slot at once",
+        lambda r: str(dig(r, "queue", "max_holding")),
+        "queue",
+    )
     return table
 
 
@@ -402,6 +420,14 @@ def targets_table(results: Results) -> Table:
                 dig(r, "scale", "due_lookup_ms") <= 10,
             ),
             "scale",
+        ),
+        (
+            "queue: 0 inversions, 0 double admissions",
+            lambda r: check(
+                f"{dig(r, 'queue', 'inversions')} / {dig(r, 'queue', 'double_admissions')}",
+                dig(r, "queue", "inversions") == 0 and dig(r, "queue", "double_admissions") == 0,
+            ),
+            "queue",
         ),
     ]
     for label, cell, scenario in rows:

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import alarms, registry
+from .clock import now as clock_now
 from .exceptions import WorkflowInputError
 from .models import AdmissionGate, WorkflowInstance, WorkflowStatus
 
@@ -110,6 +111,8 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     """
     limits = limits_for_name(name)
     _lock_gate(name, concurrency_key, now)
+    # Read the clock again under the lock: admission times then follow admission order.
+    now = max(now, clock_now())
     queue = WorkflowInstance.objects.filter(
         definition_name=name,
         concurrency_key=concurrency_key,

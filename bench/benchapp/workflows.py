@@ -67,3 +67,14 @@ class Waiter(WorkflowDefinition):
     def execute(self) -> None:
         self.wait("go", "go")
         self.run("after", lambda: None)
+
+
+class Limited(WorkflowDefinition):
+    """One trivial run step, at most ten at once (the queue scenario)."""
+
+    name = "bench-limited"
+    version = "1"
+    max_concurrency = 10
+
+    def execute(self) -> None:
+        self.run("work", lambda: None)
