@@ -37,3 +37,17 @@ def create_shipment(order_id: int) -> dict:
 
 def mark_cancelled(order_id: int, reason: str) -> None:
     Order.objects.filter(pk=order_id).update(status=f"cancelled: {reason}"[:16])
+
+
+def count_orders_by_status() -> dict:
+    """The nightly report's figures: how many orders are in each status."""
+    from django.db.models import Count
+
+    rows = Order.objects.values("status").annotate(count=Count("id")).order_by("status")
+    return {row["status"]: row["count"] for row in rows}
+
+
+def export_customer_orders(email: str) -> dict:
+    """Pretend to send one customer's orders to the accounting system (a slow partner)."""
+    numbers = list(Order.objects.filter(customer_email=email).values_list("number", flat=True))
+    return {"customer": email, "orders": numbers}
