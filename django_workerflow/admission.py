@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import alarms, registry
 from .clock import now as clock_now
-from .exceptions import WorkflowInputError
+from .exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from .models import AdmissionGate, WorkflowInstance, WorkflowStatus
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def limits_for_name(name: str) -> Limits | None:
     """The limits of the highest registered version of ``name`` (None: unknown or none)."""
     try:
         return limits_of(registry.get(name))
-    except Exception:
+    except WorkflowNotRegisteredError:  # an unregistered name has no limits to apply
         return None
 
 
