@@ -117,7 +117,13 @@ class WorkflowInstance(models.Model):
                 name="workerflow_queue",
                 condition=Q(status="pending", admitted_at__isnull=True),
             ),
-            # Slots in use and the admissions inside a rate-limit window.
+            # Slots in use: admitted and not finished (a small set however long the history).
+            models.Index(
+                fields=["definition_name", "concurrency_key"],
+                name="workerflow_slots",
+                condition=Q(admitted_at__isnull=False, status__in=["pending", "running", "paused"]),
+            ),
+            # The admissions inside a rate-limit window.
             models.Index(
                 fields=["definition_name", "concurrency_key", "admitted_at"],
                 name="workerflow_admitted",
