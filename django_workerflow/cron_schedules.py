@@ -86,14 +86,22 @@ def due_occurrences(
 # Keeping the rows in sync with the code ------------------------------------------------
 
 
-def sync(now: datetime | None = None) -> None:
+def sync(now: datetime | None = None, *, restart: bool = False) -> None:
     """Create or update a row per scheduled definition; disable the rows whose definition
-    no longer declares a schedule (they are kept, with ``in_code`` false)."""
+    no longer declares a schedule (they are kept, with ``in_code`` false).
+
+    ``restart`` moves every schedule's next run to its first occurrence after ``now`` (the
+    test harness begins its virtual world there, whatever the rows said).
+    """
     now = now or clock_now()
     definitions = scheduled_definitions()
     rows = {row.name: row for row in WorkflowSchedule.objects.all()}
     for name, definition in definitions.items():
         _sync_one(rows.get(name), name, definition, now)
+    if restart:
+        for row in WorkflowSchedule.objects.filter(in_code=True):
+            row.next_run_at = next_occurrence(row.cron, row.timezone, now)
+            row.save(update_fields=["next_run_at"])
     for name, row in rows.items():
         if name not in definitions and row.in_code:
             row.in_code = row.enabled = False

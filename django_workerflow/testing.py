@@ -108,12 +108,12 @@ class Harness:
         return walk_to(self, when)
 
     def _start_scheduled(self) -> None:
-        """Start the scheduled occurrences due at the virtual time (the schedule rows are
-        synced with the definitions at the first drain)."""
+        """Start the scheduled occurrences due at the virtual time. At the first drain the
+        schedule rows are synced with the definitions and start from the virtual now."""
         from . import cron_schedules
 
         if not self._schedules_synced:
-            cron_schedules.sync(self.now())
+            cron_schedules.sync(self.now(), restart=True)
             self._schedules_synced = True
         cron_schedules.fire_due(self.now())
         self.run_on_commit_callbacks()
