@@ -14,6 +14,7 @@ every missed one starts, oldest first, bounded to the :data:`MAX_CATCH_UP` most 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -154,10 +155,15 @@ def _sync_one(
 # Firing ------------------------------------------------------------------------------
 
 
-def fire_due(now: datetime | None = None) -> list[WorkflowInstance]:
-    """Start the due occurrences of every enabled schedule; return the instances started."""
+def fire_due(
+    now: datetime | None = None, *, names: Collection[str] | None = None
+) -> list[WorkflowInstance]:
+    """Start the due occurrences of every enabled schedule (or of those ``names``); return
+    the instances started."""
     now = now or clock_now()
     due = WorkflowSchedule.objects.filter(enabled=True, in_code=True, next_run_at__lte=now)
+    if names is not None:
+        due = due.filter(name__in=names)
     started: list[WorkflowInstance] = []
     for pk in due.values_list("pk", flat=True):
         started.extend(_fire(pk, now))

@@ -25,7 +25,7 @@ def walk_to(harness: Harness, when: datetime) -> int:
     ran = harness.drain()
     stops = 0
     while True:
-        upcoming = _next_stop(harness.now(), when)
+        upcoming = _next_stop(harness.now(), when, harness.schedules)
         if upcoming is None:
             break
         stops += 1
@@ -40,8 +40,9 @@ def walk_to(harness: Harness, when: datetime) -> int:
     return ran + harness.drain()
 
 
-def _next_stop(now: datetime, when: datetime) -> datetime | None:
-    """The earliest instance alarm or schedule occurrence in ``(now, when]``."""
+def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) -> datetime | None:
+    """The earliest instance alarm or occurrence of a schedule the harness runs (``None``:
+    all) in ``(now, when]``."""
     from .models import WorkflowInstance, WorkflowSchedule
 
     alarm = (
@@ -51,13 +52,11 @@ def _next_stop(now: datetime, when: datetime) -> datetime | None:
         .values_list("alarm_at", flat=True)
         .first()
     )
-    occurrence = (
-        WorkflowSchedule.objects.filter(
-            enabled=True, in_code=True, next_run_at__gt=now, next_run_at__lte=when
-        )
-        .order_by("next_run_at")
-        .values_list("next_run_at", flat=True)
-        .first()
+    rows = WorkflowSchedule.objects.filter(
+        enabled=True, in_code=True, next_run_at__gt=now, next_run_at__lte=when
     )
+    if schedules is not None:
+        rows = rows.filter(name__in=schedules)
+    occurrence = rows.order_by("next_run_at").values_list("next_run_at", flat=True).first()
     found = [moment for moment in (alarm, occurrence) if moment is not None]
     return min(found) if found else None

@@ -25,7 +25,7 @@ T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 @pytest.fixture
 def nightly(define_with):
     definition = define_with(lambda self: None, name="nightly", schedule="0 3 * * *")
-    with Harness(start=T0) as harness:
+    with Harness(start=T0, schedules=["nightly"]) as harness:
         harness.advance(timedelta(days=1))
         yield definition
 
