@@ -7,6 +7,7 @@ a tick that replays once keeps going step after step until something suspends it
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ from .failures import (
 )
 from .pass_state import PassState
 from .states import StepState, StepType
+from .tracebacks import format_user_traceback
 
 __all__ = [
     "INTERRUPTED_ERROR_NAME",
@@ -44,6 +46,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .records import StepRecord
+
+# The logger operators already configure (docs/operations.md lists its messages).
+logger = logging.getLogger("django_workerflow.runtime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +212,9 @@ class Execution(PassState):
             error_message=error_message(exc),
             non_retryable=non_retryable,
             backoff=backoff,
+            traceback=format_user_traceback(exc),
         )
+        _log_failed_attempt(self.instance_key, record, exc)
         if record.state == StepState.FAILED:
             raise recorded_failure(record) from exc
         self._suspend(record.next_attempt_at)
@@ -316,3 +323,15 @@ class Execution(PassState):
                     raise self.fatal from exc
                 outcomes.append(SettledResult(ok=False, error=exc))
         return outcomes
+
+
+def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
+    logger.info(
+        "step attempt failed key=%s step=%s attempt=%s error=%s retry=%s",
+        instance_key,
+        record.step_id,
+        record.attempt_count,
+        record.error_name,
+        record.state != StepState.FAILED,
+        exc_info=exc,
+    )

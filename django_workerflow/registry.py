@@ -75,3 +75,13 @@ def names() -> list[str]:
 
 def versions(name: str) -> list[str]:
     return sorted(_definitions.get(name, {}), key=version_sort_key)
+
+
+def definitions() -> list[type[WorkflowDefinition]]:
+    """Every registered definition, by name and version."""
+    return [
+        versions[version]
+        for name in sorted(_definitions)
+        for versions in (_definitions[name],)
+        for version in sorted(versions, key=version_sort_key)
+    ]

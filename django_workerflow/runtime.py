@@ -20,6 +20,7 @@ from . import admission, alarms, jsonvalue, lease, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .definition import WorkflowDefinition
+from .drift import awaited_event_names
 from .exceptions import (
     WorkflowInputError,
     WorkflowStateError,
@@ -154,15 +155,27 @@ def _existing_start(instance: WorkflowInstance, name: str, version: str | None) 
 
 
 def send_event(
-    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+    instance: WorkflowInstance | str,
+    event_name: str,
+    payload: Any = None,
+    *,
+    missing_ok: bool = False,
 ) -> InboundEvent | None:
     """Deliver an event: it satisfies the earliest waiting step of that name, or is queued.
 
-    A paused instance only queues it; a finished one ignores it and None is returned.
+    A paused instance only queues it; a finished one ignores it and None is returned, and
+    so is an unknown key with ``missing_ok`` (for signal handlers). A queued event's
+    ``waiting_for`` lists the names the instance's waiting steps wait for.
     """
     jsonvalue.check_identifier(event_name, what="An event name")
     payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
-    pk = _pk(instance)
+    try:
+        pk = _pk(instance)
+    except WorkflowInstance.DoesNotExist:
+        if missing_ok:
+            logger.info("event dropped key=%s event=%s: no such instance", instance, event_name)
+            return None
+        raise
     with transaction.atomic():
         locked = _lock(pk)
         if locked.is_terminal:
@@ -194,6 +207,15 @@ def send_event(
                 event.claimed_by_id = step_pk
                 event.claimed_at = now
                 _wake(locked, now)
+        if event.claimed_by_id is None:
+            event.waiting_for = awaited_event_names(pk)
+    if event.waiting_for is not None and event_name not in event.waiting_for:
+        logger.info(
+            "event queued key=%s event=%s: no step waits for it; waiting_for=%s",
+            locked.key,
+            event_name,
+            ",".join(event.waiting_for) or "-",
+        )
     logger.info(
         "event sent key=%s event=%s claimed=%s%s",
         locked.key,

@@ -191,11 +191,13 @@ _STATEMENTS: dict[str, str] = {
         VALUES (%(instance)s, %(step_id)s, %(type)s, %(state_waiting)s, %(parent)s, 0, NULL,
             '', '', %(wake_at)s, %(event_name)s, %(timeout_at)s, %(now)s)
         RETURNING id""",
-    # Append one step event.
+    # Append one step event (with a failed attempt's traceback; the CTEs leave it blank).
     "insert_step_event": f"""
-        {_INSERT_STEP_EVENT} VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
+        INSERT INTO {STEP_EVENT} ({", ".join(STEP_EVENT_COLUMNS)}, traceback)
+        VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
             %(attempt_number)s, %(result)s, %(error_name)s, %(error_message)s,
-            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s)""",
+            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s,
+            %(traceback)s)""",
     # The state of one step (has an event satisfied a waiting wait meanwhile?).
     "step_state": f"SELECT state FROM {STEP} WHERE id = %(step)s",
     # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one);

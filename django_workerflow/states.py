@@ -54,6 +54,8 @@ class WorkflowEventType(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    RETRIED = "retried"
+    FORKED = "forked"
 
 
 class TickOutcome(models.TextChoices):

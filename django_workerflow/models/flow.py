@@ -3,7 +3,44 @@ that serialise admission to a concurrency-limited workflow."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import TYPE_CHECKING
+
 from django.db import models
+from django.db.models import Q
+
+if TYPE_CHECKING:
+    from .instance import WorkflowInstance
+
+#: WorkflowInstance's indexes for flow control (admission.py).
+FLOW_INDEXES = [
+    # The queue of a limited workflow, in admission order.
+    models.Index(
+        fields=["definition_name", "concurrency_key", "priority", "created_at", "id"],
+        name="workerflow_queue",
+        condition=Q(status="pending", admitted_at__isnull=True),
+    ),
+    # Slots in use: admitted and not finished (a small set however long the history).
+    models.Index(
+        fields=["definition_name", "concurrency_key"],
+        name="workerflow_slots",
+        condition=Q(admitted_at__isnull=False, status__in=["pending", "running", "paused"]),
+    ),
+    # The admissions inside a rate-limit window.
+    models.Index(
+        fields=["definition_name", "concurrency_key", "admitted_at"],
+        name="workerflow_admitted",
+        condition=Q(admitted_at__isnull=False),
+    ),
+]
+
+
+def slot_freed(instance: WorkflowInstance, previous: str, now: datetime) -> None:
+    """``instance`` just finished (completed, failed or cancelled): admit what waits for its
+    slot, in this transaction."""
+    from ..admission import admit_after_finish  # admission imports models: late
+
+    admit_after_finish(instance, previous, now)
 
 
 class WorkflowSchedule(models.Model):

@@ -1,4 +1,4 @@
-"""An instance of a workflow definition, and its transitions."""
+"""An instance of a workflow definition, and its transitions (failure and reruns: failing.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .failing import FailureTransitions
 from .fields import JSONTextField
+from .flow import FLOW_INDEXES, slot_freed
 
 if TYPE_CHECKING:
     from .history import InboundEvent
@@ -64,8 +66,35 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         instance._record(WorkflowEventType.CREATED, now, previous=None)
         return instance
 
+    def create_fork(
+        self,
+        source: WorkflowInstance,
+        *,
+        key: str,
+        version: str,
+        input: Any,
+        now: datetime,
+        reason: str | None,
+    ) -> WorkflowInstance:
+        """Create a pending fork of ``source``, due at once; its history starts with a
+        ``forked`` event naming the source."""
+        fork = self.create(
+            key=key,
+            definition_name=source.definition_name,
+            definition_version=version,
+            input=input,
+            status=WorkflowStatus.PENDING,
+            alarm_at=now,
+            created_at=now,
+            updated_at=now,
+            forked_from=source,
+        )
+        text = f"forked from '{source.key}'" + (f": {reason}" if reason else "")
+        fork._record(WorkflowEventType.FORKED, now, previous=None, reason=text)
+        return fork
 
-class WorkflowInstance(models.Model):
+
+class WorkflowInstance(FailureTransitions, models.Model):
     """One run of a definition, identified by its ``key``."""
 
     key = models.CharField(max_length=255, unique=True)
@@ -91,11 +120,19 @@ class WorkflowInstance(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Flow control (admission.py): lower priority is admitted first; the concurrency key
-    # splits a limit per key; admitted_at is None while the instance is queued.
+    # Flow control (admission.py): lower priority first; admitted_at None: queued.
     priority = models.IntegerField(default=0)
     concurrency_key = models.CharField(max_length=255, blank=True, default="")
     admitted_at = models.DateTimeField(null=True, blank=True)
+    # The formatted traceback of the failure that failed the instance (the user's frames).
+    error_traceback = models.TextField(blank=True, default="", db_default="")
+    # The step whose failure failed the instance ("" when execute() raised outside a step):
+    # what retry() reopens.
+    error_step_id = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The instance this one was forked from (see fork()).
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -111,30 +148,15 @@ class WorkflowInstance(models.Model):
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
             models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
-            # The queue of a limited workflow, in admission order.
-            models.Index(
-                fields=["definition_name", "concurrency_key", "priority", "created_at", "id"],
-                name="workerflow_queue",
-                condition=Q(status="pending", admitted_at__isnull=True),
-            ),
-            # Slots in use: admitted and not finished (a small set however long the history).
-            models.Index(
-                fields=["definition_name", "concurrency_key"],
-                name="workerflow_slots",
-                condition=Q(admitted_at__isnull=False, status__in=["pending", "running", "paused"]),
-            ),
-            # The admissions inside a rate-limit window.
-            models.Index(
-                fields=["definition_name", "concurrency_key", "admitted_at"],
-                name="workerflow_admitted",
-                condition=Q(admitted_at__isnull=False),
-            ),
+            *FLOW_INDEXES,
         ]
         permissions = [
             ("pause_workflowinstance", "Can pause workflow instances"),
             ("resume_workflowinstance", "Can resume workflow instances"),
             ("cancel_workflowinstance", "Can cancel workflow instances"),
             ("send_event_workflowinstance", "Can send events to workflow instances"),
+            ("retry_workflowinstance", "Can retry failed workflow instances"),
+            ("fork_workflowinstance", "Can fork workflow instances"),
         ]
 
     def __str__(self) -> str:
@@ -224,7 +246,7 @@ class WorkflowInstance(models.Model):
         self.finished_at = now
         self.save(update_fields=["status", "alarm_at", "updated_at", "finished_at"])
         self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
-        self._slot_freed(previous, now)
+        slot_freed(self, previous, now)
 
     def set_completed(self, result: Any, now: datetime) -> None:
         """running -> completed with ``result``, releasing the tick's lease."""
@@ -244,29 +266,7 @@ class WorkflowInstance(models.Model):
             ]
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
-        self._slot_freed(WorkflowStatus.RUNNING, now)
-
-    def set_failed(self, error_name: str, error_message: str, now: datetime) -> None:
-        """running -> failed with the error, releasing the tick's lease."""
-        self.status = WorkflowStatus.FAILED
-        self.error_name = error_name
-        self.error_message = error_message
-        self._finish_tick(now)
-        self.save(
-            update_fields=[
-                "status",
-                "error_name",
-                "error_message",
-                "alarm_at",
-                "lease_token",
-                "lease_expires_at",
-                "wake_requested",
-                "updated_at",
-                "finished_at",
-            ]
-        )
-        self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
-        self._slot_freed(WorkflowStatus.RUNNING, now)
+        slot_freed(self, WorkflowStatus.RUNNING, now)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;
@@ -326,12 +326,6 @@ class WorkflowInstance(models.Model):
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""
         self.unreached_step_ids = step_ids
         self.save(update_fields=["unreached_step_ids"])
-
-    def _slot_freed(self, previous: str, now: datetime) -> None:
-        """The instance just finished: admit what waits for its slot, in this transaction."""
-        from ..admission import admit_after_finish  # admission imports models: late
-
-        admit_after_finish(self, previous, now)
 
     def _finish_tick(self, now: datetime) -> None:
         self.alarm_at = None

@@ -13,7 +13,7 @@ def admit_existing(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workerflow", "0001_initial"),
+        ("workerflow", "0002_retry_fork_tracebacks"),
     ]
 
     operations = [
