@@ -172,7 +172,14 @@ def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
     if row is None:
         return False
     with transaction.atomic():
-        return instance_pk in admit_waiting(row[0], row[1], now)
+        if instance_pk in admit_waiting(row[0], row[1], now):
+            return True
+        # Still queued and not the rate-limit head (whose alarm moved ahead): no alarm
+        # until a freed slot admits it (a fork is created due, for one look).
+        WorkflowInstance.objects.filter(
+            pk=instance_pk, admitted_at__isnull=True, alarm_at__lte=now
+        ).update(alarm_at=None)
+        return False
 
 
 def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | None:

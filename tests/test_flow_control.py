@@ -260,3 +260,40 @@ def test_invalid_flow_settings__raise_improperly_configured_naming_class_and_fie
         )
     assert f"{__name__}.BadLimits" in str(error.value)
     assert field in str(error.value)
+
+
+# Retry and fork (issue 11) -------------------------------------------------------------
+
+
+def fail_on_go(self):
+    self.wait("hold", "go")
+    raise RuntimeError("boom")
+
+
+def test_a_retried_instance__takes_its_slot_back_without_queueing(define_with):
+    definition = define_with(fail_on_go, max_concurrency=1)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="a")
+        workerflow.start(definition, key="b")
+        harness.drain()
+        finish("a", harness)
+        assert admitted_keys(definition.name) == ["b"]
+        workerflow.retry("a", reason="fixed")
+        # Documented: the retry keeps its admission, so the limit is exceeded for a while.
+        assert sorted(admitted_keys(definition.name)) == ["a", "b"]
+        assert WorkflowInstance.objects.get(key="a").status == WorkflowStatus.RUNNING
+
+
+def test_a_fork__of_a_limited_workflow_is_queued_until_a_slot_frees(define_with):
+    definition = define_with(fail_on_go, max_concurrency=1)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="a")
+        harness.drain()
+        finish("a", harness)
+        workerflow.start(definition, key="holder")
+        fork = workerflow.fork("a")
+        harness.drain()
+        # The fork waits for the slot "holder" took, then its own tick admits it.
+        assert refreshed(fork).admitted_at is None
+        finish("holder", harness)
+        assert refreshed(fork).admitted_at is not None
