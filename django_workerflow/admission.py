@@ -134,6 +134,8 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
         for pk in pks:
             alarms.arm(pk, now)
         admitted.extend(pks)
+        if len(pks) == free and limits is not None and limits.rate_count is None:
+            break  # every slot taken: counting them again would only say so
     if next_slot is not None:
         head = queue.select_for_update().values_list("pk", "alarm_at").first()
         if head is not None and head[1] != next_slot:
