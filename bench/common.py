@@ -51,7 +51,7 @@ class Sizes:
     peer_repeats: int = 5
     # Profile of the sequential hot path (pyinstrument).
     profile_steps: int = 2_000
-    # 8. Queue: instances queued behind a limit of 10, drained by this many worker threads.
+    # 9. Queue: instances queued behind a limit of 10, drained by this many worker threads.
     queue_instances: int = 10_000
     queue_workers: int = 4
 

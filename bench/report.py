@@ -271,8 +271,19 @@ def figures_table(results: Results) -> Table:
     )
     table.row("fleet: ours with 1 cluster / DBOS", lambda r: f"x{fleet_ratio(r):.2f}", "peer")
 
+    table.section("8. Composition, 1 cluster: min / median / p99 / max")
+    for key, label in (
+        ("finish_to_return", "finish -> wait_result returns"),
+        ("child_finish_to_parent_resume", "child finish -> parent's next step started"),
+    ):
+        table.row(
+            f"{label} ({any_result(results, 'composition', key, 'count')})",
+            lambda r, key=key: spread(dig(r, "composition", key)),
+            "composition",
+        )
+
     queued = any_result(results, "queue", "instances") or 0
-    table.section(f"8. Queue: {queued:,} instances behind max_concurrency=10, inline workers")
+    table.section(f"9. Queue: {queued:,} instances behind max_concurrency=10, inline workers")
     table.row(
         "admissions per second while draining",
         lambda r: f"{number(dig(r, 'queue', 'admissions_per_second'))}/s",
@@ -412,6 +423,14 @@ def targets_table(results: Results) -> Table:
                 dig(r, "clusters", "latency", "timer_lateness", "early") == 0,
             ),
             "clusters",
+        ),
+        (
+            "wait_result finish-to-return median <= 0.06 s",
+            lambda r: check(
+                f"{ms(dig(r, 'composition', 'finish_to_return', 'median'))} ms",
+                dig(r, "composition", "finish_to_return", "median") <= 0.06,
+            ),
+            "composition",
         ),
         (
             f"due lookup at {instances:,} instances <= 10 ms",

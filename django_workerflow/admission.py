@@ -151,10 +151,11 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     return admitted
 
 
-def admit_after_finish(instance: WorkflowInstance, previous: str, now: datetime) -> None:
-    """``instance`` (locked) just finished: if it held a slot of a limited workflow, admit
-    the next in its queue. A queued instance that is cancelled held none: nothing moves."""
-    if instance.admitted_at is None or previous not in SLOT_STATUSES:
+def admit_after_finish(instance: WorkflowInstance, now: datetime) -> None:
+    """``instance`` (locked) just finished: if it held a slot of a limited workflow (it was
+    admitted), admit the next in its queue. A queued instance that is cancelled held none:
+    nothing moves."""
+    if instance.admitted_at is None:
         return
     if limits_for_name(instance.definition_name) is None:
         return

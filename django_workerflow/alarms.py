@@ -65,33 +65,6 @@ def arm(instance_pk: int, when: datetime) -> None:
         transaction.on_commit(lambda: _enqueue(instance_pk))
 
 
-def ring_task(task: str, args: tuple[Any, ...], when: datetime, *, task_name: str) -> bool:
-    """Queue the django-q2 ``task`` to run at ``when``, by the rules of :func:`arm` (not
-    beyond the horizon; precise with the ORM broker). True if a bell was queued."""
-    if is_suppressed() or not apps.is_installed("django_q"):
-        return False
-    if when > clock_now() + HORIZON:
-        return False
-    from django_q.conf import Conf
-
-    if Conf.ORM:
-        _enqueue_task(task, args, task_name, broker=_delayed_orm_broker(when))
-    elif when <= clock_now():
-        transaction.on_commit(lambda: _enqueue_task(task, args, task_name))
-    else:
-        return False
-    return True
-
-
-def _enqueue_task(task: str, args: tuple[Any, ...], task_name: str, broker: Any = None) -> None:
-    from django_q.tasks import async_task
-
-    options: dict[str, Any] = {"task_name": task_name, "save": False}
-    if broker is not None:
-        options["broker"] = broker
-    async_task(task, *args, **options)
-
-
 def _enqueue(instance_pk: int, broker: Any = None) -> None:
     from django_q.tasks import async_task
 
@@ -143,3 +116,23 @@ def uses_delayed_bells() -> bool:
     from django_q.conf import Conf
 
     return bool(Conf.ORM) and Conf.ORM in connections
+
+
+def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
+    """Queue the django-q2 ``task`` to run at ``when`` (precisely with the ORM broker;
+    otherwise at once if due, else left to the sweeper); call inside the transaction that
+    made it due. True if a bell was queued."""
+    if is_suppressed() or not apps.is_installed("django_q") or when > clock_now() + HORIZON:
+        return False
+    from django_q.conf import Conf
+    from django_q.tasks import async_task
+
+    options: dict[str, Any] = {"task_name": name, "save": False}
+    if Conf.ORM:
+        options["broker"] = _delayed_orm_broker(when)
+        async_task(task, *args, **options)
+    elif when <= clock_now():
+        transaction.on_commit(lambda: async_task(task, *args, **options))
+    else:
+        return False
+    return True

@@ -259,6 +259,6 @@ def _arm(row: WorkflowSchedule) -> None:
     if row.next_run_at is None or not row.enabled:
         return
     if alarms.ring_task(
-        SCHEDULE_TASK, (), row.next_run_at, task_name=f"workerflow schedule {row.name}"
+        SCHEDULE_TASK, when=row.next_run_at, name=f"workerflow schedule {row.name}"
     ):
         WorkflowSchedule.objects.filter(pk=row.pk).update(bell_at=row.next_run_at)

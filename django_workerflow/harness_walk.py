@@ -26,6 +26,9 @@ def walk_to(harness: Harness, when: datetime) -> int:
     stops = 0
     while True:
         upcoming = _next_stop(harness.now(), when, harness.schedules)
+        delivery = next_delivery(harness.now(), when)
+        if delivery is not None and (upcoming is None or delivery < upcoming):
+            upcoming = delivery
         if upcoming is None:
             break
         stops += 1
@@ -60,3 +63,20 @@ def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) 
     occurrence = rows.order_by("next_run_at").values_list("next_run_at", flat=True).first()
     found = [moment for moment in (alarm, occurrence) if moment is not None]
     return min(found) if found else None
+
+
+def next_delivery(after: datetime, until: datetime) -> datetime | None:
+    """When the next pending on_finish delivery falls due (a retry, or a lease running
+    out) within ``(after, until]``."""
+    from .models import FinishDelivery
+
+    pending = FinishDelivery.objects.pending()
+    times = [
+        pending.filter(**{f"{field}__gt": after, f"{field}__lte": until})
+        .order_by(field)
+        .values_list(field, flat=True)
+        .first()
+        for field in ("next_attempt_at", "leased_until")
+    ]
+    due = [time for time in times if time is not None]
+    return min(due) if due else None

@@ -73,11 +73,14 @@ def start(
     input: Any = None,
     version: str | None = None,
     priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
     Idempotent on ``key``: the first call pins the input and the definition version. A
     different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
+    ``parent_pk`` and ``detached`` are set by a parent's child step (:mod:`.child_steps`).
     A workflow with ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until
     admitted, in order of ``priority`` (lower first), then creation; in the same
     transaction when a slot is free.
@@ -117,6 +120,8 @@ def start(
                     priority=priority,
                     concurrency_key=concurrency_key,
                     queued=limited,
+                    parent_pk=parent_pk,
+                    detached=detached,
                 )
                 if not limited:
                     alarms.arm(instance.pk, now)

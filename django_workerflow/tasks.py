@@ -11,9 +11,18 @@ def tick(instance_pk: int) -> str:
 
 
 def sweep() -> int:
-    """Ring the bells that are missing and fire the schedules left due (about once a
-    minute)."""
-    return runtime.sweep() + cron_schedules.sweep()
+    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
+    the schedules left due (scheduled about once a minute)."""
+    from . import deliveries
+
+    return runtime.sweep() + deliveries.ring_due() + cron_schedules.sweep()
+
+
+def deliver(delivery_pk: int) -> bool | None:
+    """Call a finished instance's ``on_finish`` hook if its delivery is due."""
+    from . import deliveries
+
+    return deliveries.deliver(delivery_pk)
 
 
 def run_schedules() -> int:

@@ -28,7 +28,8 @@ SECTIONS = (
     "5. Latency",
     "6. Scale",
     "7. Peer",
-    "8. Queue",
+    "8. Composition",
+    "9. Queue",
     "Targets (issue 5)",
 )
 SCENARIOS = (
@@ -39,6 +40,7 @@ SCENARIOS = (
     "clusters",
     "peer",
     "scale",
+    "composition",
     "queue",
 )
 

@@ -69,6 +69,17 @@ class Waiter(WorkflowDefinition):
         self.run("after", lambda: None)
 
 
+class Parent(WorkflowDefinition):
+    """Starts a "bench-event" child, waits for it, then runs one step."""
+
+    name = "bench-parent"
+    version = "1"
+
+    def execute(self) -> None:
+        self.child("child", "bench-event")
+        self.run("after-child", lambda: None)
+
+
 class Limited(WorkflowDefinition):
     """One trivial run step, at most ten at once (the queue scenario)."""
 

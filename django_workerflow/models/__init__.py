@@ -14,6 +14,7 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .delivery import FinishDelivery
 from .fields import JSONTextField
 from .flow import AdmissionGate, WorkflowSchedule
 from .history import InboundEvent, Step, StepEvent, WorkflowEvent
@@ -23,6 +24,7 @@ __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
     "AdmissionGate",
+    "FinishDelivery",
     "InboundEvent",
     "JSONTextField",
     "Step",

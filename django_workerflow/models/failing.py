@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from ..states import WorkflowEventType, WorkflowStatus
-from .flow import slot_freed
 
 if TYPE_CHECKING:
     from .instance import WorkflowInstance
@@ -81,7 +80,7 @@ class FailureTransitions:
             ]
         )
         instance._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
-        slot_freed(instance, WorkflowStatus.RUNNING, now)
+        instance._finished(now, None)
 
     def set_retried(self, now: datetime, reason: str | None) -> None:
         """failed -> running, due at once; the failure's fields are cleared (its attempts

@@ -3,14 +3,8 @@ that serialise admission to a concurrency-limited workflow."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING
-
 from django.db import models
 from django.db.models import Q
-
-if TYPE_CHECKING:
-    from .instance import WorkflowInstance
 
 #: WorkflowInstance's indexes for flow control (admission.py).
 FLOW_INDEXES = [
@@ -33,14 +27,6 @@ FLOW_INDEXES = [
         condition=Q(admitted_at__isnull=False),
     ),
 ]
-
-
-def slot_freed(instance: WorkflowInstance, previous: str, now: datetime) -> None:
-    """``instance`` just finished (completed, failed or cancelled): admit what waits for its
-    slot, in this transaction."""
-    from ..admission import admit_after_finish  # admission imports models: late
-
-    admit_after_finish(instance, previous, now)
 
 
 class WorkflowSchedule(models.Model):

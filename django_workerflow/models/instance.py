@@ -16,9 +16,10 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .composed import ComposedInstance
 from .failing import FailureTransitions
 from .fields import JSONTextField
-from .flow import FLOW_INDEXES, slot_freed
+from .flow import FLOW_INDEXES
 
 if TYPE_CHECKING:
     from .history import InboundEvent
@@ -47,10 +48,14 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         priority: int = 0,
         concurrency_key: str = "",
         queued: bool = False,
+        parent_pk: int | None = None,
+        detached: bool = False,
     ) -> WorkflowInstance:
         """Create a pending instance and record its creation: admitted and due at once, or
         ``queued`` (no alarm) until :mod:`~django_workerflow.admission` admits it."""
         instance = self.create(
+            parent_id=parent_pk,
+            detached=detached,
             key=key,
             definition_name=definition_name,
             definition_version=definition_version,
@@ -94,7 +99,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return fork
 
 
-class WorkflowInstance(FailureTransitions, models.Model):
+class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     """One run of a definition, identified by its ``key``."""
 
     key = models.CharField(max_length=255, unique=True)
@@ -133,6 +138,12 @@ class WorkflowInstance(FailureTransitions, models.Model):
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
+    # The instance whose child step started this one (None: a top-level instance).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    # A detached child outlives its parent: no cancel cascades to it.
+    detached = models.BooleanField(default=False, db_default=False)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -246,7 +257,7 @@ class WorkflowInstance(FailureTransitions, models.Model):
         self.finished_at = now
         self.save(update_fields=["status", "alarm_at", "updated_at", "finished_at"])
         self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
-        slot_freed(self, previous, now)
+        self._finished(now, reason)
 
     def set_completed(self, result: Any, now: datetime) -> None:
         """running -> completed with ``result``, releasing the tick's lease."""
@@ -266,7 +277,7 @@ class WorkflowInstance(FailureTransitions, models.Model):
             ]
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
-        slot_freed(self, WorkflowStatus.RUNNING, now)
+        self._finished(now, None)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;

@@ -13,7 +13,7 @@ def admit_existing(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workerflow", "0002_retry_fork_tracebacks"),
+        ("workerflow", "0003_composition"),
     ]
 
     operations = [
