@@ -44,7 +44,8 @@ def empty_engine_tables() -> None:
     OrmQ.objects.all().delete()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+            # CASCADE: tables added later that point at instances (on_finish deliveries).
+            cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
             cursor.execute(f"VACUUM ANALYZE {', '.join(TABLES)}")
         else:
             for table in TABLES:
