@@ -29,7 +29,9 @@ class WorkflowDefinition:
     version: ClassVar[str] = "1"
     abstract: ClassVar[bool] = True
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
+        # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered
+        # (tests register it for a while with testing.registered()).
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("abstract", False):
             return
@@ -52,7 +54,8 @@ class WorkflowDefinition:
                 + "; ".join(problems)
                 + ". Mark a base class that only shares code with `abstract = True`."
             )
-        registry.register(cls)
+        if register:
+            registry.register(cls)
 
     def __init__(self, *, key: str, input: Any, execution: Execution | None = None) -> None:
         self.key = key
@@ -130,6 +133,18 @@ class WorkflowDefinition:
         """Like :meth:`all`, but return each branch's outcome (``ok``, ``value``, ``error``)
         once every branch has settled."""
         return self._current().all_settled(branches)
+
+    def patched(self, change_id: str) -> bool:
+        """True where this instance runs the code of change ``change_id`` for the first time,
+        False where its recorded history already went past this point without it.
+
+        The answer is recorded (a marker step), so every replay gets the same one:
+        ``if self.patched("new-fee"): new code, else: old code``. See
+        :mod:`django_workerflow.patching` for how the first answer is decided.
+        """
+        from . import patching  # patching imports the replay helpers: import at call time
+
+        return patching.patched(self._current(), change_id)
 
     def now(self) -> datetime:
         """The engine's clock. It is not recorded: capture times you branch on in a step."""

@@ -22,6 +22,7 @@ class StepType(models.TextChoices):
     RUN = "run"
     SLEEP = "sleep"
     WAIT = "wait"
+    PATCH = "patch"
 
 
 class StepState(models.TextChoices):

@@ -11,5 +11,19 @@ def tick(instance_pk: int) -> str:
 
 
 def sweep() -> int:
-    """Ring the bells that are missing (scheduled about once a minute)."""
+    """Ring the bells that are missing (scheduled about once a minute); report, and
+    restart the fast sweeper chain if it broke."""
+    from . import heartbeat
+
+    heartbeat.beat(None)
+    return runtime.sweep()
+
+
+def sweep_and_beat(link: str) -> int:
+    """One link of the fast sweeper chain: report, queue the next link, sweep."""
+    from datetime import datetime
+
+    from . import heartbeat
+
+    heartbeat.beat(datetime.fromisoformat(link))
     return runtime.sweep()

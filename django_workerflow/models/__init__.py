@@ -15,6 +15,7 @@ from ..states import (
     WorkflowStatus,
 )
 from .fields import JSONTextField
+from .heartbeat import WorkerHeartbeat
 from .history import InboundEvent, Step, StepEvent, WorkflowEvent
 from .instance import WorkflowInstance, WorkflowInstanceQuerySet
 
@@ -28,6 +29,7 @@ __all__ = [
     "StepEventType",
     "StepState",
     "StepType",
+    "WorkerHeartbeat",
     "WorkflowEvent",
     "WorkflowEventType",
     "WorkflowInstance",

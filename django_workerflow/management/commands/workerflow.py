@@ -21,6 +21,7 @@ from ...console.history import load_history
 from ...console.terminal import render_list, render_show, safe
 from ...exceptions import WorkerflowError, WorkflowStateError
 from ...models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
+from .. import deploy
 
 
 class OneLineParser(CommandParser):
@@ -36,7 +37,7 @@ class OneLineParser(CommandParser):
 class Command(BaseCommand):
     help = (
         "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
-        "show, list, sweep, purge."
+        "show, list, sweep, purge, check-replay, export, health."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -104,10 +105,16 @@ class Command(BaseCommand):
         )
         purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
+        deploy.add_parsers(sub, _positive_int)
+
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
-        handler = getattr(self, f"handle_{subcommand.replace('-', '_')}")
+        name = subcommand.replace("-", "_")
+        handler = getattr(self, f"handle_{name}", None)
         try:
-            handler(**options)
+            if handler is None:
+                deploy.HANDLERS[name](self, **options)
+            else:
+                handler(**options)
         except WorkflowInstance.DoesNotExist:
             raise CommandError(
                 f"No workflow instance has the key {options.get('key')!r}."
