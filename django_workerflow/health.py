@@ -61,8 +61,10 @@ def check(max_lag: timedelta = DEFAULT_MAX_LAG, now: datetime | None = None) -> 
             + ". The workers are down, overloaded or wedged: restart the cluster."
         )
     else:
-        message = f"OK: no bell overdue by more than {allowed}; last report " + (
-            f"{_seconds(now - last_beat)} ago." if last_beat else "never."
+        assert last_beat is not None  # no report at all is a problem above
+        message = (
+            f"OK: no bell overdue by more than {allowed}; last report "
+            f"{_seconds(now - last_beat)} ago."
         )
     return Health(not problems, message, overdue, found["oldest"], last_beat)
 

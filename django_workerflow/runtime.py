@@ -271,8 +271,7 @@ def sweep(*, limit: int = 1000) -> int:
     now = clock_now()
     active = WorkflowInstance.objects.active()
     overdue = list(
-        # An expired lease is due at once: its worker died, and no bell rings for it.
-        active.filter(Q(alarm_at__lte=now - SWEEP_GRACE) | Q(lease_expires_at__lte=now))
+        active.filter(alarm_at__lte=now - SWEEP_GRACE)
         # Not again while the sweep's own bell may still be waiting in a busy queue.
         .filter(
             Q(bell_at__isnull=True)
