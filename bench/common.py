@@ -51,6 +51,9 @@ class Sizes:
     peer_repeats: int = 5
     # Profile of the sequential hot path (pyinstrument).
     profile_steps: int = 2_000
+    # 8. Deploy safety: instances check-replay replays, and workers killed mid-step.
+    check_replay_instances: int = 1_000
+    kills: int = 5
 
 
 FULL = Sizes()
@@ -75,6 +78,8 @@ SMOKE = Sizes(
     peer_steps=20,
     peer_repeats=1,
     profile_steps=50,
+    check_replay_instances=20,
+    kills=1,
 )
 
 

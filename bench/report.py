@@ -270,6 +270,26 @@ def figures_table(results: Results) -> Table:
         "peer",
     )
     table.row("fleet: ours with 1 cluster / DBOS", lambda r: f"x{fleet_ratio(r):.2f}", "peer")
+
+    checked = any_result(results, "check_replay", "instances") or 0
+    table.section("8. Deploy safety")
+    table.row(
+        f"check-replay, {checked:,} instances of 20 steps",
+        lambda r: f"{number(dig(r, 'check_replay', 'instances_per_second'))} inst/s",
+        "check_replay",
+    )
+    table.row(
+        f"kill-to-retry, lease 12 s, sweep 5 s "
+        f"({any_result(results, 'recovery', 'kill_to_retry', 'count') or '-'} kills)",
+        lambda r: (
+            " / ".join(
+                f"{dig(r, 'recovery', 'kill_to_retry', key):.1f}"
+                for key in ("min", "median", "p99", "max")
+            )
+            + " s"
+        ),
+        "recovery",
+    )
     return table
 
 

@@ -22,7 +22,17 @@ from typing import Any
 
 from .common import FULL, SMOKE, Sizes, load_average, recreate_postgres_database
 
-SCENARIOS = ("statements", "sequential", "replay", "profile", "clusters", "peer", "scale")
+SCENARIOS = (
+    "statements",
+    "sequential",
+    "replay",
+    "profile",
+    "clusters",
+    "peer",
+    "scale",
+    "check_replay",
+    "recovery",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -91,7 +101,7 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import cluster, inline, peer, scale
+    from . import cluster, deploy, inline, peer, scale
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -103,6 +113,8 @@ def scenario_runners(
         "clusters": lambda: cluster.with_clusters(sizes, workdir, progress),
         "peer": lambda: peer.peer(sizes, workdir, args.pg_name, progress),
         "scale": lambda: scale.scale(sizes, progress),
+        "check_replay": lambda: deploy.check_replay(sizes, progress),
+        "recovery": lambda: deploy.kill_to_retry(sizes, workdir, progress),
     }
 
 

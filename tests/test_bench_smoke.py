@@ -28,9 +28,20 @@ SECTIONS = (
     "5. Latency",
     "6. Scale",
     "7. Peer",
+    "8. Deploy safety",
     "Targets (issue 5)",
 )
-SCENARIOS = ("statements", "sequential", "replay", "profile", "clusters", "peer", "scale")
+SCENARIOS = (
+    "statements",
+    "sequential",
+    "replay",
+    "profile",
+    "clusters",
+    "peer",
+    "scale",
+    "check_replay",
+    "recovery",
+)
 
 
 def run_smoke(tmp_path: Path) -> tuple[subprocess.CompletedProcess, str]:

@@ -67,3 +67,36 @@ class Waiter(WorkflowDefinition):
     def execute(self) -> None:
         self.wait("go", "go")
         self.run("after", lambda: None)
+
+
+class DeployCheck(WorkflowDefinition):
+    """20 trivial run steps, then an hour's sleep: what check-replay replays (scenario 8)."""
+
+    name = "bench-deploy"
+    version = "1"
+
+    def execute(self) -> None:
+        for index in range(20):
+            self.run(f"step-{index}", lambda index=index: index)
+        self.sleep("rest", 3600)
+
+
+class Crash(WorkflowDefinition):
+    """A step whose first attempt writes its pid to ``input["pidfile"]`` and sleeps until
+    the benchmark kills it; the retry returns at once (scenario 8, kill-to-retry)."""
+
+    name = "bench-crash"
+    version = "1"
+
+    def execute(self) -> int:
+        return self.run("slow", lambda: self.slow(Path(self.input["pidfile"])))
+
+    @staticmethod
+    def slow(pidfile: Path) -> int:
+        import os
+        import time
+
+        if not pidfile.exists():
+            pidfile.write_text(str(os.getpid()))
+            time.sleep(120)
+        return os.getpid()
