@@ -1,4 +1,5 @@
-"""Drive workflows in tests: a virtual clock and inline ticks, no worker needed.
+"""Drive workflows in tests: a virtual clock and inline ticks, no worker needed; replay
+exported histories (``replay()``) and try changed definitions (``registered()``).
 
 def test_onboarding(workerflow_harness):
     instance = workerflow.start("onboarding", input={"user_id": 1})
