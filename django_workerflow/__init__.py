@@ -38,8 +38,10 @@ __all__ = [
     "WorkflowStateError",
     "WorkflowVersionConflictError",
     "cancel",
+    "fork",
     "pause",
     "resume",
+    "retry",
     "send_event",
     "start",
 ]
@@ -63,12 +65,17 @@ def start(
 
 
 def send_event(
-    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+    instance: WorkflowInstance | str,
+    event_name: str,
+    payload: Any = None,
+    *,
+    missing_ok: bool = False,
 ) -> InboundEvent | None:
-    """Send an event to an instance (by key or object); None if it has finished."""
+    """Send an event to an instance (by key or object); None if it has finished, or if
+    the key is unknown and ``missing_ok``."""
     from . import runtime
 
-    return runtime.send_event(instance, event_name, payload)
+    return runtime.send_event(instance, event_name, payload, missing_ok=missing_ok)
 
 
 def pause(instance: WorkflowInstance | str) -> bool:
@@ -90,3 +97,27 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     from . import runtime
 
     return runtime.cancel(instance, reason=reason)
+
+
+def retry(key_or_instance: WorkflowInstance | str, reason: str | None = None) -> None:
+    """Run a failed instance again from the step that failed it."""
+    from . import reruns
+
+    reruns.retry(key_or_instance, reason=reason)
+
+
+def fork(
+    key_or_instance: WorkflowInstance | str,
+    *,
+    from_step: str | None = None,
+    key: str | None = None,
+    version: str | None = None,
+    input: Any = ...,
+    reason: str | None = None,
+) -> WorkflowInstance:
+    """Fork an instance from a step onto a version (default: the registered default)."""
+    from . import reruns
+
+    return reruns.fork(
+        key_or_instance, from_step=from_step, key=key, version=version, input=input, reason=reason
+    )

@@ -109,20 +109,6 @@ def _delayed_orm_broker(when: datetime) -> Any:
     return _broker_class(when)
 
 
-def bells_pending(instance_pk: int) -> int:
-    """How many bells for the instance wait in the ORM queue (for tests and the admin)."""
-    from django_q.conf import Conf
-    from django_q.models import OrmQ
-    from django_q.signing import SignedPackage
-
-    count = 0
-    for payload in OrmQ.objects.using(Conf.ORM).values_list("payload", flat=True):
-        task = SignedPackage.loads(payload)
-        if task.get("func") == TICK_TASK and tuple(task.get("args", ())) == (instance_pk,):
-            count += 1
-    return count
-
-
 def uses_delayed_bells() -> bool:
     """True when bells are precise (django-q2's ORM broker on our database)."""
     if not apps.is_installed("django_q"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+from . import storable
 from .jsonvalue import to_timedelta
 
 Backoff = Callable[[int], float | int | timedelta]
@@ -28,7 +29,8 @@ def retry_delay(attempt: int, backoff: Backoff | None) -> timedelta:
 
 def backoff_failure(step_id: str, error_message: str, exc: Exception) -> tuple[str, str]:
     """The error a run step fails with when its backoff gives no usable delay."""
-    return "WorkflowInputError", (
+    return "WorkflowInputError", storable.safe_text(
         f"WorkflowInputError: Run step '{step_id}' failed ({error_message}) and its backoff "
-        f"gave no usable delay: {exc}"
+        f"gave no usable delay: {storable.error_message(exc)}",
+        max_length=storable.MAX_ERROR_MESSAGE_LENGTH,
     )

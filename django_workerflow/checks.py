@@ -42,6 +42,16 @@ workerflow.W009
     task instead of ~4 ms), about 30 ticks a second per cluster at most. Set
     ``CONN_MAX_AGE = 60`` and ``CONN_HEALTH_CHECKS = True``, at least for the settings the
     qcluster runs with.
+workerflow.W010
+    ``Q_CLUSTER`` is missing altogether: django-q2 then runs with its own defaults, which
+    break the engine in several ways at once (no timeout, unlimited redelivery, no ORM
+    broker). This one warning replaces W002-W007. Add the ``Q_CLUSTER`` the README shows.
+workerflow.W011
+    A definition is registered from a module that workers do not import: not the
+    ``workflows`` module of an installed app, nor a module one of those imports. Workers only
+    autodiscover ``workflows`` modules, so a definition imported by a view alone is
+    registered in the web process and missing in the worker, and its instances wait
+    forever. Move it into (or import it from) a ``workflows`` module.
 """
 
 from __future__ import annotations
@@ -71,6 +81,16 @@ def check_worker_settings(app_configs: Any = None, **kwargs: Any) -> list[Warnin
                 "django_q is not in INSTALLED_APPS, so no worker will ever run a workflow.",
                 hint="Add 'django_q' to INSTALLED_APPS and run `manage.py qcluster`." + SEE,
                 id="workerflow.W001",
+            )
+        ]
+    if not hasattr(django_conf.settings, "Q_CLUSTER"):
+        return [
+            Warning(
+                "Q_CLUSTER is not set: django-q2's defaults have no timeout, redeliver a "
+                "failing task forever and use no ORM broker, so timers fire late.",
+                hint="Add Q_CLUSTER = {'name': 'workerflow', 'orm': 'default', 'timeout': 60, "
+                "'retry': 90, 'max_attempts': 3} to your settings." + SEE,
+                id="workerflow.W010",
             )
         ]
     conf = _q_cluster()
@@ -178,4 +198,23 @@ def check_sqlite_database(database: dict[str, Any]) -> list[Warning]:
             hint="Add to DATABASES['default']['OPTIONS']: " + ", ".join(problems) + "." + SEE,
             id="workerflow.W008",
         )
+    ]
+
+
+@register(Tags.compatibility)
+def check_definition_modules(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """W011: definitions registered from a module that workers do not import."""
+    from .drift import DEFINITIONS_HINT, unimported_definitions
+
+    return [
+        Warning(
+            f"Workflow definition {definition.name!r} version {definition.version!r} is "
+            f"registered from {definition.__module__}, which workers do not import: its "
+            "instances would wait forever for a worker that has it.",
+            hint=f"Move {definition.__qualname__} into a `workflows` module, or import it "
+            f"from one: {DEFINITIONS_HINT}." + SEE,
+            obj=definition,
+            id="workerflow.W011",
+        )
+        for definition in unimported_definitions()
     ]

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from . import jsonvalue, registry
+from . import jsonvalue, registry, storable
 from .backoff import Backoff
 from .clock import now as clock_now
 from .exceptions import WorkflowInputError, WorkflowStateError
@@ -42,10 +42,14 @@ class WorkflowDefinition:
             problems.append("set `name` to a non-empty string (the name start() is called with)")
         elif len(name) > 200:
             problems.append("shorten `name` to at most 200 characters")
+        elif storable.problem(name):
+            problems.append(f"make `name` storable: it {storable.problem(name)}")
         if not isinstance(cls.version, str) or not cls.version.strip():
             problems.append("set `version` to a non-empty string such as '1' or '2026-03-19'")
         elif len(cls.version) > 100:
             problems.append("shorten `version` to at most 100 characters")
+        elif storable.problem(cls.version):
+            problems.append(f"make `version` storable: it {storable.problem(cls.version)}")
         if cls.execute is WorkflowDefinition.execute:
             problems.append("implement `execute(self)`")
         if problems:

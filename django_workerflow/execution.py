@@ -7,6 +7,7 @@ a tick that replays once keeps going step after step until something suspends it
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import transaction
 
-from . import jsonvalue
+from . import jsonvalue, storable
 from .backoff import Backoff
 from .clock import now as clock_now
 from .control import ExecutionStopped, Suspension
@@ -29,9 +30,11 @@ from .failures import (
     REPLAYED_FAILURES,
     error_message,
     recorded_failure,
+    recorded_name,
 )
 from .pass_state import PassState
 from .states import StepState, StepType
+from .tracebacks import format_user_traceback
 
 __all__ = [
     "INTERRUPTED_ERROR_NAME",
@@ -43,6 +46,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .records import StepRecord
+
+# The logger operators already configure (docs/operations.md lists its messages).
+logger = logging.getLogger("django_workerflow.runtime")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,11 @@ class Execution(PassState):
             raise WorkflowInputError(
                 f"max_attempts of run step '{step_id}' must be a whole number >= 1, "
                 f"not {max_attempts!r}."
+            )
+        if max_attempts > storable.MAX_INTEGER:
+            raise WorkflowInputError(
+                f"max_attempts of run step '{step_id}' is {max_attempts}, more than the limit "
+                f"of {storable.MAX_INTEGER} (the largest count the database stores)."
             )
         if not callable(fn):
             raise WorkflowInputError(f"Run step '{step_id}' needs a callable, not {fn!r}.")
@@ -197,11 +208,13 @@ class Execution(PassState):
             self.store.mark_attempt_failed,
             record.step_id,
             record.attempt_count,
-            error_name=type(exc).__name__,
+            error_name=recorded_name(exc),
             error_message=error_message(exc),
             non_retryable=non_retryable,
             backoff=backoff,
+            traceback=format_user_traceback(exc),
         )
+        _log_failed_attempt(self.instance_key, record, exc)
         if record.state == StepState.FAILED:
             raise recorded_failure(record) from exc
         self._suspend(record.next_attempt_at)
@@ -310,3 +323,15 @@ class Execution(PassState):
                     raise self.fatal from exc
                 outcomes.append(SettledResult(ok=False, error=exc))
         return outcomes
+
+
+def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
+    logger.info(
+        "step attempt failed key=%s step=%s attempt=%s error=%s retry=%s",
+        instance_key,
+        record.step_id,
+        record.attempt_count,
+        record.error_name,
+        record.state != StepState.FAILED,
+        exc_info=exc,
+    )

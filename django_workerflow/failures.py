@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import storable
 from .exceptions import (
     MaxAttemptsExceededError,
     NonRetryableStepError,
@@ -26,9 +27,18 @@ REPLAYED_FAILURES: dict[str, type[StepOutcomeError]] = {
 
 def error_message(exc: BaseException) -> str:
     """``"<ClassName>: <message>"``, or the class name alone when the message is empty."""
-    text = str(exc)
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
+    return storable.error_message(exc)
+
+
+def recorded_name(exc: BaseException) -> str:
+    """The error name a failed attempt records. A subclass of a failure that replays is
+    recorded under that failure's name (its message keeps the subclass's name): a class
+    cannot be rebuilt from its name on replay, and the replay must raise what the first run
+    raised."""
+    for name, replayed in REPLAYED_FAILURES.items():
+        if isinstance(exc, replayed):
+            return name
+    return storable.error_name(exc)
 
 
 def strip_name(message: str, name: str) -> str:

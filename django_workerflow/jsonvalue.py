@@ -12,6 +12,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from . import storable
 from .conf import settings
 from .exceptions import WorkflowInputError
 
@@ -30,10 +31,15 @@ def dumps(value: Any, *, what: str) -> str:
     """Encode ``value`` as stored JSON text, or raise WorkflowInputError naming ``what``."""
     try:
         text = _encoder.encode(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise WorkflowInputError(f"{what} is not JSON-serializable: {exc}") from exc
+    except Exception as exc:  # TypeError, ValueError, RecursionError, or user container code
+        raise WorkflowInputError(
+            f"{what} is not JSON-serializable: {storable.describe(exc)}"
+        ) from exc
     if text.count("[") + text.count("{") > MAX_NESTING:
         _check_nesting(text, what)
+    if not text.isascii():
+        # ensure_ascii=False keeps lone surrogates as they are, and UTF-8 cannot hold them.
+        storable.check_text(text, what=what)
     limit = settings.MAX_JSON_BYTES
     if len(text) > limit // 4 and len(text.encode()) > limit:
         raise WorkflowInputError(
@@ -50,12 +56,22 @@ def _check_nesting(text: str, what: str) -> None:
         deepest = max(deepest, depth)
     if deepest > MAX_NESTING:
         raise WorkflowInputError(
-            f"{what} is nested {deepest} levels deep; the limit is {MAX_NESTING}."
+            f"{what} is nested {deepest} levels deep, more than the JSON nesting limit of "
+            f"{MAX_NESTING} levels."
         )
 
 
 def loads(text: str | None) -> Any:
     return None if text is None else _decode(text)
+
+
+def fresh_copy(value: Any) -> Any:
+    """A deep copy of a value read back from JSON, so that changing it changes no other copy."""
+    if isinstance(value, dict):
+        return {key: fresh_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [fresh_copy(item) for item in value]
+    return value
 
 
 def check_identifier(value: Any, *, what: str, max_length: int = MAX_IDENTIFIER_LENGTH) -> str:
@@ -68,7 +84,7 @@ def check_identifier(value: Any, *, what: str, max_length: int = MAX_IDENTIFIER_
         raise WorkflowInputError(
             f"{what} {value[:40]!r}... is {len(value)} characters long; the limit is {max_length}."
         )
-    return value
+    return storable.check_text(value, what=what)
 
 
 def to_timedelta(value: Any, *, what: str) -> timedelta:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from .store import StepStore
 
 
+def _inside(parent_step_id: str | None) -> str:
+    return f"inside run step '{parent_step_id}'" if parent_step_id else "directly in execute()"
+
+
 class PassState:
     """What one pass has seen and decided so far: the steps reached, the due times of the
     suspended ones, why it stopped; :class:`~.execution.Execution` adds the step helpers."""
@@ -85,6 +89,14 @@ class PassState:
                 f"but its history recorded a {record.type} there. A workflow must call the "
                 "same steps in the same order on every replay; register a new version to "
                 "change its shape."
+            )
+            raise self.fatal
+        if record.parent_step_id != self._parent():
+            self.fatal = DuplicateStepIdError(
+                f"Step id '{record.step_id}' is reached {_inside(self._parent())}, but it was "
+                f"recorded {_inside(record.parent_step_id)}. Steps must be uniquely identified "
+                "within a single workflow execution, nested steps included; give each call "
+                "its own id."
             )
             raise self.fatal
 

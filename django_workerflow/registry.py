@@ -79,6 +79,16 @@ def versions(name: str) -> list[str]:
     return sorted(_definitions.get(name, {}), key=version_sort_key)
 
 
+def definitions() -> list[type[WorkflowDefinition]]:
+    """Every registered definition, by name and version."""
+    return [
+        versions[version]
+        for name in sorted(_definitions)
+        for versions in (_definitions[name],)
+        for version in sorted(versions, key=version_sort_key)
+    ]
+
+
 def snapshot() -> dict[str, dict[str, type[WorkflowDefinition]]]:
     """A copy of the registry, for :func:`restore` (testing.registered uses both)."""
     return {name: dict(versions) for name, versions in _definitions.items()}

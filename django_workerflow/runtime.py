@@ -16,10 +16,11 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from . import alarms, jsonvalue, lease, registry
+from . import alarms, jsonvalue, lease, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .definition import WorkflowDefinition
+from .drift import awaited_event_names
 from .exceptions import (
     WorkflowInputError,
     WorkflowStateError,
@@ -137,15 +138,27 @@ def _existing_start(instance: WorkflowInstance, name: str, version: str | None) 
 
 
 def send_event(
-    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+    instance: WorkflowInstance | str,
+    event_name: str,
+    payload: Any = None,
+    *,
+    missing_ok: bool = False,
 ) -> InboundEvent | None:
     """Deliver an event: it satisfies the earliest waiting step of that name, or is queued.
 
-    A paused instance only queues it; a finished one ignores it and None is returned.
+    A paused instance only queues it; a finished one ignores it and None is returned, and
+    so is an unknown key with ``missing_ok`` (for signal handlers). A queued event's
+    ``waiting_for`` lists the names the instance's waiting steps wait for.
     """
     jsonvalue.check_identifier(event_name, what="An event name")
     payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
-    pk = _pk(instance)
+    try:
+        pk = _pk(instance)
+    except WorkflowInstance.DoesNotExist:
+        if missing_ok:
+            logger.info("event dropped key=%s event=%s: no such instance", instance, event_name)
+            return None
+        raise
     with transaction.atomic():
         locked = _lock(pk)
         if locked.is_terminal:
@@ -165,7 +178,8 @@ def send_event(
                     state=StepState.WAITING,
                     event_name=event_name,
                 )
-                .exclude(timeout_at__lt=now)
+                # At its deadline a wait has timed out, as a tick at the same instant finds.
+                .exclude(timeout_at__lte=now)
                 .order_by("created_at", "id")
                 .values_list("pk", flat=True)
                 .first()
@@ -176,6 +190,15 @@ def send_event(
                 event.claimed_by_id = step_pk
                 event.claimed_at = now
                 _wake(locked, now)
+        if event.claimed_by_id is None:
+            event.waiting_for = awaited_event_names(pk)
+    if event.waiting_for is not None and event_name not in event.waiting_for:
+        logger.info(
+            "event queued key=%s event=%s: no step waits for it; waiting_for=%s",
+            locked.key,
+            event_name,
+            ",".join(event.waiting_for) or "-",
+        )
     logger.info(
         "event sent key=%s event=%s claimed=%s%s",
         locked.key,
@@ -218,6 +241,8 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     """Cancel an unfinished instance; no step starts after this. False: already finished."""
     if reason is not None and not isinstance(reason, str):
         raise WorkflowInputError(f"A cancel reason must be a string, not {type(reason).__name__}.")
+    if reason is not None:
+        storable.check_text(reason, what="The cancel reason")
     with transaction.atomic():
         locked = _lock(_pk(instance))
         if locked.is_terminal:
@@ -307,6 +332,7 @@ def _pk(instance: WorkflowInstance | str) -> int:
     if isinstance(instance, WorkflowInstance):
         return instance.pk
     if isinstance(instance, str):
+        storable.check_text(instance, what="The instance key")
         try:
             return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
         except WorkflowInstance.DoesNotExist:

@@ -191,19 +191,22 @@ _STATEMENTS: dict[str, str] = {
         VALUES (%(instance)s, %(step_id)s, %(type)s, %(state_waiting)s, %(parent)s, 0, NULL,
             '', '', %(wake_at)s, %(event_name)s, %(timeout_at)s, %(now)s)
         RETURNING id""",
-    # Append one step event.
+    # Append one step event (with a failed attempt's traceback; the CTEs leave it blank).
     "insert_step_event": f"""
-        {_INSERT_STEP_EVENT} VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
+        INSERT INTO {STEP_EVENT} ({", ".join(STEP_EVENT_COLUMNS)}, traceback)
+        VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
             %(attempt_number)s, %(result)s, %(error_name)s, %(error_message)s,
-            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s)""",
+            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s,
+            %(traceback)s)""",
     # The state of one step (has an event satisfied a waiting wait meanwhile?).
     "step_state": f"SELECT state FROM {STEP} WHERE id = %(step)s",
-    # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one).
+    # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one);
+    # strictly before: at its deadline a wait has timed out.
     "oldest_queued_event": f"""
         SELECT id, payload FROM {INBOUND}
         WHERE instance_id = %(instance)s AND event_name = %(event_name)s
             AND claimed_at IS NULL
-            AND (%(deadline)s IS NULL OR created_at <= %(deadline)s)
+            AND (%(deadline)s IS NULL OR created_at < %(deadline)s)
         ORDER BY created_at, id LIMIT 1""",
     # Satisfy a waiting wait step with an event's payload.
     "satisfy_wait": f"""

@@ -55,6 +55,8 @@ class WorkflowEventType(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    RETRIED = "retried"
+    FORKED = "forked"
 
 
 class TickOutcome(models.TextChoices):

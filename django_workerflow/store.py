@@ -140,8 +140,10 @@ class StepStore(WaitingStepStore):
         error_message: str,
         non_retryable: bool = False,
         backoff: Backoff | None = None,
+        traceback: str = "",
     ) -> StepRecord:
-        """running -> pending (retry later) or -> failed (non-retryable or out of attempts)."""
+        """running -> pending (retry later) or -> failed (non-retryable or out of attempts);
+        the attempt's event keeps ``traceback``."""
         record = self.require(step_id)
         now = clock_now()
         retry = not non_retryable and attempt < (record.max_attempts or 1)
@@ -178,6 +180,7 @@ class StepStore(WaitingStepStore):
                 error_name=error_name,
                 error_message=error_message,
                 next_attempt_at=next_attempt_at,
+                traceback=traceback,
             )
         record.state = state
         record.error_name = error_name

@@ -24,6 +24,7 @@ from django.test import TestCase
 from . import alarms, registry
 from .clock import SystemClock, VirtualClock, set_clock
 from .exceptions import NondeterminismError
+from .harness_walk import walk_to
 from .jsonvalue import to_timedelta
 
 if TYPE_CHECKING:
@@ -101,9 +102,15 @@ class Harness:
                     )
 
     def advance(self, duration: float | timedelta) -> int:
-        """Move the virtual clock forward by ``duration``, then drain."""
-        self.clock.advance(to_timedelta(duration, what="The harness advance"))
-        return self.drain()
+        """Walk the virtual clock forward by ``duration``; see :meth:`advance_to`."""
+        delta = to_timedelta(duration, what="The harness advance")
+        return self.advance_to(self.now() + delta)
+
+    def advance_to(self, when: datetime) -> int:
+        """Walk the virtual clock forward to ``when``, as time would pass: stop at each alarm
+        that falls due on the way, in time order, and drain there; then drain at ``when``.
+        Return the ticks run."""
+        return walk_to(self, when)
 
     def run_on_commit_callbacks(self) -> None:
         """Run the on-commit callbacks that a test's wrapping transaction holds back."""

@@ -18,16 +18,18 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import alarms, jsonvalue, lease, registry
+from . import alarms, jsonvalue, lease, recovery, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
 from .definition import WorkflowDefinition
-from .exceptions import WorkflowInputError
+from .drift import DEFINITIONS_HINT
+from .exceptions import StepOutcomeError, WorkflowInputError
 from .execution import Execution, error_message
-from .models import ACTIVE_STATUSES, StepState, StepType, WorkflowInstance, WorkflowStatus
-from .states import PassOutcome, StopReason, TickOutcome
+from .models import ACTIVE_STATUSES, StepState, WorkflowInstance, WorkflowStatus
+from .states import PassOutcome, StepType, StopReason, TickOutcome
 from .store import StepStore
+from .tracebacks import format_user_traceback
 
 # The logger operators already configure (docs/operations.md lists its messages).
 logger = logging.getLogger("django_workerflow.runtime")
@@ -56,6 +58,9 @@ class PassResult:
     result_json: str | None = None
     error_name: str = ""
     error_message: str = ""
+    error_traceback: str = ""
+    error_step_id: str = ""
+    exception: BaseException | None = None
     due: datetime | None = None
     stop_reason: StopReason | None = None
     yielded: bool = False
@@ -93,17 +98,18 @@ def _claim(
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
-            if not instance.wake_requested:
-                instance.request_another_pass()
+            if instance.found_leased():
+                alarms.arm(instance.pk, instance.alarm_at)
             return TickResult(TickOutcome.BUSY, alarm_at=instance.alarm_at)
         definition_class = registry.lookup(instance.definition_name, instance.definition_version)
         if definition_class is None:
             logger.warning(
                 "definition not registered key=%s definition=%s version=%s: the instance "
-                "waits untouched until the code is deployed again",
+                "waits untouched until a worker has it; %s",
                 instance.key,
                 instance.definition_name,
                 instance.definition_version,
+                DEFINITIONS_HINT,
             )
             instance.defer(now + UNREGISTERED_RETRY)
             alarms.arm(instance.pk, instance.alarm_at)
@@ -129,11 +135,7 @@ def _execute(
         store = StepStore(instance.pk, lease_token=token)
         steps = store.load()
         if suspects is None:
-            suspects = {
-                step_id
-                for step_id, step in steps.items()
-                if step.type == StepType.RUN and step.state == StepState.RUNNING
-            }
+            suspects = recovery.interrupted_run_steps(steps)
         result = _settle(
             instance, token, _replay(instance, definition_class, store, deadline, suspects), replays
         )
@@ -154,7 +156,9 @@ def _replay(
         deadline=deadline,
         interrupted_suspects=suspects,
     )
-    definition = definition_class(key=instance.key, input=instance.input, execution=execution)
+    # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
+    pinned_input = jsonvalue.fresh_copy(instance.input)
+    definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
     result = _run_pass(definition, execution)
     if not (result.stop_reason or result.yielded):
         result.unreached = _unreached_steps(store, execution.seen_step_ids)
@@ -202,8 +206,15 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
 
 
 def _failed(exc: BaseException) -> PassResult:
+    """A failed pass; the step whose failure escaped ``execute()`` is what a retry reopens."""
+    step_id = exc.step_id if isinstance(exc, StepOutcomeError) else None
     return PassResult(
-        PassOutcome.FAILED, error_name=type(exc).__name__, error_message=error_message(exc)
+        PassOutcome.FAILED,
+        error_name=storable.error_name(exc),
+        error_message=error_message(exc),
+        error_traceback=format_user_traceback(exc),
+        error_step_id=step_id or "",
+        exception=exc,
     )
 
 
@@ -240,8 +251,20 @@ def _settle(
                 logger.info("workflow completed key=%s replays=%s", locked.key, replays)
                 return TickResult(TickOutcome.COMPLETED, replays=replays)
             case PassOutcome.FAILED:
-                locked.set_failed(result.error_name, result.error_message, now)
-                logger.info("workflow failed key=%s error=%s", locked.key, result.error_name)
+                locked.set_failed(
+                    result.error_name,
+                    result.error_message,
+                    now,
+                    traceback=result.error_traceback,
+                    step_id=result.error_step_id,
+                )
+                logger.info(
+                    "workflow failed key=%s error=%s step=%s",
+                    locked.key,
+                    result.error_name,
+                    result.error_step_id or "-",
+                    exc_info=result.exception,
+                )
                 return TickResult(TickOutcome.FAILED, replays=replays)
             case PassOutcome.SUSPENDED:
                 return _settle_suspended(locked, result, replays, now)

@@ -145,7 +145,8 @@ class WaitingStepStore(RecordedSteps):
         return record
 
     def _claim_queued_event(self, cursor: Any, record: StepRecord, now: datetime) -> bool:
-        """Give the wait step the oldest unclaimed event of its name sent before its deadline."""
+        """Give the wait step the oldest unclaimed event of its name sent before its deadline
+        (strictly: an event sent at the deadline finds the wait timed out)."""
         values = {
             "instance": self.instance_pk,
             "event_name": record.event_name,

@@ -110,6 +110,7 @@ def insert_event(
         "event_name": fields.get("event_name") or "",
         "timeout_at": adapt(fields.get("timeout_at")),
         "payload": fields.get("payload"),
+        "traceback": fields.get("traceback") or "",
     }
     cursor.execute(sql.statement(connection.vendor, "insert_step_event"), values)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings as django_settings
 from django.test import override_settings
 
 from django_workerflow import checks
 from django_workerflow.checks import (
     check_connection_reuse,
+    check_definition_modules,
     check_sqlite_database,
     check_worker_settings,
 )
@@ -98,7 +100,7 @@ def test_checks__warn_about_postgresql_without_connection_reuse():
     assert check_connection_reuse(SQLITE_OK) == []
 
 
-def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_id():
+def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_id(define):
     broken_clusters = [
         {**RECOMMENDED, "timeout": None, "max_attempts": 0, "orm": None},
         {**RECOMMENDED, "retry": 60, "orm": "other"},
@@ -112,9 +114,14 @@ def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_
             warnings += check_worker_settings()
     warnings += check_sqlite_database({"ENGINE": "django.db.backends.sqlite3", "NAME": "x"})
     warnings += check_connection_reuse({"ENGINE": "django.db.backends.postgresql", "NAME": "x"})
+    with override_settings():
+        del django_settings.Q_CLUSTER
+        warnings += check_worker_settings()
+    definition = define(lambda self: None)
+    warnings += [w for w in check_definition_modules() if w.obj is definition]
 
     assert sorted({warning.id for warning in warnings}) == [
-        f"workerflow.W00{n}" for n in range(1, 10)
+        f"workerflow.W{n:03}" for n in range(1, 12)
     ]
     for warning in warnings:
         assert warning.hint.endswith("See `python -m pydoc django_workerflow.checks`.")

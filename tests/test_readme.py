@@ -34,6 +34,7 @@ def readme_example(workerflow_harness) -> Iterator[dict[str, Any]]:
     namespace: dict[str, Any] = {"__name__": "readme_example"}
     try:
         exec(compile(readme_block("readme-example"), str(README), "exec"), namespace)
+        exec(compile(readme_block("readme-start"), str(README), "exec"), namespace)
         yield namespace
     finally:
         if "Onboarding" in namespace:
@@ -85,3 +86,11 @@ def test_readme_example__control_block_runs_against_the_running_instance(
     assert list(instance.inbound_events.values_list("event_name", "payload")) == [
         ("survey.answered", {"score": 9})
     ]
+
+
+def test_readme_example__the_workflows_module_starts_nothing_at_import():
+    """Pasted as labelled, a module that called start() at import would break `migrate` on
+    a fresh database (the app registry imports it before the tables exist)."""
+    module = readme_block("readme-example")
+    assert module.startswith("# myapp/workflows.py")
+    assert "start(" not in module.replace("start() is called with", "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 
@@ -47,6 +49,26 @@ class Step(models.Model):
     def __str__(self) -> str:
         return f"{self.type} {self.step_id!r} ({self.state})"
 
+    # Transitions of a retry (the instance row is locked; no tick holds a lease) ----------
+
+    def reopen_run(self) -> None:
+        """failed -> pending, due at once, with a fresh budget of its ``max_attempts``:
+        attempt numbers continue (4, 5, 6 after 3)."""
+        self.state = StepState.PENDING
+        self.max_attempts = self.attempt_count + (self.max_attempts or 1)
+        self.next_attempt_at = None
+        self.resolved_at = None
+        self.save(update_fields=["state", "max_attempts", "next_attempt_at", "resolved_at"])
+
+    def reopen_wait(self, now: datetime) -> None:
+        """timed_out -> waiting, its new deadline as far after ``now`` as the first one was
+        after it began waiting."""
+        self.state = StepState.WAITING
+        if self.timeout_at is not None:
+            self.timeout_at = now + (self.timeout_at - self.created_at)
+        self.resolved_at = None
+        self.save(update_fields=["state", "timeout_at", "resolved_at"])
+
 
 class StepEvent(models.Model):
     """One entry of a step's history: an attempt, a wait or a sleep transition."""
@@ -66,6 +88,9 @@ class StepEvent(models.Model):
     timeout_at = models.DateTimeField(null=True, blank=True)
     payload = JSONTextField(null=True, blank=True)
     recorded_at = models.DateTimeField()
+    # The failed attempt's formatted traceback (the user's frames, bounded); the engine's
+    # statements leave the column out, so the database fills in the blank.
+    traceback = models.TextField(blank=True, db_default="")
 
     class Meta:
         ordering = ["recorded_at", "id"]
@@ -104,6 +129,10 @@ class InboundEvent(models.Model):
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="claimed_event"
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
+
+    #: Not stored: set by send_event() on an event no step claimed, the event names the
+    #: instance's waiting steps wait for (so a misspelt name shows at once).
+    waiting_for: list[str] | None = None
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -1,4 +1,4 @@
-"""An instance of a workflow definition, and its transitions."""
+"""An instance of a workflow definition, and its transitions (failure and reruns: failing.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .failing import FailureTransitions
 from .fields import JSONTextField
 
 if TYPE_CHECKING:
@@ -51,8 +52,35 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         instance._record(WorkflowEventType.CREATED, now, previous=None)
         return instance
 
+    def create_fork(
+        self,
+        source: WorkflowInstance,
+        *,
+        key: str,
+        version: str,
+        input: Any,
+        now: datetime,
+        reason: str | None,
+    ) -> WorkflowInstance:
+        """Create a pending fork of ``source``, due at once; its history starts with a
+        ``forked`` event naming the source."""
+        fork = self.create(
+            key=key,
+            definition_name=source.definition_name,
+            definition_version=version,
+            input=input,
+            status=WorkflowStatus.PENDING,
+            alarm_at=now,
+            created_at=now,
+            updated_at=now,
+            forked_from=source,
+        )
+        text = f"forked from '{source.key}'" + (f": {reason}" if reason else "")
+        fork._record(WorkflowEventType.FORKED, now, previous=None, reason=text)
+        return fork
 
-class WorkflowInstance(models.Model):
+
+class WorkflowInstance(FailureTransitions, models.Model):
     """One run of a definition, identified by its ``key``."""
 
     key = models.CharField(max_length=255, unique=True)
@@ -78,6 +106,15 @@ class WorkflowInstance(models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The formatted traceback of the failure that failed the instance (the user's frames).
+    error_traceback = models.TextField(blank=True, default="")
+    # The step whose failure failed the instance ("" when execute() raised outside a step):
+    # what retry() reopens.
+    error_step_id = models.CharField(max_length=200, blank=True, default="")
+    # The instance this one was forked from (see fork()).
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -99,6 +136,8 @@ class WorkflowInstance(models.Model):
             ("resume_workflowinstance", "Can resume workflow instances"),
             ("cancel_workflowinstance", "Can cancel workflow instances"),
             ("send_event_workflowinstance", "Can send events to workflow instances"),
+            ("retry_workflowinstance", "Can retry failed workflow instances"),
+            ("fork_workflowinstance", "Can fork workflow instances"),
         ]
 
     def __str__(self) -> str:
@@ -208,27 +247,6 @@ class WorkflowInstance(models.Model):
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
 
-    def set_failed(self, error_name: str, error_message: str, now: datetime) -> None:
-        """running -> failed with the error, releasing the tick's lease."""
-        self.status = WorkflowStatus.FAILED
-        self.error_name = error_name
-        self.error_message = error_message
-        self._finish_tick(now)
-        self.save(
-            update_fields=[
-                "status",
-                "error_name",
-                "error_message",
-                "alarm_at",
-                "lease_token",
-                "lease_expires_at",
-                "wake_requested",
-                "updated_at",
-                "finished_at",
-            ]
-        )
-        self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
-
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;
         lease renewals moved it while the tick ran)."""
@@ -258,10 +276,20 @@ class WorkflowInstance(models.Model):
         self.alarm_at = now
         self.save(update_fields=["wake_requested", "updated_at", "alarm_at"])
 
-    def request_another_pass(self) -> None:
-        """A bell found the instance leased: its tick takes one more pass before it ends."""
+    def found_leased(self) -> bool:
+        """A bell found the instance leased: its tick takes one more pass before it ends,
+        and the alarm moves to the lease's expiry, the next chance to progress if the holder
+        died. True if the alarm moved (the caller arms a bell there)."""
+        fields = [] if self.wake_requested else ["wake_requested"]
         self.wake_requested = True
-        self.save(update_fields=["wake_requested"])
+        expires = self.lease_expires_at
+        moved = expires is not None and (self.alarm_at is None or self.alarm_at < expires)
+        if moved:
+            self.alarm_at = expires
+            fields.append("alarm_at")
+        if fields:
+            self.save(update_fields=fields)
+        return moved
 
     def clear_wake_request(self) -> None:
         """The tick is about to take the pass that was asked for."""

@@ -21,7 +21,7 @@ from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
 from django_workerflow import runtime, send_event, start
-from django_workerflow.alarms import TICK_TASK, bells_pending
+from django_workerflow.alarms import TICK_TASK
 from django_workerflow.clock import now
 from django_workerflow.execution import INTERRUPTED_ERROR_NAME, INTERRUPTED_MESSAGE
 from django_workerflow.models import (
@@ -41,6 +41,18 @@ pytestmark = pytest.mark.cluster
 # The two-cluster test: instances, and run steps each (a short sleep sits in the middle).
 MANY_INSTANCES = 200
 STEPS_PER_INSTANCE = 4
+
+
+def bells_pending(instance_pk: int) -> int:
+    """How many bells for the instance wait in the ORM queue (reads the whole queue)."""
+    from django_q.conf import Conf
+
+    count = 0
+    for payload in OrmQ.objects.using(Conf.ORM).values_list("payload", flat=True):
+        task = SignedPackage.loads(payload)
+        if task.get("func") == TICK_TASK and tuple(task.get("args", ())) == (instance_pk,):
+            count += 1
+    return count
 
 
 # Helpers ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workerflow", "0001_initial"),
+        ("workerflow", "0002_retry_fork_tracebacks"),
     ]
 
     operations = [

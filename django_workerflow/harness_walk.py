@@ -1,0 +1,48 @@
+"""The test harness's walk through virtual time: one stop at each alarm on the way."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .exceptions import WorkflowInputError
+from .jsonvalue import check_aware
+
+if TYPE_CHECKING:
+    from .testing import Harness
+
+
+def walk_to(harness: Harness, when: datetime) -> int:
+    """Drain now, then at each alarm falling due up to ``when`` in time order, then at
+    ``when``; return the ticks run. Each stop's ticks may set new alarms within the span,
+    and the walk stops at those too, exactly as a worker would meet them."""
+    from .models import WorkflowInstance
+
+    check_aware(when, what="The harness advance_to time")
+    if when < harness.now():
+        raise WorkflowInputError(
+            f"The harness cannot move its clock back from {harness.now().isoformat()} to "
+            f"{when.isoformat()}; create a new Harness(start=...) to begin earlier."
+        )
+    ran = harness.drain()
+    stops = 0
+    while True:
+        upcoming = (
+            WorkflowInstance.objects.active()
+            .filter(alarm_at__gt=harness.now(), alarm_at__lte=when)
+            .order_by("alarm_at")
+            .values_list("alarm_at", flat=True)
+            .first()
+        )
+        if upcoming is None:
+            break
+        stops += 1
+        if stops > harness.max_ticks:
+            raise RuntimeError(
+                f"advance stopped at {stops} alarms on the way to {when.isoformat()}; a "
+                "workflow probably wakes itself forever."
+            )
+        harness.clock.advance(upcoming - harness.now())
+        ran += harness.drain()
+    harness.clock.advance(when - harness.now())
+    return ran + harness.drain()

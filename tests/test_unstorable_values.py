@@ -1,0 +1,283 @@
+"""Text the database cannot store: refused before any write, or made safe if it is an error.
+
+A lone UTF-16 surrogate cannot be encoded as UTF-8 (both databases), and PostgreSQL's text
+columns refuse NUL; both are refused on both databases alike. Error text is never refused:
+it is escaped and cut to its column, because a failure must always be recorded.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+import django_workerflow as workerflow
+from django_workerflow import (
+    NonRetryableStepError,
+    WorkflowDefinition,
+    WorkflowInputError,
+)
+from django_workerflow.models import (
+    InboundEvent,
+    Step,
+    StepEvent,
+    StepState,
+    WorkflowEvent,
+    WorkflowInstance,
+    WorkflowStatus,
+)
+from django_workerflow.storable import (
+    MAX_ERROR_MESSAGE_LENGTH,
+    MAX_ERROR_NAME_LENGTH,
+    TRUNCATION_MARKER,
+    safe_text,
+)
+
+SURROGATE = "\ud800"
+NUL = "\x00"
+UNSTORABLE = [pytest.param(SURROGATE, id="surrogate"), pytest.param(NUL, id="nul")]
+
+pytestmark = pytest.mark.django_db
+
+
+def row_counts() -> tuple[int, ...]:
+    return tuple(
+        model.objects.count()
+        for model in (WorkflowInstance, Step, StepEvent, WorkflowEvent, InboundEvent)
+    )
+
+
+def fresh(instance: WorkflowInstance) -> WorkflowInstance:
+    instance.refresh_from_db()
+    return instance
+
+
+def waits_for_go(self):
+    return self.wait("go", "go")
+
+
+@pytest.fixture
+def waiting(define, workerflow_harness) -> WorkflowInstance:
+    instance = workerflow.start(define(waits_for_go), key="waiting")
+    workerflow_harness.drain()
+    return instance
+
+
+# User values at the call sites -------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_start__refuses_an_unstorable_key_and_writes_nothing(define, workerflow_harness, bad):
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match="instance key"):
+        workerflow.start(define(waits_for_go), key=f"order{bad}1")
+    assert row_counts() == before
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param({"name": SURROGATE}, id="value"),
+        pytest.param({SURROGATE: 1}, id="key"),
+        pytest.param([["deep", f"a{SURROGATE}b"]], id="nested"),
+    ],
+)
+def test_start__refuses_an_input_holding_a_lone_surrogate(define, workerflow_harness, value):
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match=r"workflow input .*surrogate"):
+        workerflow.start(define(waits_for_go), input=value)
+    assert row_counts() == before
+
+
+def test_start__keeps_an_input_holding_nul_as_escaped_json(define, workerflow_harness):
+    instance = workerflow.start(define(waits_for_go), input={"a": f"x{NUL}y"})
+    assert fresh(instance).input == {"a": f"x{NUL}y"}
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_send_event__refuses_an_unstorable_event_name_and_writes_nothing(waiting, bad):
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match="event name"):
+        workerflow.send_event(waiting.key, f"go{bad}")
+    assert row_counts() == before
+
+
+def test_send_event__refuses_a_payload_holding_a_lone_surrogate(waiting):
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match="payload of event 'go'"):
+        workerflow.send_event(waiting.key, "go", {"note": SURROGATE})
+    assert row_counts() == before
+    assert fresh(waiting).status == WorkflowStatus.RUNNING
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_send_event__refuses_an_unstorable_instance_key(waiting, bad):
+    with pytest.raises(WorkflowInputError, match="instance key"):
+        workerflow.send_event(f"waiting{bad}", "go")
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_cancel__refuses_an_unstorable_reason_and_leaves_the_instance(waiting, bad):
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match="cancel reason"):
+        workerflow.cancel(waiting, reason=f"because{bad}")
+    assert row_counts() == before
+    assert fresh(waiting).status == WorkflowStatus.RUNNING
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_definition__refuses_an_unstorable_name(bad):
+    with pytest.raises(ImproperlyConfigured, match="name"):
+        type(
+            "Bad",
+            (WorkflowDefinition,),
+            {"name": f"bad{bad}", "execute": lambda self: None, "__module__": __name__},
+        )
+
+
+# User values inside execute() --------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(lambda self, bad: self.run(f"step{bad}", lambda: 1), id="run-step-id"),
+        pytest.param(lambda self, bad: self.sleep(f"nap{bad}", 5), id="sleep-step-id"),
+        pytest.param(lambda self, bad: self.wait(f"w{bad}", "go"), id="wait-step-id"),
+        pytest.param(lambda self, bad: self.wait("w", f"go{bad}"), id="event-name"),
+    ],
+)
+def test_execute__an_unstorable_step_id_or_event_name_fails_the_workflow(
+    define, workerflow_harness, body, bad
+):
+    instance = workerflow.start(define(lambda self: body(self, bad)))
+    workerflow_harness.drain()
+    instance = fresh(instance)
+    assert instance.status == WorkflowStatus.FAILED
+    assert instance.error_name == "WorkflowInputError"
+    assert Step.objects.filter(instance=instance).count() == 0
+
+
+def test_run__a_result_holding_a_lone_surrogate_fails_the_step_as_non_retryable(
+    define, workerflow_harness
+):
+    seen = []
+
+    def execute(self):
+        try:
+            self.run("answer", lambda: {"text": SURROGATE})
+        except NonRetryableStepError as exc:
+            seen.append(str(exc))
+            raise
+
+    instance = workerflow.start(define(execute))
+    workerflow_harness.drain()
+    step = Step.objects.get(instance=instance, step_id="answer")
+    assert (step.state, step.attempt_count) == (StepState.FAILED, 1)
+    assert fresh(instance).status == WorkflowStatus.FAILED
+    assert fresh(instance).error_name == "NonRetryableStepError"
+    assert "surrogate" in seen[0]
+
+
+def test_run__an_atomic_result_holding_a_lone_surrogate_fails_the_step(define, workerflow_harness):
+    instance = workerflow.start(
+        define(lambda self: self.run("answer", lambda: SURROGATE, atomic=True))
+    )
+    workerflow_harness.drain()
+    assert Step.objects.get(instance=instance).state == StepState.FAILED
+    assert fresh(instance).error_name == "NonRetryableStepError"
+
+
+def test_execute__returning_a_lone_surrogate_fails_the_workflow_once(define, workerflow_harness):
+    instance = workerflow.start(define(lambda self: [SURROGATE]))
+    assert workerflow_harness.drain() == 1
+    instance = fresh(instance)
+    assert instance.status == WorkflowStatus.FAILED
+    assert instance.error_name == "WorkflowInputError"
+    assert "return value" in instance.error_message
+
+
+# Error text ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_run__an_error_message_holding_unstorable_text_is_recorded_escaped(
+    define, workerflow_harness, bad
+):
+    def fail():
+        raise ValueError(f"bad{bad}input")
+
+    instance = workerflow.start(define(lambda self: self.run("charge", fail, max_attempts=2)))
+    workerflow_harness.drain()
+    workerflow_harness.advance(60)
+    expected = f"ValueError: bad{bad!r}input".replace("'", "")
+    step = Step.objects.get(instance=instance)
+    assert (step.state, step.attempt_count) == (StepState.FAILED, 2)
+    assert step.error_message == expected
+    failures = StepEvent.objects.filter(step=step, error_name="ValueError")
+    assert [event.error_message for event in failures] == [expected, expected]
+    assert fresh(instance).error_name == "MaxAttemptsExceededError"
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_execute__raising_an_error_with_unstorable_text_fails_the_workflow(
+    define, workerflow_harness, bad
+):
+    def execute(self):
+        raise RuntimeError(f"bad{bad}")
+
+    instance = workerflow.start(define(execute))
+    assert workerflow_harness.drain() == 1
+    instance = fresh(instance)
+    assert instance.status == WorkflowStatus.FAILED
+    assert instance.error_message == f"RuntimeError: bad{bad!r}".replace("'", "")
+
+
+def test_run__an_error_class_name_longer_than_its_column_is_recorded_cut(
+    define, workerflow_harness
+):
+    long_error = type("E" * 300, (Exception,), {})
+
+    def fail():
+        raise long_error("boom")
+
+    instance = workerflow.start(define(lambda self: self.run("charge", fail, max_attempts=1)))
+    workerflow_harness.drain()
+    step = Step.objects.get(instance=instance)
+    assert step.state == StepState.FAILED
+    assert len(step.error_name) == MAX_ERROR_NAME_LENGTH
+    assert step.error_name.endswith(TRUNCATION_MARKER)
+    assert step.error_message == f"{step.error_name}: boom"
+    assert fresh(instance).error_name == "MaxAttemptsExceededError"
+
+
+def test_execute__an_error_class_name_longer_than_its_column_fails_the_workflow(
+    define, workerflow_harness
+):
+    long_error = type("E" * 300, (Exception,), {})
+
+    def execute(self):
+        raise long_error("boom")
+
+    instance = workerflow.start(define(execute))
+    workerflow_harness.drain()
+    instance = fresh(instance)
+    assert instance.status == WorkflowStatus.FAILED
+    assert instance.error_name == "E" * (MAX_ERROR_NAME_LENGTH - len(TRUNCATION_MARKER)) + (
+        TRUNCATION_MARKER
+    )
+
+
+def test_run__a_huge_error_message_is_cut_with_a_marker(define, workerflow_harness):
+    def fail():
+        raise ValueError("x" * (MAX_ERROR_MESSAGE_LENGTH * 3))
+
+    instance = workerflow.start(define(lambda self: self.run("charge", fail, max_attempts=1)))
+    workerflow_harness.drain()
+    message = Step.objects.get(instance=instance).error_message
+    assert len(message) == MAX_ERROR_MESSAGE_LENGTH
+    assert message.endswith(TRUNCATION_MARKER)
+
+
+def test_safe_text__escapes_what_cannot_be_stored_and_keeps_the_rest():
+    assert safe_text(f"é{SURROGATE}{NUL}ok", max_length=100) == "é\\ud800\\x00ok"
