@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
@@ -37,11 +38,31 @@ def read_only_transaction(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
 
 
 @contextmanager
-def savepoint_rolled_back(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
-    """A savepoint always rolled back: a failed statement inside it (PostgreSQL aborts the
-    transaction on one) does not poison the enclosing read-only transaction."""
-    with transaction.atomic(using=using):
-        try:
+def savepoint_if_used(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """Take a savepoint just before the block's first statement, if it runs one, and roll
+    back to it at the end: a failed statement (PostgreSQL aborts the transaction on one)
+    does not poison the enclosing read-only transaction, and a block that runs no statement
+    (a replay of user code that reads nothing) costs no round trip."""
+    connection = connections[using]
+    state: dict[str, Any] = {"sid": None, "taking": False}
+
+    def take_savepoint_first(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if state["sid"] is None and not state["taking"]:
+            state["taking"] = True  # the SAVEPOINT statement passes through here too
+            try:
+                state["sid"] = transaction.savepoint(using=using)
+            finally:
+                state["taking"] = False
+        return execute(sql, params, many, context)
+
+    try:
+        with connection.execute_wrapper(take_savepoint_first):
             yield
-        finally:
-            transaction.set_rollback(True, using=using)
+    finally:
+        if state["sid"] is not None:
+            # Django marked the transaction for rollback if a statement failed; rolling back
+            # to the savepoint taken before any statement of the block makes it good again
+            # (what Atomic.__exit__ does for a savepoint).
+            transaction.set_rollback(False, using=using)
+            transaction.savepoint_rollback(state["sid"], using=using)
+            transaction.savepoint_commit(state["sid"], using=using)

@@ -3,7 +3,8 @@
 Instances are read in batches (by primary key, one query for the instances and one for all
 their steps per batch), so memory holds one batch whatever the table's size. Each batch is
 replayed inside a read-only transaction that is rolled back, and each instance inside its own
-rolled-back savepoint; :mod:`.replay` itself never writes and never calls a callback.
+rolled-back savepoint when its replay runs a statement at all; :mod:`.replay` itself never
+writes and never calls a callback.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from . import registry
 from .models import Step, WorkflowInstance, WorkflowStatus
-from .readonly import read_only_transaction, savepoint_rolled_back
+from .readonly import read_only_transaction, savepoint_if_used
 from .records import STEP_FIELDS, StepRecord
 from .replay import ReplayReport, replay_records, unregistered_problem
 
@@ -79,7 +80,7 @@ def check_instance(instance: WorkflowInstance, records: list[StepRecord]) -> Rep
             outcome=None,
             problems=(unregistered_problem(instance.key, name, version, registry.versions(name)),),
         )
-    with savepoint_rolled_back():
+    with savepoint_if_used():
         return replay_records(
             definition_class, key=instance.key, input=instance.input, records=records
         )
