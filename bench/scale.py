@@ -102,10 +102,8 @@ def insert_sleeping_instances(count: int, due: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {INSTANCE} (key, definition_name, definition_version, input, status, "
-            "error_name, error_message, error_step_id, error_traceback, alarm_at, "
-            "wake_requested, created_at, updated_at) "
+            "error_name, error_message, alarm_at, wake_requested, created_at, updated_at) "
             f"SELECT {concat}, 'bench-sleep', '1', '{{\"seconds\": 86400}}', 'running', '', '', "
-            "'', '', "
             f"{wake}, {false}, %(now)s, %(now)s FROM {_series()}",
             params,
         )

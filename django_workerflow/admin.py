@@ -16,10 +16,12 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
 
 from .clock import now as clock_now
-from .console import controls, list_actions
+from .console import controls, list_actions, rerun_actions
 from .console.columns import InstanceChangeList, InstanceColumns
 from .console.history import load_history
 from .console.instance_views import ControlViews
+from .console.rerun_views import RerunViews
+from .console.summary import MISSING_DEFINITION_HINT, build_summary
 from .models import WorkflowInstance
 
 
@@ -45,19 +47,12 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         list_actions.cancel_selected,
         list_actions.send_event,
         list_actions.wake_now,
+        rerun_actions.retry_selected,
+        rerun_actions.fork_selected,
         list_actions.delete_selected,
     ]
-    fields = readonly_fields = (
-        "key",
-        "definition",
-        "status_badge",
-        "waiting_on",
-        "created_at_full",
-        "updated_at_full",
-        "finished_at_full",
-        "next_alarm",
-        "lease",
-    )
+    # The page draws its own summary (console/summary.py) instead of a form of read-only rows.
+    fields = readonly_fields = ("key",)
     change_list_template = "workerflow/admin/instance_change_list.html"
     change_form_template = "workerflow/admin/instance_change_form.html"
 
@@ -86,6 +81,12 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
     def has_send_event_permission(self, request: HttpRequest) -> bool:
         return self._has_perm(request, "send_event")
 
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return self._has_perm(request, "retry")
+
+    def has_fork_permission(self, request: HttpRequest) -> bool:
+        return self._has_perm(request, "fork")
+
     def _has_perm(self, request: HttpRequest, action: str) -> bool:
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.{action}_{opts.model_name}")
@@ -110,12 +111,15 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         obj: WorkflowInstance | None = None,
     ) -> HttpResponse:
         if obj is not None:
-            context["history"] = load_history(obj, clock_now())
+            now = clock_now()
+            context["history"] = history = load_history(obj, now)
+            context["summary"] = build_summary(history, now)
+            context["missing_definition_hint"] = MISSING_DEFINITION_HINT
             context["controls"] = controls.buttons(self, request, obj)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_urls(self) -> list[URLPattern]:
-        return [*ControlViews(self).urls(), *super().get_urls()]
+        return [*ControlViews(self).urls(), *RerunViews(self).urls(), *super().get_urls()]
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, ...]:
         return list_actions.deletion_summary(self, objs, request)

@@ -297,9 +297,10 @@ def test_change_page__offers_only_the_buttons_that_apply_to_the_status(admin_cli
         response = admin_client.get(change_url(scenario[key]))
         return [control["name"] for control in response.context["controls"]]
 
-    assert buttons("sleeping-1") == ["pause", "wake", "send_event", "cancel"]
-    assert buttons("paused-1") == ["resume", "send_event", "cancel"]
-    assert buttons("completed-1") == []
+    assert buttons("sleeping-1") == ["pause", "wake", "send_event", "cancel", "fork"]
+    assert buttons("paused-1") == ["resume", "send_event", "cancel", "fork"]
+    assert buttons("failed-1") == ["retry", "fork"]
+    assert buttons("completed-1") == ["fork"]
 
 
 # Actions on the change list -----------------------------------------------------------------

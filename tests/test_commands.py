@@ -299,7 +299,7 @@ def test_show__prints_why_an_instance_failed(define, workerflow_harness):
 
     out = run("show", "f-1")
 
-    assert "Waiting on: failed in step 'reserve': ValueError: out of stock" in out
+    assert "Ended: failed in step 'reserve': ValueError: out of stock" in out
     assert "Error:  MaxAttemptsExceededError: Run step 'reserve' exhausted" in out
     assert "error: ValueError: out of stock" in out
 

@@ -1,4 +1,4 @@
-"""The columns of the instance list and the read-only fields of the instance page.
+"""The columns of the instance list.
 
 Each reads the instance row; "waiting on" also reads the steps that need attention, which
 :class:`InstanceChangeList` prefetches for the displayed page in one query.
@@ -27,8 +27,7 @@ class InstanceChangeList(ChangeList):
 
 
 class InstanceColumns:
-    """The display methods the instance admin names in ``list_display`` and
-    ``readonly_fields``."""
+    """The display methods the instance admin names in ``list_display``."""
 
     @admin.display(description="definition", ordering="definition_name")
     def definition(self, instance: WorkflowInstance) -> str:
@@ -44,6 +43,9 @@ class InstanceColumns:
 
     @admin.display(description="waiting on")
     def waiting_on(self, instance: WorkflowInstance) -> str:
+        missing = describe.missing_definition(instance)
+        if missing:
+            return format_html('<span class="wf-warning-text">{}</span>', missing)
         steps = getattr(instance, "attention_steps", None)
         if steps is None:  # the change page: read them for this one instance
             steps = instance.steps.filter(state__in=describe.ATTENTION_STATES)
@@ -60,37 +62,12 @@ class InstanceColumns:
     def updated(self, instance: WorkflowInstance) -> str:
         return _short_time(instance.updated_at)
 
-    @admin.display(description="created")
-    def created_at_full(self, instance: WorkflowInstance) -> str:
-        return _full_time(instance.created_at)
-
-    @admin.display(description="updated")
-    def updated_at_full(self, instance: WorkflowInstance) -> str:
-        return _full_time(instance.updated_at)
-
-    @admin.display(description="finished")
-    def finished_at_full(self, instance: WorkflowInstance) -> str:
-        return _full_time(instance.finished_at)
-
     @admin.display(description="next alarm", ordering="alarm_at")
     def next_alarm(self, instance: WorkflowInstance) -> str:
         return describe.format_when(instance.alarm_at, clock_now()) or "-"
-
-    @admin.display(description="worker lease")
-    def lease(self, instance: WorkflowInstance) -> str:
-        if not instance.lease_token:
-            return "-"
-        until = describe.format_when(instance.lease_expires_at, clock_now())
-        return f"held until {until} (token {instance.lease_token[:8]})"
 
 
 def _short_time(when: datetime) -> str:
     """A short time in the list; the full one on hover."""
     full = describe.clock_text(when)
     return format_html('<span title="{}">{}</span>', full, describe.short_time(when))
-
-
-def _full_time(when: datetime | None) -> str:
-    if when is None:
-        return "-"
-    return f"{describe.clock_text(when)} ({describe.relative_time(when, clock_now())})"

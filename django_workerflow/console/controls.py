@@ -28,6 +28,8 @@ class ControlName(StrEnum):
     WAKE = "wake"
     SEND_EVENT = "send_event"
     CANCEL = "cancel"
+    RETRY = "retry"
+    FORK = "fork"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,9 @@ CONTROLS = {
     ControlName.WAKE: Control("Wake now", "resume", frozenset(ACTIVE_STATUSES)),
     ControlName.SEND_EVENT: Control("Send event…", "send_event", UNFINISHED, form=True),
     ControlName.CANCEL: Control("Cancel…", "cancel", UNFINISHED, form=True),
+    ControlName.RETRY: Control("Retry", "retry", frozenset({WorkflowStatus.FAILED}), form=True),
+    # Any instance can be forked: a failed or stuck one onto fixed code, a finished one anew.
+    ControlName.FORK: Control("Fork…", "fork", frozenset(WorkflowStatus.values), form=True),
 }
 
 

@@ -18,6 +18,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.text import Truncator
 
+from .. import drift
 from ..clock import now as clock_now
 from ..models import (
     Step,
@@ -70,6 +71,9 @@ def waiting_on(
     """
     status = instance.status
     steps = list(steps)
+    missing = missing_definition(instance)
+    if missing:
+        return missing
     if status == WorkflowStatus.COMPLETED:
         return ""
     if status == WorkflowStatus.CANCELLED:
@@ -83,6 +87,14 @@ def waiting_on(
     if status == WorkflowStatus.PAUSED:
         return f"paused: {words}" if words else "paused"
     return words or _idle(instance, now)
+
+
+def missing_definition(instance: WorkflowInstance) -> str:
+    """ "no worker has workflow 'x' version 'y'" for an unfinished instance whose pinned
+    definition no worker has (see :mod:`django_workerflow.drift`), otherwise ""."""
+    if instance.is_terminal:
+        return ""
+    return drift.missing_definition(instance) or ""
 
 
 def cancel_reason_of(instance: WorkflowInstance) -> str | None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 
-from .. import jsonvalue
+from .. import drift, jsonvalue
 from ..exceptions import WorkflowInputError
+from ..models import WorkflowInstance
 
 
 class CancelForm(forms.Form):
@@ -55,3 +57,14 @@ class SendEventForm(forms.Form):
         except WorkflowInputError as exc:
             raise forms.ValidationError(str(exc)) from exc
         return value
+
+
+def awaited_event_initial(instances: Iterable[WorkflowInstance]) -> dict[str, str]:
+    """The send-event form's initial data: the event name the instances' waiting steps
+    await, when they all await the same one (otherwise nothing is pre-filled)."""
+    names: set[str] = set()
+    for instance in instances:
+        names.update(drift.awaited_event_names(instance))
+        if len(names) > 1:
+            return {}
+    return {"event_name": names.pop()} if names else {}

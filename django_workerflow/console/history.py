@@ -14,7 +14,7 @@ from ..models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from .describe import cancel_reason_of, pretty_json, waiting_on
+from .describe import OPEN_STATES, cancel_reason_of, pretty_json, waiting_on
 from .steptree import StepNode, step_tree
 from .timeline import Timeline, build_timeline
 
@@ -73,6 +73,9 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
         .order_by("recorded_at", "id")
     )
     nodes = step_tree(steps, events)
+    if instance.is_terminal:
+        for node in nodes:
+            node.abandoned = node.step.state in OPEN_STATES
     workflow_events = list(instance.workflow_events.order_by("recorded_at", "id"))
     # Set like the change list's prefetch (to_attr) does, for cancel_reason_of to read.
     instance.cancel_events = [  # type: ignore[attr-defined]

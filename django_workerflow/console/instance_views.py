@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from ..models import WorkflowInstance
 from . import operations
 from .controls import ControlName, admin_url, may_use, url_name
-from .forms import CancelForm, SendEventForm
+from .forms import CancelForm, SendEventForm, awaited_event_initial
 from .replies import confirmation_page, record
 
 View = Callable[[HttpRequest, str], HttpResponse]
@@ -71,7 +71,10 @@ class ControlViews:
 
     def send_event(self, request: HttpRequest, object_id: str) -> HttpResponse:
         instance = self._instance_for(request, object_id, ControlName.SEND_EVENT)
-        form = SendEventForm(request.POST if request.method == "POST" else None)
+        form = SendEventForm(
+            request.POST if request.method == "POST" else None,
+            initial=awaited_event_initial([instance]),
+        )
         if form.is_valid():
             data = form.cleaned_data
             report = operations.send_event([instance], data["event_name"], data["payload"])

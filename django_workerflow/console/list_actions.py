@@ -26,7 +26,7 @@ from ..models import (
 )
 from . import operations
 from .controls import ControlName
-from .forms import CancelForm, SendEventForm
+from .forms import CancelForm, SendEventForm, awaited_event_initial
 from .replies import confirmation_page, record
 
 if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
@@ -67,7 +67,10 @@ def cancel_selected(
 def send_event(
     model_admin: InstanceAdmin, request: HttpRequest, queryset: Instances
 ) -> HttpResponse | None:
-    form = SendEventForm(request.POST if "apply" in request.POST else None)
+    form = SendEventForm(
+        request.POST if "apply" in request.POST else None,
+        initial=awaited_event_initial(queryset),
+    )
     if form.is_valid():
         data = form.cleaned_data
         report = operations.send_event(queryset.order_by("pk"), data["event_name"], data["payload"])

@@ -120,7 +120,7 @@ def send_event(instances: Iterable[WorkflowInstance], event_name: str, payload: 
         else:
             instance.refresh_from_db(fields=["status"])
             why = "the instance is paused" if instance.status == WorkflowStatus.PAUSED else None
-            why = why or "no step waits for it yet"
+            why = why or _not_awaited(event.waiting_for)
             detail = f"Sent {sent} to '{instance.key}': queued, {why}."
             report.add(instance, True, f"queued {sent}", detail)
     return report
@@ -177,6 +177,14 @@ def _waiting_steps(instance: WorkflowInstance, now: datetime) -> tuple[list[Step
         elif step.type == StepType.WAIT and (step.timeout_at is None or step.timeout_at > now):
             waiting.append(step)
     return sleeping, waiting
+
+
+def _not_awaited(waiting_for: list[str] | None) -> str:
+    """Why a queued event was not claimed, naming the events the instance waits for."""
+    if not waiting_for:
+        return "no step waits for it yet"
+    names = ", ".join(f"'{name}'" for name in waiting_for)
+    return f"no step waits for it yet (the instance waits for {names})"
 
 
 def _why_not(instance: WorkflowInstance, expected: str) -> str:

@@ -14,8 +14,18 @@ from ..models import WorkflowInstance
 from .controls import CONTROLS, ControlName, admin_url
 from .operations import Report
 
-TITLES = {ControlName.CANCEL: "Cancel workflows", ControlName.SEND_EVENT: "Send an event"}
-SUBMIT_LABELS = {ControlName.CANCEL: "Yes, cancel", ControlName.SEND_EVENT: "Send event"}
+TITLES = {
+    ControlName.CANCEL: "Cancel workflows",
+    ControlName.SEND_EVENT: "Send an event",
+    ControlName.RETRY: "Retry failed workflows",
+    ControlName.FORK: "Fork a workflow",
+}
+SUBMIT_LABELS = {
+    ControlName.CANCEL: "Yes, cancel",
+    ControlName.SEND_EVENT: "Send event",
+    ControlName.RETRY: "Yes, retry",
+    ControlName.FORK: "Fork",
+}
 
 
 def record(model_admin: ModelAdmin[WorkflowInstance], request: HttpRequest, report: Report) -> None:

@@ -44,6 +44,8 @@ class StepNode:
     children: list[StepNode] = field(default_factory=list)
     events: list[StepEvent] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    # An open step of a finished instance: it will never resolve (the instance was cancelled).
+    abandoned: bool = False
 
     @property
     def duration(self) -> timedelta | None:

@@ -14,20 +14,27 @@ from typing import Any
 from ..models import StepState, StepType, WorkflowInstance, WorkflowStatus
 from .describe import cancel_reason_of, clock_text, format_when, waiting_on
 from .history import History
+from .summary import MISSING_DEFINITION_HINT, Traceback, build_summary
 
 MAX_VALUE = 120
 MAX_ID_WIDTH = 40
 
 
-def render_show(history: History, now: datetime) -> str:
-    """The instance's status, data, step tree and inbound events."""
+def render_show(history: History, now: datetime, *, tracebacks: bool = False) -> str:
+    """The instance's status, data, step tree and inbound events; with ``tracebacks``, the
+    instance's and its failed attempts' tracebacks too."""
     instance = history.instance
+    summary = build_summary(history, now)
     lines = [
         f"Instance {safe(instance.key)} ({safe(instance.definition_name)} "
         f"v{safe(instance.definition_version)}): {instance.status}",
     ]
-    if history.waiting_on:
-        lines.append(f"Waiting on: {safe(history.waiting_on)}")
+    if summary.missing_definition:
+        lines.append(f"Warning: {safe(summary.missing_definition)}. {MISSING_DEFINITION_HINT}")
+    if summary.waiting_on:
+        lines.append(f"Waiting on: {safe(summary.waiting_on)}")
+    if summary.outcome:
+        lines.append(f"Ended: {safe(summary.outcome)}")
     lines += [
         f"Created {clock_text(instance.created_at)}; updated {clock_text(instance.updated_at)}"
         + (f"; finished {clock_text(instance.finished_at)}" if instance.finished_at else ""),
@@ -42,6 +49,9 @@ def render_show(history: History, now: datetime) -> str:
     lines += _step_lines(history)
     if history.step_count > len(history.nodes):
         lines.append(f"  ... {history.step_count - len(history.nodes)} more steps not shown")
+    if summary.unreached_step_ids:
+        lines.append(f"Warning: {summary.unreached_warning}")
+        lines += [f"  unreached: {safe(step_id)}" for step_id in summary.unreached_step_ids]
     if history.inbound_events:
         lines.append(f"Inbound events ({history.inbound_event_count}):")
         for event in reversed(history.inbound_events):
@@ -54,7 +64,20 @@ def render_show(history: History, now: datetime) -> str:
                 f"  {clock_text(event.created_at)}  {safe(event.event_name)}  "
                 f"{compact(event.payload)}  {claimed}"
             )
+    if tracebacks:
+        lines += _traceback_lines(summary.tracebacks)
     return "\n".join(lines)
+
+
+def _traceback_lines(tracebacks: list[Traceback]) -> list[str]:
+    if not tracebacks:
+        return ["Tracebacks: none recorded"]
+    lines = []
+    for traceback in tracebacks:
+        lines.append(f"{safe(traceback.title)}:")
+        # Line by line: newlines are the traceback's own, other control characters escaped.
+        lines += [f"  {safe(line)}" for line in traceback.text.rstrip("\n").splitlines()]
+    return lines
 
 
 def _step_lines(history: History) -> list[str]:

@@ -98,6 +98,10 @@ def build_timeline(
     end = max(end, start + timedelta(milliseconds=1))
     rows = [_instance_row(instance, list(workflow_events), end)]
     rows += [_step_row(node, end) for node in nodes]
+    if instance.forked_from_id is not None:
+        for row, node in zip(rows[1:], nodes, strict=True):
+            if node.step.type == StepType.RUN and node.step.resolved_at and not node.attempts:
+                row.summary = f"{node.step.state}; copied from the source, not run here"
     span = (end - start).total_seconds()
     for row in rows:
         for segment in [*row.segments, *row.marks]:
@@ -123,6 +127,7 @@ def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: 
     follows_event: dict[str, str] = {
         WorkflowEventType.STARTED: WorkflowStatus.RUNNING,
         WorkflowEventType.RESUMED: WorkflowStatus.RUNNING,
+        WorkflowEventType.RETRIED: WorkflowStatus.RUNNING,
         WorkflowEventType.PAUSED: WorkflowStatus.PAUSED,
     }
     kind: str = WorkflowStatus.PENDING
@@ -147,11 +152,12 @@ def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: 
         for event in events
         if event.type not in (WorkflowEventType.CREATED, WorkflowEventType.STARTED)
     ]
+    # An unfinished instance has been in its status since its last stretch began.
     lifetime = format_duration(end - instance.created_at)
     summary = (
         f"{instance.status} after {lifetime}"
         if instance.finished_at
-        else f"{instance.status} for {lifetime}"
+        else f"{instance.status} for {format_duration(end - since)}"
     )
     return Row(
         label="workflow",
@@ -176,7 +182,11 @@ def _span(kind: str, start: datetime, end: datetime, *, open: bool = False) -> S
 
 def _step_row(node: StepNode, end: datetime) -> Row:
     step = node.step
-    if step.type == StepType.RUN:
+    if node.abandoned:
+        finish = max(end, step.created_at)
+        segments = [_span(f"{step.type}-abandoned", step.created_at, finish)]
+        segments[0].label = f"{step.type} {step.step_id!r}: never finished: {segments[0].label}"
+    elif step.type == StepType.RUN:
         segments = _run_segments(node, end)
     else:
         finish = step.resolved_at or end
@@ -221,6 +231,8 @@ def _run_segments(node: StepNode, end: datetime) -> list[Segment]:
 def _summary(node: StepNode, end: datetime) -> str:
     """The row's outcome in a few words: "3 attempts, 2 failed; succeeded after 1 min"."""
     step = node.step
+    if node.abandoned:
+        return "never finished: the workflow ended first"
     resolved = step.resolved_at is not None
     took = format_duration((step.resolved_at or end) - step.created_at)
     if step.type == StepType.SLEEP:

@@ -1,6 +1,7 @@
 """The deploy subcommands of ``manage.py workerflow``: check-replay, export, health.
 
-Each parses its arguments here and calls the engine; the command's dispatcher only routes.
+Their arguments are declared here and each one calls the engine; the command's
+``handle_<subcommand>`` methods only route here.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ def add_parsers(sub: Any, positive_int: Any) -> None:
     )
 
 
-def handle_check_replay(
+def check_replay(
     command: BaseCommand,
     *,
     name: str | None,
@@ -116,7 +116,7 @@ def handle_check_replay(
         )
 
 
-def handle_export(command: BaseCommand, *, key: str, output: str | None, **_: Any) -> None:
+def export(command: BaseCommand, *, key: str, output: str | None, **_: Any) -> None:
     text = histories.dumps(histories.export_history(WorkflowInstance.objects.get(key=key)))
     if output is None:
         command.stdout.write(text, ending="")
@@ -128,18 +128,11 @@ def handle_export(command: BaseCommand, *, key: str, output: str | None, **_: An
     command.stdout.write(f"Wrote the history of {key!r} to {output}.")
 
 
-def handle_health(command: BaseCommand, *, max_lag: timedelta, **_: Any) -> None:
+def health(command: BaseCommand, *, max_lag: timedelta, **_: Any) -> None:
     found = health_probe.check(max_lag)
     if not found.ok:
         raise CommandError(found.message, returncode=1)
     command.stdout.write(found.message)
-
-
-HANDLERS: dict[str, Callable[..., None]] = {
-    "check_replay": handle_check_replay,
-    "export": handle_export,
-    "health": handle_health,
-}
 
 
 def _entry(

@@ -32,12 +32,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="workflowinstance",
             name="error_step_id",
-            field=models.CharField(blank=True, default="", max_length=200),
+            field=models.CharField(blank=True, db_default="", default="", max_length=200),
         ),
         migrations.AddField(
             model_name="workflowinstance",
             name="error_traceback",
-            field=models.TextField(blank=True, default=""),
+            field=models.TextField(blank=True, db_default="", default=""),
         ),
         migrations.AddField(
             model_name="workflowinstance",

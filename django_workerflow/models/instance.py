@@ -107,10 +107,10 @@ class WorkflowInstance(FailureTransitions, models.Model):
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     # The formatted traceback of the failure that failed the instance (the user's frames).
-    error_traceback = models.TextField(blank=True, default="")
+    error_traceback = models.TextField(blank=True, default="", db_default="")
     # The step whose failure failed the instance ("" when execute() raised outside a step):
     # what retry() reopens.
-    error_step_id = models.CharField(max_length=200, blank=True, default="")
+    error_step_id = models.CharField(max_length=200, blank=True, default="", db_default="")
     # The instance this one was forked from (see fork()).
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"

@@ -193,7 +193,7 @@ def test_operator_console__filter_open_pause_resume_send_event_and_cancel(
     )
     orders.drain()
     page.reload()
-    expect(page.locator(".field-status_badge .wf-badge")).to_have_text("Completed")
+    expect(page.locator("#wf-summary .wf-badge")).to_have_text("Completed")
     expect(page.locator("#wf-result")).to_contain_text('"tracking": "TRK-1001"')
 
     # Cancel from the list, with a reason, and find it in the history.

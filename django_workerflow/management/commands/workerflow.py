@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ... import alarms, runtime
 from ... import purge as purging
 from ...clock import now as clock_now
-from ...console import describe
+from ...console import describe, rerun_commands
 from ...console.history import load_history
 from ...console.terminal import render_list, render_show, safe
 from ...exceptions import WorkerflowError, WorkflowStateError
@@ -37,7 +37,7 @@ class OneLineParser(CommandParser):
 class Command(BaseCommand):
     help = (
         "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
-        "show, list, sweep, purge, check-replay, export, health."
+        "show, list, sweep, purge, retry, fork, wake, check-replay, export, health."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -77,6 +77,12 @@ class Command(BaseCommand):
 
         show = sub.add_parser("show", help="Show an instance's status and step tree.")
         show.add_argument("key", metavar="KEY")
+        show.add_argument(
+            "--traceback",
+            dest="tracebacks",
+            action="store_true",
+            help="Also print the instance's and its failed attempts' tracebacks.",
+        )
 
         listing = sub.add_parser("list", help="List instances, newest first.")
         listing.add_argument("--status", choices=WorkflowStatus.values)
@@ -105,16 +111,13 @@ class Command(BaseCommand):
         )
         purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
+        rerun_commands.add_arguments(sub)
         deploy.add_parsers(sub, _positive_int)
 
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
-        name = subcommand.replace("-", "_")
-        handler = getattr(self, f"handle_{name}", None)
+        handler = getattr(self, f"handle_{subcommand.replace('-', '_')}")
         try:
-            if handler is None:
-                deploy.HANDLERS[name](self, **options)
-            else:
-                handler(**options)
+            handler(**options)
         except WorkflowInstance.DoesNotExist:
             raise CommandError(
                 f"No workflow instance has the key {options.get('key')!r}."
@@ -146,7 +149,11 @@ class Command(BaseCommand):
         if sent.claimed_by_id is not None:
             self.stdout.write(f"Event '{safe(event)}' sent to {key!r}: a waiting step claimed it.")
         else:
-            self.stdout.write(f"Event '{safe(event)}' sent to {key!r}: queued until a step waits.")
+            waits = ", ".join(f"'{safe(name)}'" for name in sent.waiting_for or [])
+            also = f" (the instance waits for {waits})" if waits else ""
+            self.stdout.write(
+                f"Event '{safe(event)}' sent to {key!r}: queued until a step waits{also}."
+            )
 
     def handle_pause(self, *, key: str, **_: Any) -> None:
         if not runtime.pause(key):
@@ -165,10 +172,10 @@ class Command(BaseCommand):
             raise CommandError(f"Instance {key!r} is already {_status(key)}: not cancelled.")
         self.stdout.write(f"Cancelled {key!r}." + (f" Reason: {reason}" if reason else ""))
 
-    def handle_show(self, *, key: str, **_: Any) -> None:
+    def handle_show(self, *, key: str, tracebacks: bool = False, **_: Any) -> None:
         instance = WorkflowInstance.objects.get(key=key)
         now = clock_now()
-        self.stdout.write(render_show(load_history(instance, now), now))
+        self.stdout.write(render_show(load_history(instance, now), now, tracebacks=tracebacks))
 
     def handle_list(self, *, status: str | None, name: str | None, limit: int, **_: Any) -> None:
         instances = WorkflowInstance.objects.order_by("-created_at", "-id")
@@ -203,6 +210,24 @@ class Command(BaseCommand):
             f"{verb} {report.instances} finished instance{'s' if report.instances != 1 else ''} "
             f"(finished before {when}) and their rows: {rows}."
         )
+
+    def handle_retry(self, **options: Any) -> None:
+        rerun_commands.retry(self.stdout, **options)
+
+    def handle_fork(self, **options: Any) -> None:
+        rerun_commands.fork(self.stdout, **options)
+
+    def handle_wake(self, **options: Any) -> None:
+        rerun_commands.wake(self.stdout, **options)
+
+    def handle_check_replay(self, **options: Any) -> None:
+        deploy.check_replay(self, **options)
+
+    def handle_export(self, **options: Any) -> None:
+        deploy.export(self, **options)
+
+    def handle_health(self, **options: Any) -> None:
+        deploy.health(self, **options)
 
 
 def _json(text: str, option: str) -> Any:

@@ -1,0 +1,54 @@
+"""The change list's "Retry" and "Fork…" actions.
+
+Retry confirms with a reason, then retries the failed instances of the selection and skips
+the rest. A fork is made from one instance's steps, so "Fork…" opens that instance's fork
+page, and asks for a single selection otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeAlias
+
+from django.contrib import admin, messages
+from django.contrib.admin import ModelAdmin
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+
+from ..models import WorkflowInstance
+from . import reruns
+from .controls import ControlName, admin_url
+from .replies import confirmation_page, record
+from .rerun_forms import RetryForm
+
+if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
+    InstanceAdmin: TypeAlias = ModelAdmin[WorkflowInstance]
+Instances: TypeAlias = QuerySet[WorkflowInstance]
+
+
+@admin.action(permissions=["retry"], description="Retry selected failed workflows…")
+def retry_selected(
+    model_admin: InstanceAdmin, request: HttpRequest, queryset: Instances
+) -> HttpResponse | None:
+    form = RetryForm(request.POST if "apply" in request.POST else None)
+    if form.is_valid():
+        report = reruns.retry(queryset.order_by("pk"), form.cleaned_data["reason"])
+        record(model_admin, request, report)
+        return None
+    return confirmation_page(
+        model_admin, request, ControlName.RETRY, form, list(queryset), action="retry_selected"
+    )
+
+
+@admin.action(permissions=["fork"], description="Fork the selected workflow…")
+def fork_selected(
+    model_admin: InstanceAdmin, request: HttpRequest, queryset: Instances
+) -> HttpResponse | None:
+    selected = list(queryset[:2])
+    if len(selected) != 1:
+        model_admin.message_user(
+            request,
+            "A fork is made from one workflow's steps: select exactly one workflow to fork.",
+            messages.WARNING,
+        )
+        return None
+    return HttpResponseRedirect(admin_url(model_admin, ControlName.FORK, selected[0].pk))

@@ -1,0 +1,79 @@
+"""``manage.py workerflow retry``, ``fork`` and ``wake``: their arguments and what they do.
+
+The command module only dispatches here. A refused operation raises ``CommandError`` (exit 1,
+one line); a bad argument is the parser's (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import CommandError, OutputWrapper
+
+from ..models import WorkflowInstance
+from . import operations, reruns
+from .operations import Report
+
+
+def add_arguments(sub: argparse._SubParsersAction) -> None:
+    """Add the ``retry``, ``fork`` and ``wake`` subcommands to the command's subparsers."""
+    retry = sub.add_parser("retry", help="Retry a failed instance from the step that failed it.")
+    retry.add_argument("key", metavar="KEY")
+    retry.add_argument("--reason", help="Recorded with the retry.")
+
+    fork = sub.add_parser(
+        "fork", help="Start a copy of an instance, on another version, from one of its steps."
+    )
+    fork.add_argument("key", metavar="KEY")
+    fork.add_argument(
+        "--from-step",
+        metavar="STEP",
+        help="Run this step and all after it anew (default: keep every settled step).",
+    )
+    fork.add_argument(
+        "--version",
+        dest="fork_version",
+        metavar="VERSION",
+        help="The version the fork runs (default: the registered default version).",
+    )
+    fork.add_argument("--key", dest="fork_key", metavar="NEW_KEY", help="Default: KEY~n.")
+    fork.add_argument("--reason", help="Recorded on both instances.")
+
+    wake = sub.add_parser("wake", help="Ring an active instance's alarm now.")
+    wake.add_argument("key", metavar="KEY")
+
+
+def retry(output: OutputWrapper, *, key: str, reason: str | None, **_: Any) -> None:
+    instance = WorkflowInstance.objects.get(key=key)
+    _say(output, reruns.retry([instance], reason or None))
+
+
+def fork(
+    output: OutputWrapper,
+    *,
+    key: str,
+    from_step: str | None,
+    fork_version: str | None,
+    fork_key: str | None,
+    reason: str | None,
+    **_: Any,
+) -> None:
+    instance = WorkflowInstance.objects.get(key=key)
+    request = reruns.ForkRequest(
+        from_step=from_step, version=fork_version, key=fork_key, reason=reason or None
+    )
+    report, _forked = reruns.fork(instance, request)
+    _say(output, report)
+
+
+def wake(output: OutputWrapper, *, key: str, **_: Any) -> None:
+    instance = WorkflowInstance.objects.get(key=key)
+    _say(output, operations.wake([instance]))
+
+
+def _say(output: OutputWrapper, report: Report) -> None:
+    """Print the one instance's outcome, or refuse with it."""
+    if report.skipped:
+        raise CommandError(report.summary())
+    output.write(report.summary())
