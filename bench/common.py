@@ -51,7 +51,7 @@ class Sizes:
     peer_repeats: int = 5
     # Profile of the sequential hot path (pyinstrument).
     profile_steps: int = 2_000
-    # 8. Deploy safety: instances check-replay replays, and workers killed mid-step.
+    # 9. Deploy safety: instances check-replay replays, and workers killed mid-step.
     check_replay_instances: int = 1_000
     kills: int = 5
 

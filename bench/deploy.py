@@ -1,4 +1,4 @@
-"""Scenario 8: deploy safety. How fast ``check-replay`` replays live instances, and how
+"""Scenario 9: deploy safety. How fast ``check-replay`` replays live instances, and how
 long a worker killed mid-step holds up its instance with the recommended settings.
 
 - check-replay: ``sizes.check_replay_instances`` instances of ``bench-deploy`` (20 run

@@ -271,8 +271,18 @@ def figures_table(results: Results) -> Table:
     )
     table.row("fleet: ours with 1 cluster / DBOS", lambda r: f"x{fleet_ratio(r):.2f}", "peer")
 
+    table.section("8. Composition, 1 cluster: min / median / p99 / max")
+    for key, label in (
+        ("finish_to_return", "finish -> wait_result returns"),
+        ("child_finish_to_parent_resume", "child finish -> parent's next step started"),
+    ):
+        table.row(
+            f"{label} ({any_result(results, 'composition', key, 'count')})",
+            lambda r, key=key: spread(dig(r, "composition", key)),
+            "composition",
+        )
     checked = any_result(results, "check_replay", "instances") or 0
-    table.section("8. Deploy safety")
+    table.section("9. Deploy safety")
     table.row(
         f"check-replay, {checked:,} instances of 20 steps",
         lambda r: f"{number(dig(r, 'check_replay', 'instances_per_second'))} inst/s",
@@ -414,6 +424,14 @@ def targets_table(results: Results) -> Table:
                 dig(r, "clusters", "latency", "timer_lateness", "early") == 0,
             ),
             "clusters",
+        ),
+        (
+            "wait_result finish-to-return median <= 0.06 s",
+            lambda r: check(
+                f"{ms(dig(r, 'composition', 'finish_to_return', 'median'))} ms",
+                dig(r, "composition", "finish_to_return", "median") <= 0.06,
+            ),
+            "composition",
         ),
         (
             f"due lookup at {instances:,} instances <= 10 ms",

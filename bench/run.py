@@ -30,6 +30,7 @@ SCENARIOS = (
     "clusters",
     "peer",
     "scale",
+    "composition",
     "check_replay",
     "recovery",
 )
@@ -101,7 +102,7 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import cluster, deploy, inline, peer, scale
+    from . import cluster, composition, deploy, inline, peer, scale
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -113,6 +114,7 @@ def scenario_runners(
         "clusters": lambda: cluster.with_clusters(sizes, workdir, progress),
         "peer": lambda: peer.peer(sizes, workdir, args.pg_name, progress),
         "scale": lambda: scale.scale(sizes, progress),
+        "composition": lambda: composition.composition(sizes, workdir, progress),
         "check_replay": lambda: deploy.check_replay(sizes, progress),
         "recovery": lambda: deploy.kill_to_retry(sizes, workdir, progress),
     }

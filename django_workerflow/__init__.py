@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .definition import WorkflowDefinition
@@ -12,13 +13,16 @@ from .exceptions import (
     NonRetryableStepError,
     WaitStepTimedOutError,
     WorkerflowError,
+    WorkflowCancelledError,
     WorkflowDefinitionError,
+    WorkflowFailedError,
     WorkflowInputError,
     WorkflowNotRegisteredError,
     WorkflowStateError,
     WorkflowVersionConflictError,
 )
 from .execution import SettledResult
+from .outcomes import Outcome
 
 if TYPE_CHECKING:
     from .models import InboundEvent, WorkflowInstance
@@ -28,15 +32,20 @@ __all__ = [
     "MaxAttemptsExceededError",
     "NonRetryableStepError",
     "NondeterminismError",
+    "Outcome",
     "SettledResult",
     "WaitStepTimedOutError",
     "WorkerflowError",
+    "WorkflowCancelledError",
     "WorkflowDefinition",
     "WorkflowDefinitionError",
+    "WorkflowFailedError",
     "WorkflowInputError",
     "WorkflowNotRegisteredError",
     "WorkflowStateError",
     "WorkflowVersionConflictError",
+    "asend_event",
+    "astart",
     "cancel",
     "fork",
     "pause",
@@ -44,6 +53,7 @@ __all__ = [
     "retry",
     "send_event",
     "start",
+    "wait_result",
 ]
 
 
@@ -121,3 +131,39 @@ def fork(
     return reruns.fork(
         key_or_instance, from_step=from_step, key=key, version=version, input=input, reason=reason
     )
+
+
+def wait_result(
+    key_or_instance: WorkflowInstance | str, timeout: float | timedelta | None = None
+) -> Any:
+    """Block until the instance finishes and return its result.
+
+    Raises :class:`WorkflowFailedError` (:class:`WorkflowCancelledError` if cancelled), or
+    the builtin ``TimeoutError`` once ``timeout`` (seconds or a timedelta) passes. Holds no
+    transaction or lock while waiting; under the test ``Harness`` it drains instead.
+    """
+    from . import results
+
+    return results.wait_result(key_or_instance, timeout)
+
+
+async def astart(
+    definition: str | type[WorkflowDefinition],
+    *,
+    key: str | None = None,
+    input: Any = None,
+    version: str | None = None,
+) -> WorkflowInstance:
+    """:func:`start` for async code."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(start)(definition, key=key, input=input, version=version)
+
+
+async def asend_event(
+    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+) -> InboundEvent | None:
+    """:func:`send_event` for async code."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(send_event)(instance, event_name, payload)

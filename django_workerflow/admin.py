@@ -18,6 +18,7 @@ from django.urls import URLPattern
 from .clock import now as clock_now
 from .console import controls, list_actions, rerun_actions
 from .console.columns import InstanceChangeList, InstanceColumns
+from .console.composition import DeliveryViews, TopLevelFilter, load_composition
 from .console.history import load_history
 from .console.instance_views import ControlViews
 from .console.rerun_views import RerunViews
@@ -36,7 +37,7 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         "updated",
         "next_alarm",
     ]
-    list_filter = ["status", "definition_name", "definition_version"]
+    list_filter = ["status", "definition_name", "definition_version", TopLevelFilter]
     search_fields = ["key", "definition_name"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
@@ -116,10 +117,17 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
             context["summary"] = build_summary(history, now)
             context["missing_definition_hint"] = MISSING_DEFINITION_HINT
             context["controls"] = controls.buttons(self, request, obj)
+            context["composition"] = load_composition(obj)
+            context["may_deliver_now"] = self.has_resume_permission(request)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_urls(self) -> list[URLPattern]:
-        return [*ControlViews(self).urls(), *RerunViews(self).urls(), *super().get_urls()]
+        return [
+            *ControlViews(self).urls(),
+            *RerunViews(self).urls(),
+            *DeliveryViews(self).urls(),
+            *super().get_urls(),
+        ]
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, ...]:
         return list_actions.deletion_summary(self, objs, request)

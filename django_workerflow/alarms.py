@@ -116,3 +116,20 @@ def uses_delayed_bells() -> bool:
     from django_q.conf import Conf
 
     return bool(Conf.ORM) and Conf.ORM in connections
+
+
+def ring_task(task: str, *args: Any, when: datetime, name: str) -> None:
+    """Queue the django-q2 ``task`` to run at ``when`` (precisely with the ORM broker;
+    otherwise at once if due, else left to the sweeper); call inside the transaction that
+    made it due."""
+    if is_suppressed() or not apps.is_installed("django_q") or when > clock_now() + HORIZON:
+        return
+    from django_q.conf import Conf
+    from django_q.tasks import async_task
+
+    options: dict[str, Any] = {"task_name": name, "save": False}
+    if Conf.ORM:
+        options["broker"] = _delayed_orm_broker(when)
+        async_task(task, *args, **options)
+    elif when <= clock_now():
+        transaction.on_commit(lambda: async_task(task, *args, **options))

@@ -138,6 +138,46 @@ class WorkflowDefinition:
         once every branch has settled."""
         return self._current().all_settled(branches)
 
+    def child(
+        self,
+        step_id: str,
+        workflow: str | type[WorkflowDefinition],
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: str | None = None,
+    ) -> Any:
+        """Start the child workflow once, suspend until it finishes, return its result.
+
+        ``key`` defaults to ``f"{self.key}/{step_id}"``; starting follows ``start()``. A
+        child that failed raises :class:`WorkflowFailedError` (cancelled:
+        :class:`WorkflowCancelledError`).
+        """
+        return self._current().child(step_id, workflow, input=input, key=key, version=version)
+
+    def start_child(
+        self,
+        step_id: str,
+        workflow: str | type[WorkflowDefinition],
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: str | None = None,
+        detached: bool = False,
+    ) -> str:
+        """Start the child workflow once and return its key without waiting.
+
+        A ``detached`` child is not cancelled with its parent.
+        """
+        return self._current().start_child(
+            step_id, workflow, input=input, key=key, version=version, detached=detached
+        )
+
+    def wait_child(self, step_id: str, key: str) -> Any:
+        """Suspend until the instance ``key`` (a child or any other) finishes; return its
+        result, or raise as :meth:`child` does."""
+        return self._current().wait_child(step_id, key)
+
     def patched(self, change_id: str) -> bool:
         """True where this instance runs the code of change ``change_id`` for the first time,
         False where its recorded history already went past this point without it.

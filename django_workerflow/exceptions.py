@@ -76,3 +76,35 @@ class StepStateError(WorkerflowError):
 
     Raised by the internal step store; seeing it from a workflow means a bug in the engine.
     """
+
+
+class WorkflowFailedError(StepOutcomeError):
+    """The awaited workflow instance failed (or, as the subclass says, was cancelled).
+
+    Raised in a parent by ``self.child()`` / ``self.wait_child()`` (``step_id`` names that
+    child step, which a ``retry()`` of the parent reopens) and by ``wait_result()``.
+    ``key``, ``status``, ``error_name``, ``error_message`` and ``reason`` describe the
+    instance that finished badly (``reason`` is its cancel reason, if any).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str = "",
+        status: str = "",
+        error_name: str = "",
+        error_message: str = "",
+        reason: str | None = None,
+        step_id: str | None = None,
+    ) -> None:
+        super().__init__(message, step_id=step_id)
+        self.key = key
+        self.status = status
+        self.error_name = error_name
+        self.error_message = error_message
+        self.reason = reason
+
+
+class WorkflowCancelledError(WorkflowFailedError):
+    """The awaited workflow instance was cancelled."""

@@ -17,6 +17,7 @@ from django.db import transaction
 
 from . import jsonvalue, storable
 from .backoff import Backoff
+from .child_steps import ChildSteps
 from .clock import now as clock_now
 from .control import ExecutionStopped, Suspension
 from .exceptions import (
@@ -32,7 +33,6 @@ from .failures import (
     recorded_failure,
     recorded_name,
 )
-from .pass_state import PassState
 from .states import StepState, StepType
 from .tracebacks import format_user_traceback
 
@@ -69,7 +69,7 @@ class _UnserializableResult(Exception):
         self.failure = failure
 
 
-class Execution(PassState):
+class Execution(ChildSteps):
     """One replay pass: the definition's step helpers delegate here."""
 
     # run ------------------------------------------------------------------------------

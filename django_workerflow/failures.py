@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import storable
 from .exceptions import (
@@ -10,7 +10,10 @@ from .exceptions import (
     NonRetryableStepError,
     StepOutcomeError,
     WaitStepTimedOutError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
 )
+from .states import WorkflowStatus
 
 if TYPE_CHECKING:
     from .records import StepRecord
@@ -61,3 +64,28 @@ def recorded_failure(record: StepRecord) -> StepOutcomeError:
     return NonRetryableStepError(
         strip_name(record.error_message, record.error_name), step_id=record.step_id
     )
+
+
+def failure(
+    details: dict[str, Any], *, child: bool, step_id: str | None = None
+) -> WorkflowFailedError:
+    """The error a failed or cancelled instance raises in whoever awaits it.
+
+    ``details`` holds ``key``, ``status``, ``error_name``, ``error_message`` and ``reason``.
+    """
+    noun = "Child workflow" if child else "Workflow"
+    key = details.get("key", "")
+    reason = details.get("reason")
+    fields = {
+        "key": key,
+        "status": details.get("status", ""),
+        "error_name": details.get("error_name", ""),
+        "error_message": details.get("error_message", ""),
+        "reason": reason,
+        "step_id": step_id,
+    }
+    if fields["status"] == WorkflowStatus.CANCELLED:
+        why = f": {reason}" if reason else ""
+        return WorkflowCancelledError(f"{noun} '{key}' was cancelled{why}", **fields)
+    error = fields["error_message"] or fields["error_name"] or "no error recorded"
+    return WorkflowFailedError(f"{noun} '{key}' failed: {error}", **fields)

@@ -34,6 +34,9 @@ def walk_to(harness: Harness, when: datetime) -> int:
             .values_list("alarm_at", flat=True)
             .first()
         )
+        delivery = next_delivery(harness.now(), when)
+        if delivery is not None and (upcoming is None or delivery < upcoming):
+            upcoming = delivery
         if upcoming is None:
             break
         stops += 1
@@ -46,3 +49,20 @@ def walk_to(harness: Harness, when: datetime) -> int:
         ran += harness.drain()
     harness.clock.advance(when - harness.now())
     return ran + harness.drain()
+
+
+def next_delivery(after: datetime, until: datetime) -> datetime | None:
+    """When the next pending on_finish delivery falls due (a retry, or a lease running
+    out) within ``(after, until]``."""
+    from .models import FinishDelivery
+
+    pending = FinishDelivery.objects.pending()
+    times = [
+        pending.filter(**{f"{field}__gt": after, f"{field}__lte": until})
+        .order_by(field)
+        .values_list(field, flat=True)
+        .first()
+        for field in ("next_attempt_at", "leased_until")
+    ]
+    due = [time for time in times if time is not None]
+    return min(due) if due else None

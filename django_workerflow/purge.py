@@ -20,6 +20,7 @@ from .clock import now as clock_now
 from .exceptions import WorkflowInputError
 from .models import (
     TERMINAL_STATUSES,
+    FinishDelivery,
     InboundEvent,
     Step,
     StepEvent,
@@ -29,7 +30,7 @@ from .models import (
 
 DEFAULT_BATCH_SIZE = 500
 # Children before parents: every table that points at an instance, then the instances.
-TABLES = (StepEvent, InboundEvent, WorkflowEvent, Step)
+TABLES = (StepEvent, InboundEvent, WorkflowEvent, Step, FinishDelivery)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 
@@ -116,6 +117,9 @@ def _delete_batch(pks: list[int], queryset: QuerySet[WorkflowInstance]) -> dict[
         pks = list(queryset.filter(pk__in=pks).values_list("pk", flat=True))
         if not pks:
             return {}
+        # Links from instances that stay (children, steps awaiting them) are cut first.
+        WorkflowInstance.objects.filter(parent_id__in=pks).update(parent=None)
+        Step.objects.filter(child_instance_id__in=pks).update(child_instance=None)
         counts = {}
         for model in TABLES:
             cursor.execute(sql.purge_statement(model._meta.db_table, len(pks)), pks)

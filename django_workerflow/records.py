@@ -29,6 +29,7 @@ STEP_FIELDS = (
     "payload",
     "resolved_at",
     "created_at",
+    "child_instance_id",
 )
 
 
@@ -53,6 +54,7 @@ class StepRecord:
     payload: Any
     resolved_at: datetime | None
     created_at: datetime
+    child_instance_pk: int | None = None
     parent_step_id: str | None = None
 
     @classmethod

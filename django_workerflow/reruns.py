@@ -83,6 +83,10 @@ def _reopen_failed_steps(instance: WorkflowInstance, now: datetime) -> list[str]
             step.reopen_run()
         elif step.type == StepType.WAIT and step.state == StepState.TIMED_OUT:
             step.reopen_wait(now)
+        elif step.type == StepType.CHILD and step.state == StepState.FAILED:
+            if step.child_instance_id is None:
+                continue  # the start itself was refused: nothing to wait for
+            step.reopen_child()
         else:
             continue
         reopened.append(step.step_id)

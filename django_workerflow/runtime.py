@@ -72,11 +72,14 @@ def start(
     key: str | None = None,
     input: Any = None,
     version: str | None = None,
+    parent_pk: int | None = None,
+    detached: bool = False,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
     Idempotent on ``key``: the first call pins the input and the definition version. A
     different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
+    ``parent_pk`` and ``detached`` are set by a parent's child step (:mod:`.child_steps`).
     """
     if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
         name = definition.name
@@ -103,6 +106,8 @@ def start(
                     definition_version=definition_class.version,
                     input=jsonvalue.loads(input_json),
                     now=now,
+                    parent_pk=parent_pk,
+                    detached=detached,
                 )
                 alarms.arm(instance.pk, now)
         except IntegrityError:

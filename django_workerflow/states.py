@@ -22,6 +22,7 @@ class StepType(models.TextChoices):
     RUN = "run"
     SLEEP = "sleep"
     WAIT = "wait"
+    CHILD = "child"
     PATCH = "patch"
 
 
@@ -45,6 +46,8 @@ class StepEventType(models.TextChoices):
     WAIT_WAITING = "wait_waiting"
     WAIT_SATISFIED = "wait_satisfied"
     WAIT_TIMED_OUT = "wait_timed_out"
+    CHILD_WAITING = "child_waiting"
+    CHILD_FINISHED = "child_finished"
 
 
 class WorkflowEventType(models.TextChoices):

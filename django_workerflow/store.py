@@ -17,12 +17,12 @@ from django.db import connection
 
 from . import jsonvalue, sql
 from .backoff import Backoff, backoff_failure, retry_delay
+from .child_store import ChildStepStore
 from .clock import now as clock_now
 from .control import ExecutionStopped
 from .models import Step
 from .records import StepRecord
 from .states import StepEventType, StepState, StepType, StopReason
-from .waiting import WaitingStepStore
 from .writes import (
     adapt,
     execute,
@@ -34,9 +34,10 @@ from .writes import (
 )
 
 
-class StepStore(WaitingStepStore):
+class StepStore(ChildStepStore):
     """Reads and writes the steps of one instance, for the tick holding ``lease_token``:
-    run steps here, sleep and wait steps in :class:`~.waiting.WaitingStepStore`."""
+    run steps here, sleep and wait steps in :class:`~.waiting.WaitingStepStore`, child
+    steps in :class:`~.child_store.ChildStepStore`."""
 
     def create_started_run_step(
         self, step_id: str, *, parent_step_id: str | None, max_attempts: int

@@ -11,12 +11,12 @@ def tick(instance_pk: int) -> str:
 
 
 def sweep() -> int:
-    """Ring the bells that are missing (scheduled about once a minute); report, and
-    restart the fast sweeper chain if it broke."""
+    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike (scheduled
+    about once a minute); report, and restart the fast sweeper chain if it broke."""
     from . import heartbeat
 
     heartbeat.beat(None)
-    return runtime.sweep()
+    return _sweep_all()
 
 
 def sweep_and_beat(link: str) -> int:
@@ -26,4 +26,17 @@ def sweep_and_beat(link: str) -> int:
     from . import heartbeat
 
     heartbeat.beat(datetime.fromisoformat(link))
-    return runtime.sweep()
+    return _sweep_all()
+
+
+def deliver(delivery_pk: int) -> bool | None:
+    """Call a finished instance's ``on_finish`` hook if its delivery is due."""
+    from . import deliveries
+
+    return deliveries.deliver(delivery_pk)
+
+
+def _sweep_all() -> int:
+    from . import deliveries
+
+    return runtime.sweep() + deliveries.ring_due()

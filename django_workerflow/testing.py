@@ -26,6 +26,7 @@ from .clock import SystemClock, VirtualClock, set_clock
 from .exceptions import NondeterminismError
 from .harness_walk import walk_to
 from .jsonvalue import to_timedelta
+from .results import set_drainer
 
 if TYPE_CHECKING:
     from .definition import WorkflowDefinition
@@ -58,6 +59,7 @@ class Harness:
         self._previous_clock = set_clock(self.clock)
         self._suppression.__enter__()
         self._start_capture()
+        set_drainer(self.drain)
         return self
 
     def __exit__(
@@ -71,6 +73,7 @@ class Harness:
                 self.run_on_commit_callbacks()
             self._stop_capture()
         finally:
+            set_drainer(None)
             self._suppression.__exit__(exc_type, exc, tb)
             if self._previous_clock is not None:
                 set_clock(self._previous_clock)
@@ -80,8 +83,9 @@ class Harness:
         return self.clock.now()
 
     def drain(self) -> int:
-        """Tick every instance whose alarm is due, until none is; return the ticks run."""
-        from . import runtime
+        """Tick every instance whose alarm is due and deliver the due ``on_finish`` hooks,
+        until nothing is due; return the ticks run."""
+        from . import deliveries, runtime
         from .models import WorkflowInstance
 
         ran = 0
@@ -89,6 +93,9 @@ class Harness:
         while True:
             due = list(WorkflowInstance.objects.due(self.now()).values_list("pk", flat=True))
             if not due:
+                if deliveries.deliver_due():
+                    self.run_on_commit_callbacks()
+                    continue
                 return ran
             for pk in due:
                 runtime.tick(pk)

@@ -114,7 +114,8 @@ def wait_for_port(port: int, timeout: float = 30) -> None:
 
 
 def place_example_orders() -> list[str]:
-    """Three orders: one paid at once, one awaiting payment, one that gets cancelled."""
+    """Three orders: one paid at once, one awaiting payment, one that gets cancelled; and an
+    order in three parcels."""
     from django.db import transaction
 
     import django_workerflow as workerflow
@@ -136,7 +137,24 @@ def place_example_orders() -> list[str]:
         if label == "cancelled":
             time.sleep(1)
             workerflow.cancel(order.workflow_key, reason="customer changed their mind")
+    numbers.append(place_multi_parcel_order())
     return numbers
+
+
+def place_multi_parcel_order() -> str:
+    """An order in three parcels: a parent workflow with one child shipment per parcel."""
+    import django_workerflow as workerflow
+    from testproject.shop.models import Order
+    from testproject.shop.workflows import MultiParcelOrder
+
+    order = Order.objects.create(
+        number=f"PAR-{secrets.token_hex(2).upper()}",
+        customer_email="parcels@example.com",
+        amount_cents=9900,
+    )
+    input = {"order_id": order.pk, "parcels": 3}
+    workerflow.start(MultiParcelOrder, key=order.workflow_key, input=input)
+    return order.number
 
 
 def print_banner(port: int, password: str, orders: list[str]) -> None:
@@ -151,7 +169,8 @@ def print_banner(port: int, password: str, orders: list[str]) -> None:
 
   Example orders: {", ".join(orders)}. The paid one retries its charge, sleeps 20 s,
   then waits for approval: select it in the admin and use "Send event" with the event
-  name order.approved and the payload {{"by": "you"}}.
+  name order.approved and the payload {{"by": "you"}}. The PAR- order ships three parcels,
+  each a child workflow: its page links them (filter "level: Top-level" hides children).
 
   Press Ctrl-C to stop.
 """,

@@ -28,7 +28,7 @@ SECTIONS = (
     "5. Latency",
     "6. Scale",
     "7. Peer",
-    "8. Deploy safety",
+    "9. Deploy safety",
     "Targets (issue 5)",
 )
 SCENARIOS = (
@@ -39,6 +39,7 @@ SCENARIOS = (
     "clusters",
     "peer",
     "scale",
+    "composition",
     "check_replay",
     "recovery",
 )

@@ -69,8 +69,19 @@ class Waiter(WorkflowDefinition):
         self.run("after", lambda: None)
 
 
+class Parent(WorkflowDefinition):
+    """Starts a "bench-event" child, waits for it, then runs one step."""
+
+    name = "bench-parent"
+    version = "1"
+
+    def execute(self) -> None:
+        self.child("child", "bench-event")
+        self.run("after-child", lambda: None)
+
+
 class DeployCheck(WorkflowDefinition):
-    """20 trivial run steps, then an hour's sleep: what check-replay replays (scenario 8)."""
+    """20 trivial run steps, then an hour's sleep: what check-replay replays (scenario 9)."""
 
     name = "bench-deploy"
     version = "1"
@@ -83,7 +94,7 @@ class DeployCheck(WorkflowDefinition):
 
 class Crash(WorkflowDefinition):
     """A step whose first attempt writes its pid to ``input["pidfile"]`` and sleeps until
-    the benchmark kills it; the retry returns at once (scenario 8, kill-to-retry)."""
+    the benchmark kills it; the retry returns at once (scenario 9, kill-to-retry)."""
 
     name = "bench-crash"
     version = "1"

@@ -14,6 +14,7 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .delivery import FinishDelivery
 from .fields import JSONTextField
 from .heartbeat import WorkerHeartbeat
 from .history import InboundEvent, Step, StepEvent, WorkflowEvent
@@ -22,6 +23,7 @@ from .instance import WorkflowInstance, WorkflowInstanceQuerySet
 __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "FinishDelivery",
     "InboundEvent",
     "JSONTextField",
     "Step",

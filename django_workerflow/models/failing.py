@@ -80,6 +80,7 @@ class FailureTransitions:
             ]
         )
         instance._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
+        instance._finished(now, None)
 
     def set_retried(self, now: datetime, reason: str | None) -> None:
         """failed -> running, due at once; the failure's fields are cleared (its attempts

@@ -37,6 +37,14 @@ class Step(models.Model):
     payload = JSONTextField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
+    # A child step's instance: the child it started, or the instance it waits for.
+    child_instance = models.ForeignKey(
+        WorkflowInstance,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="awaiting_steps",
+    )
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -68,6 +76,16 @@ class Step(models.Model):
             self.timeout_at = now + (self.timeout_at - self.created_at)
         self.resolved_at = None
         self.save(update_fields=["state", "timeout_at", "resolved_at"])
+
+    def reopen_child(self) -> None:
+        """failed -> waiting for the same instance: the parent's next pass reads how that
+        instance stands (retry the failed child first for a different outcome)."""
+        self.state = StepState.WAITING
+        self.error_name = ""
+        self.error_message = ""
+        self.payload = None
+        self.resolved_at = None
+        self.save(update_fields=["state", "error_name", "error_message", "payload", "resolved_at"])
 
 
 class StepEvent(models.Model):

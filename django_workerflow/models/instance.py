@@ -16,6 +16,7 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
+from .composed import ComposedInstance
 from .failing import FailureTransitions
 from .fields import JSONTextField
 
@@ -36,10 +37,20 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return self.filter(status__in=TERMINAL_STATUSES)
 
     def create_pending(
-        self, *, key: str, definition_name: str, definition_version: str, input: Any, now: datetime
+        self,
+        *,
+        key: str,
+        definition_name: str,
+        definition_version: str,
+        input: Any,
+        now: datetime,
+        parent_pk: int | None = None,
+        detached: bool = False,
     ) -> WorkflowInstance:
         """Create a pending instance, due at once, and record its creation."""
         instance = self.create(
+            parent_id=parent_pk,
+            detached=detached,
             key=key,
             definition_name=definition_name,
             definition_version=definition_version,
@@ -80,7 +91,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return fork
 
 
-class WorkflowInstance(FailureTransitions, models.Model):
+class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     """One run of a definition, identified by its ``key``."""
 
     key = models.CharField(max_length=255, unique=True)
@@ -115,6 +126,12 @@ class WorkflowInstance(FailureTransitions, models.Model):
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
+    # The instance whose child step started this one (None: a top-level instance).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    # A detached child outlives its parent: no cancel cascades to it.
+    detached = models.BooleanField(default=False, db_default=False)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -227,6 +244,7 @@ class WorkflowInstance(FailureTransitions, models.Model):
         self.finished_at = now
         self.save(update_fields=["status", "alarm_at", "updated_at", "finished_at"])
         self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
+        self._finished(now, reason)
 
     def set_completed(self, result: Any, now: datetime) -> None:
         """running -> completed with ``result``, releasing the tick's lease."""
@@ -246,6 +264,7 @@ class WorkflowInstance(FailureTransitions, models.Model):
             ]
         )
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
+        self._finished(now, None)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;

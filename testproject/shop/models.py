@@ -40,3 +40,33 @@ class Shipment(models.Model):
 
     def __str__(self) -> str:
         return self.tracking_number
+
+
+class ParcelShipment(models.Model):
+    """One parcel of an order shipped in several parcels (one child workflow each)."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="parcels")
+    parcel = models.PositiveIntegerField()
+    tracking_number = models.CharField(max_length=40)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["order", "parcel"], name="shop_one_booking_per_parcel")
+        ]
+
+    def __str__(self) -> str:
+        return self.tracking_number
+
+
+class CustomerNotice(models.Model):
+    """The e-mail the shop sends once an order's workflow has finished (from on_finish)."""
+
+    # The delivery id of the outcome: a redelivered hook finds its notice already sent.
+    outcome_id = models.PositiveIntegerField(unique=True)
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="notices")
+    text = models.CharField(max_length=200)
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.text

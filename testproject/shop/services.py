@@ -37,3 +37,27 @@ def create_shipment(order_id: int) -> dict:
 
 def mark_cancelled(order_id: int, reason: str) -> None:
     Order.objects.filter(pk=order_id).update(status=f"cancelled: {reason}"[:16])
+
+
+def book_parcel(order_id: int, parcel: int) -> dict:
+    """Book the carrier for one parcel; booking the same parcel twice returns the booking."""
+    from .models import ParcelShipment
+
+    order = Order.objects.get(pk=order_id)
+    shipment, _ = ParcelShipment.objects.get_or_create(
+        order=order, parcel=parcel, defaults={"tracking_number": f"TRK-{order.number}-{parcel}"}
+    )
+    return {"parcel": parcel, "tracking_number": shipment.tracking_number}
+
+
+def mark_shipped(order_id: int) -> None:
+    Order.objects.filter(pk=order_id).update(status="shipped")
+
+
+def notify_customer(order_id: int, outcome_id: int, text: str) -> None:
+    """Send the customer one notice per workflow outcome (idempotent on ``outcome_id``)."""
+    from .models import CustomerNotice
+
+    CustomerNotice.objects.get_or_create(
+        outcome_id=outcome_id, defaults={"order_id": order_id, "text": text[:200]}
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django_workerflow import WaitStepTimedOutError, WorkflowDefinition
+from django_workerflow import Outcome, WaitStepTimedOutError, WorkflowDefinition
 
 from . import services
 
@@ -36,3 +36,49 @@ class OrderFulfillment(WorkflowDefinition):
         approval = self.wait("approval", "order.approved", timeout=timedelta(hours=1))
         shipment = self.run("ship", lambda: services.create_shipment(order_id), atomic=True)
         return {"charge": charge, "approved_by": approval.get("by"), **shipment}
+
+
+class ParcelShipment(WorkflowDefinition):
+    """Ship one parcel: book the carrier, then wait for its pick-up (a short sleep here)."""
+
+    name = "parcel-shipment"
+    version = "1"
+
+    def execute(self) -> dict:
+        order_id, parcel = self.input["order_id"], self.input["parcel"]
+        booking = self.run(
+            "book-carrier", lambda: services.book_parcel(order_id, parcel), max_attempts=5
+        )
+        self.sleep("pick-up", timedelta(seconds=5))
+        return booking
+
+
+class MultiParcelOrder(WorkflowDefinition):
+    """An order shipped as several parcels: one child shipment workflow per parcel, run
+    concurrently; the order completes once every parcel has shipped, and the customer hears
+    of it exactly as the order ended (``on_finish``, delivered at least once)."""
+
+    name = "multi-parcel-order"
+    version = "1"
+
+    def execute(self) -> dict:
+        order_id = self.input["order_id"]
+        self.run("reserve-stock", lambda: services.reserve_stock(order_id))
+        shipments = self.all(
+            *[
+                lambda parcel=parcel: self.child(
+                    f"ship-parcel-{parcel}",
+                    ParcelShipment,
+                    input={"order_id": order_id, "parcel": parcel},
+                )
+                for parcel in range(1, self.input["parcels"] + 1)
+            ]
+        )
+        self.run("mark-shipped", lambda: services.mark_shipped(order_id))
+        return {"parcels": shipments}
+
+    def on_finish(self, outcome: Outcome) -> None:
+        text = f"Order {self.key}: {outcome.status}"
+        if outcome.status == "completed":
+            text += f", {len(outcome.result['parcels'])} parcels on their way"
+        services.notify_customer(self.input["order_id"], outcome.id, text)

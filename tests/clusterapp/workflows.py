@@ -121,6 +121,22 @@ class Touch(WorkflowDefinition):
         self.run("touch", lambda: Path(self.input["path"]).touch())
 
 
+class Hooked(WorkflowDefinition):
+    """Completes at once; its on_finish logs "<pid> <outcome id>" and, the first time,
+    sleeps until the test kills the worker."""
+
+    name = "cluster-hooked"
+    version = "1"
+
+    def execute(self) -> str:
+        return "done"
+
+    def on_finish(self, outcome: object) -> None:
+        attempts = Path(self.input["dir"]) / f"{self.key}.hook"
+        if append_line(attempts, f"{os.getpid()} {outcome.id}") == 1:  # type: ignore[attr-defined]
+            time.sleep(30)
+
+
 # Fault injection (tests/reliability/faults) ---------------------------------------------
 
 

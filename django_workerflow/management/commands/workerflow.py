@@ -17,6 +17,7 @@ from ... import alarms, runtime
 from ... import purge as purging
 from ...clock import now as clock_now
 from ...console import describe, rerun_commands
+from ...console.composition import load_composition, render_lines
 from ...console.history import load_history
 from ...console.terminal import render_list, render_show, safe
 from ...exceptions import WorkerflowError, WorkflowStateError
@@ -176,6 +177,7 @@ class Command(BaseCommand):
         instance = WorkflowInstance.objects.get(key=key)
         now = clock_now()
         self.stdout.write(render_show(load_history(instance, now), now, tracebacks=tracebacks))
+        self.stdout.write("\n".join(render_lines(load_composition(instance))))
 
     def handle_list(self, *, status: str | None, name: str | None, limit: int, **_: Any) -> None:
         instances = WorkflowInstance.objects.order_by("-created_at", "-id")

@@ -1,0 +1,410 @@
+"""Child workflows: self.child / start_child / wait_child, their errors and lifecycle."""
+
+from __future__ import annotations
+
+import pytest
+
+import django_workerflow as workerflow
+from django_workerflow import (
+    WorkerflowError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowVersionConflictError,
+)
+from django_workerflow.conf import settings
+from django_workerflow.control import ExecutionStopped
+from django_workerflow.models import (
+    Step,
+    StepType,
+    WorkflowEvent,
+    WorkflowInstance,
+    WorkflowStatus,
+)
+from django_workerflow.states import StopReason
+
+from .factories import WorkflowInstanceFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def fresh(instance: WorkflowInstance) -> WorkflowInstance:
+    instance.refresh_from_db()
+    return instance
+
+
+class WorkerDied(BaseException):
+    """Escapes the tick like a killed worker: nothing after it is recorded."""
+
+
+@pytest.fixture
+def shipment(define):
+    """A child that waits for 'shipped' and returns its parcel and the event's payload."""
+
+    def execute(self):
+        tracking = self.wait("shipped", "shipped")
+        return {"parcel": self.input["parcel"], "tracking": tracking}
+
+    return define(execute, name="test-shipment")
+
+
+@pytest.fixture
+def quick(define):
+    def execute(self):
+        return self.run("double", lambda: self.input * 2)
+
+    return define(execute, name="test-quick")
+
+
+def test_child__starts_the_child_once_and_returns_its_result(define, shipment, workerflow_harness):
+    calls = []
+
+    def execute(self):
+        shipped = self.child("ship", shipment, input={"parcel": 1})
+        calls.append(1)
+        return shipped
+
+    order = workerflow.start(define(execute), key="order-7")
+    workerflow_harness.drain()
+    child = WorkflowInstance.objects.get(key="order-7/ship")
+    assert (fresh(order).status, child.parent_id, child.detached) == ("running", order.pk, False)
+    step = Step.objects.get(instance=order, step_id="ship")
+    assert (step.type, step.state, step.child_instance_id) == (StepType.CHILD, "waiting", child.pk)
+
+    workerflow.send_event(child.key, "shipped", "TRK-1")
+    workerflow_harness.drain()
+    assert fresh(order).status == WorkflowStatus.COMPLETED
+    assert order.result == {"parcel": 1, "tracking": "TRK-1"}
+    assert calls == [1]
+    assert WorkflowInstance.objects.filter(parent=order).count() == 1
+    assert list(order.children.values_list("key", flat=True)) == ["order-7/ship"]
+
+
+def test_child__accepts_a_registered_name_and_an_explicit_key(define, quick, workerflow_harness):
+    def execute(self):
+        return self.child("double", "test-quick", input=21, key="custom-key")
+
+    parent = workerflow.start(define(execute))
+    workerflow_harness.drain()
+    assert fresh(parent).result == 42
+    assert WorkflowInstance.objects.get(key="custom-key").parent_id == parent.pk
+
+
+def test_child__exactly_one_child_after_replays_and_a_crash(define, quick, workerflow_harness):
+    deaths = []
+
+    def execute(self):
+        first = self.child("a", quick, input=1)
+        if not deaths:
+            deaths.append(1)
+            raise WorkerDied()
+        second = self.child("b", quick, input=2)
+        self.sleep("nap", 5)
+        return [first, second]
+
+    parent = workerflow.start(define(execute), key="crashy")
+    with pytest.raises(WorkerDied):
+        workerflow_harness.drain()
+    workerflow_harness.advance(settings.LEASE_SECONDS + 1)
+    workerflow_harness.advance(10)
+    assert fresh(parent).result == [2, 4]
+    assert WorkflowInstance.objects.filter(key="crashy/a").count() == 1
+    assert WorkflowInstance.objects.filter(parent=parent).count() == 2
+    assert Step.objects.filter(instance=parent, type=StepType.CHILD).count() == 2
+
+
+def test_child__a_failed_child_fails_the_parent_once(define, workerflow_harness):
+    def broken(self):
+        self.run("carrier", _carrier_down, max_attempts=1)
+
+    child_definition = define(broken)
+    reached = []
+
+    def execute(self):
+        reached.append(1)
+        return self.child("ship", child_definition)
+
+    order = workerflow.start(define(execute), key="order-7")
+    workerflow_harness.drain()
+    assert fresh(order).status == WorkflowStatus.FAILED
+    assert order.error_name == "WorkflowFailedError"
+    assert order.error_message == (
+        "WorkflowFailedError: Child workflow 'order-7/ship' failed: "
+        "MaxAttemptsExceededError: Run step 'carrier' exhausted its configured attempts."
+    )
+    assert reached == [1, 1]  # the first pass, and the one the child's failure woke
+    step = Step.objects.get(instance=order, step_id="ship")
+    assert (step.state, step.error_name) == ("failed", "WorkflowFailedError")
+
+
+def _carrier_down():
+    raise RuntimeError("carrier down")
+
+
+def test_child__a_caught_failure_carries_the_details_and_the_parent_goes_on(
+    define, workerflow_harness
+):
+    def broken(self):
+        raise RuntimeError("carrier down")
+
+    child_definition = define(broken)
+    seen = []
+
+    def execute(self):
+        try:
+            self.child("ship", child_definition)
+        except WorkflowFailedError as exc:
+            seen.append(exc)
+            return "refunded"
+
+    order = workerflow.start(define(execute), key="order-7")
+    workerflow_harness.drain()
+    assert fresh(order).result == "refunded"
+    error = seen[-1]
+    assert isinstance(error, WorkerflowError)
+    assert not isinstance(error, WorkflowCancelledError)
+    assert str(error) == "Child workflow 'order-7/ship' failed: RuntimeError: carrier down"
+    assert (error.key, error.status, error.error_name, error.error_message, error.reason) == (
+        "order-7/ship",
+        "failed",
+        "RuntimeError",
+        "RuntimeError: carrier down",
+        None,
+    )
+    # Every replay raises the same error.
+    assert len({str(exc) for exc in seen}) == 1
+
+
+def test_child__a_cancelled_child_raises_workflow_cancelled_error(
+    define, shipment, workerflow_harness
+):
+    seen = []
+
+    def execute(self):
+        try:
+            self.child("ship", shipment, input={"parcel": 1})
+        except WorkflowCancelledError as exc:
+            seen.append(exc)
+            return "cancelled"
+
+    order = workerflow.start(define(execute), key="order-8")
+    workerflow_harness.drain()
+    workerflow.cancel("order-8/ship", reason="out of stock")
+    workerflow_harness.drain()
+    assert fresh(order).result == "cancelled"
+    error = seen[-1]
+    assert isinstance(error, WorkflowFailedError)
+    assert (error.status, error.reason) == ("cancelled", "out of stock")
+    assert str(error) == "Child workflow 'order-8/ship' was cancelled: out of stock"
+
+
+def test_start_child__returns_the_key_and_wait_child_the_result(
+    define, shipment, workerflow_harness
+):
+    def execute(self):
+        key = self.start_child("ship", shipment, input={"parcel": 3})
+        self.run("note", lambda: key)
+        return self.wait_child("await-ship", key)
+
+    order = workerflow.start(define(execute), key="order-9")
+    workerflow_harness.drain()
+    assert Step.objects.get(instance=order, step_id="ship").state == "succeeded"
+    assert Step.objects.get(instance=order, step_id="note").result == "order-9/ship"
+    workerflow.send_event("order-9/ship", "shipped", "T")
+    workerflow_harness.drain()
+    assert fresh(order).result == {"parcel": 3, "tracking": "T"}
+
+
+def test_wait_child__waits_for_any_instance(define, shipment, workerflow_harness):
+    other = workerflow.start(shipment, key="standalone", input={"parcel": 5})
+
+    def execute(self):
+        return self.wait_child("await", "standalone")
+
+    waiter = workerflow.start(define(execute))
+    workerflow_harness.drain()
+    assert fresh(waiter).status == "running"
+    workerflow.send_event(other, "shipped", "X")
+    workerflow_harness.drain()
+    assert fresh(waiter).result == {"parcel": 5, "tracking": "X"}
+    assert fresh(other).parent_id is None
+
+
+def test_child__a_version_conflict_fails_the_step(define, shipment, workerflow_harness):
+    workerflow.start(shipment, key="taken", input={"parcel": 1})
+    define(shipment.execute, name="test-shipment", version="2099")
+    seen = []
+
+    def execute(self):
+        try:
+            self.child("ship", "test-shipment", key="taken", version="2099")
+        except WorkflowVersionConflictError as exc:
+            seen.append(exc)
+            return "conflict"
+
+    parent = workerflow.start(define(execute))
+    workerflow_harness.drain()
+    assert fresh(parent).result == "conflict"
+    step = Step.objects.get(instance=parent, step_id="ship")
+    assert (step.state, step.error_name) == ("failed", "WorkflowVersionConflictError")
+
+
+def test_child__fan_out_of_fifty_children_inside_all(define, quick, workerflow_harness):
+    def execute(self):
+        return sum(
+            self.all(*[lambda n=n: self.child(f"parcel-{n}", quick, input=n) for n in range(50)])
+        )
+
+    parent = workerflow.start(define(execute), key="fan")
+    workerflow_harness.drain()
+    assert fresh(parent).result == 2 * sum(range(50))
+    assert WorkflowInstance.objects.filter(parent=parent).count() == 50
+    assert set(WorkflowInstance.objects.filter(parent=parent).values_list("status", flat=True)) == {
+        "completed"
+    }
+
+
+def test_cancel__cascades_three_levels_down_with_the_reason(define, shipment, workerflow_harness):
+    def middle(self):
+        return self.child("leaf", shipment, input={"parcel": 1})
+
+    middle_definition = define(middle)
+
+    def top(self):
+        return self.child("middle", middle_definition)
+
+    def root(self):
+        return self.child("top", define(top))
+
+    root_definition = define(root)
+    instance = workerflow.start(root_definition, key="r")
+    workerflow_harness.drain()
+    keys = ["r/top", "r/top/middle", "r/top/middle/leaf"]
+    assert WorkflowInstance.objects.filter(key__in=keys, status="running").count() == 3
+
+    workerflow.cancel(instance, reason="customer asked")
+    cancelled = WorkflowEvent.objects.filter(type="cancelled").select_related("instance")
+    reasons = {event.instance.key: event.reason for event in cancelled}
+    assert reasons == {
+        "r": "customer asked",
+        "r/top": "parent cancelled: customer asked",
+        "r/top/middle": "parent cancelled: customer asked",
+        "r/top/middle/leaf": "parent cancelled: customer asked",
+    }
+
+
+def test_finish__a_parent_that_finishes_cancels_non_detached_children_only(
+    define, shipment, workerflow_harness
+):
+    def execute(self):
+        self.start_child("attached", shipment, input={"parcel": 1})
+        self.start_child("detached", shipment, input={"parcel": 2}, detached=True)
+        return "done"
+
+    parent = workerflow.start(define(execute), key="p")
+    workerflow_harness.drain()
+    assert fresh(parent).status == "completed"
+    attached = WorkflowInstance.objects.get(key="p/attached")
+    detached = WorkflowInstance.objects.get(key="p/detached")
+    assert attached.status == "cancelled"
+    assert attached.workflow_events.get(type="cancelled").reason == "parent finished"
+    assert (detached.status, detached.detached, detached.parent_id) == ("running", True, parent.pk)
+
+
+def test_pause__pausing_a_parent_pauses_no_child(define, shipment, workerflow_harness):
+    def execute(self):
+        return self.child("ship", shipment, input={"parcel": 1})
+
+    parent = workerflow.start(define(execute), key="p")
+    workerflow_harness.drain()
+    workerflow.pause(parent)
+    assert WorkflowInstance.objects.get(key="p/ship").status == "running"
+
+
+def test_child__finishing_wakes_the_waiting_parent_in_the_same_transaction(
+    define, shipment, workerflow_harness
+):
+    def execute(self):
+        return self.child("ship", shipment, input={"parcel": 1})
+
+    parent = workerflow.start(define(execute), key="p")
+    workerflow_harness.drain()
+    assert fresh(parent).alarm_at is None
+    workerflow.send_event("p/ship", "shipped", "T")
+    from django_workerflow import runtime
+
+    runtime.tick(WorkflowInstance.objects.get(key="p/ship").pk)
+    woken = fresh(parent)
+    assert (woken.alarm_at, woken.wake_requested) == (workerflow_harness.now(), True)
+
+
+def test_child__a_stale_worker_starts_no_child(quick):
+    """The child and its step are written under the parent's lease: a worker whose lease
+    was taken over creates neither."""
+    from .test_lease_fencing import claim, take_over
+
+    parent = WorkflowInstanceFactory()
+    stale = claim(parent)
+    take_over(parent)
+    with pytest.raises(ExecutionStopped) as stopped:
+        stale.start_child_step(
+            "ship",
+            parent_step_id=None,
+            workflow=quick,
+            key="never",
+            input=1,
+            version=None,
+            detached=False,
+            waits=True,
+        )
+    assert stopped.value.reason == StopReason.LEASE_LOST
+    assert not WorkflowInstance.objects.filter(key="never").exists()
+    assert not Step.objects.filter(step_id="ship").exists()
+
+
+def test_retry__a_parent_failed_by_its_child_waits_again_for_the_retried_child(
+    define, workerflow_harness
+):
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    child_definition = define(lambda self: self.run("carrier", flaky, max_attempts=1))
+
+    def execute(self):
+        return self.child("ship", child_definition)
+
+    order = workerflow.start(define(execute), key="order-r")
+    workerflow_harness.drain()
+    assert (fresh(order).status, order.error_step_id) == ("failed", "ship")
+
+    workerflow.retry(order)  # the child still failed: so does the parent, at once
+    workerflow_harness.drain()
+    assert fresh(order).status == "failed"
+
+    workerflow.retry("order-r/ship")
+    workerflow.retry(order)
+    workerflow_harness.drain()
+    assert (fresh(order).status, order.result) == ("completed", "shipped")
+    assert WorkflowInstance.objects.filter(parent=order).count() == 1
+
+
+def test_child__all_settled_collects_each_childs_outcome(define, quick, workerflow_harness):
+    def broken(self):
+        raise RuntimeError("no")
+
+    broken_definition = define(broken)
+
+    def execute(self):
+        settled = self.all_settled(
+            lambda: self.child("good", quick, input=4),
+            lambda: self.child("bad", broken_definition),
+        )
+        return [[outcome.ok, outcome.value, type(outcome.error).__name__] for outcome in settled]
+
+    parent = workerflow.start(define(execute), key="s")
+    workerflow_harness.drain()
+    assert fresh(parent).result == [[True, 8, "NoneType"], [False, None, "WorkflowFailedError"]]
