@@ -237,3 +237,21 @@ def test_check_replay__a_write_by_execute_itself_is_refused_and_reported(sleepin
     assert "3 of 3 instances would break" in output
     assert not WorkflowInstance.objects.filter(error_name="scribbled").exists()
     assert rows() == before
+
+
+def test_check_replay__stops_at_a_child_step_still_waiting(define, workerflow_harness):
+    define(lambda self: self.sleep("nap", 3600), name="kid")
+
+    def parent(self):
+        self.run("before", lambda: CALLS.append("before"))
+        return self.child("kid", "kid")
+
+    define(parent, name="parent")
+    workerflow.start("parent", key="parent-1")
+    workerflow_harness.drain()
+    CALLS.clear()
+    reports = {instance.key: report for instance, report in check_instances(CheckFilter())}
+    assert set(reports) == {"parent-1", "parent-1/kid"}
+    assert reports["parent-1"].problems == ()
+    assert reports["parent-1"].steps_replayed == 2
+    assert CALLS == []
