@@ -28,6 +28,7 @@ SECTIONS = (
     "5. Latency",
     "6. Scale",
     "7. Peer",
+    "8. Composition",
     "9. Deploy safety",
     "Targets (issue 5)",
 )
