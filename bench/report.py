@@ -281,9 +281,28 @@ def figures_table(results: Results) -> Table:
             lambda r, key=key: spread(dig(r, "composition", key)),
             "composition",
         )
+    checked = any_result(results, "check_replay", "instances") or 0
+    table.section("9. Deploy safety")
+    table.row(
+        f"check-replay, {checked:,} instances of 20 steps",
+        lambda r: f"{number(dig(r, 'check_replay', 'instances_per_second'))} inst/s",
+        "check_replay",
+    )
+    table.row(
+        f"kill-to-retry, lease 12 s, sweep 5 s "
+        f"({any_result(results, 'recovery', 'kill_to_retry', 'count') or '-'} kills)",
+        lambda r: (
+            " / ".join(
+                f"{dig(r, 'recovery', 'kill_to_retry', key):.1f}"
+                for key in ("min", "median", "p99", "max")
+            )
+            + " s"
+        ),
+        "recovery",
+    )
 
     queued = any_result(results, "queue", "instances") or 0
-    table.section(f"9. Queue: {queued:,} instances behind max_concurrency=10, inline workers")
+    table.section(f"10. Queue: {queued:,} instances behind max_concurrency=10, inline workers")
     table.row(
         "admissions per second while draining",
         lambda r: f"{number(dig(r, 'queue', 'admissions_per_second'))}/s",

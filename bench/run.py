@@ -31,6 +31,8 @@ SCENARIOS = (
     "peer",
     "scale",
     "composition",
+    "check_replay",
+    "recovery",
     "queue",
 )
 
@@ -101,7 +103,7 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import cluster, composition, flow, inline, peer, scale
+    from . import cluster, composition, deploy, flow, inline, peer, scale
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -114,6 +116,8 @@ def scenario_runners(
         "peer": lambda: peer.peer(sizes, workdir, args.pg_name, progress),
         "scale": lambda: scale.scale(sizes, progress),
         "composition": lambda: composition.composition(sizes, workdir, progress),
+        "check_replay": lambda: deploy.check_replay(sizes, progress),
+        "recovery": lambda: deploy.kill_to_retry(sizes, workdir, progress),
         "queue": lambda: flow.queue_drain(sizes),
     }
 

@@ -1,4 +1,4 @@
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
@@ -24,3 +24,9 @@ class WorkerflowConfig(AppConfig):
         autodiscover_modules("workflows")
         post_migrate.connect(ensure_sweeper_schedule, sender=self)
         post_migrate.connect(sync_workflow_schedules, sender=self)
+        if apps.is_installed("django_q"):
+            from django_q.signals import post_spawn
+
+            from .heartbeat import seed_on_spawn
+
+            post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")

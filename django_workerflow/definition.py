@@ -39,7 +39,9 @@ class WorkflowDefinition:
     #: ``(count, period)``: at most ``count`` admissions per ``period``; None: no limit.
     rate_limit: ClassVar[tuple[int, timedelta] | None] = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
+        # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered
+        # (tests register it for a while with testing.registered()).
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("abstract", False):
             return
@@ -73,7 +75,8 @@ class WorkflowDefinition:
                 + "; ".join(option_problems)
                 + "."
             )
-        registry.register(cls)
+        if register:
+            registry.register(cls)
 
     def __init__(self, *, key: str, input: Any, execution: Execution | None = None) -> None:
         self.key = key
@@ -196,6 +199,18 @@ class WorkflowDefinition:
         """Suspend until the instance ``key`` (a child or any other) finishes; return its
         result, or raise as :meth:`child` does."""
         return self._current().wait_child(step_id, key)
+
+    def patched(self, change_id: str) -> bool:
+        """True where this instance runs the code of change ``change_id`` for the first time,
+        False where its recorded history already went past this point without it.
+
+        The answer is recorded (a marker step), so every replay gets the same one:
+        ``if self.patched("new-fee"): new code, else: old code``. See
+        :mod:`django_workerflow.patching` for how the first answer is decided.
+        """
+        from . import patching  # patching imports the replay helpers: import at call time
+
+        return patching.patched(self._current(), change_id)
 
     def now(self) -> datetime:
         """The engine's clock. It is not recorded: capture times you branch on in a step."""

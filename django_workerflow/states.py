@@ -23,6 +23,7 @@ class StepType(models.TextChoices):
     SLEEP = "sleep"
     WAIT = "wait"
     CHILD = "child"
+    PATCH = "patch"
 
 
 class StepState(models.TextChoices):

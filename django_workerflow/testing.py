@@ -1,4 +1,5 @@
-"""Drive workflows in tests: a virtual clock and inline ticks, no worker needed.
+"""Drive workflows in tests: a virtual clock and inline ticks, no worker needed; replay
+exported histories (``replay()``) and try changed definitions (``registered()``).
 
 def test_onboarding(workerflow_harness):
     instance = workerflow.start("onboarding", input={"user_id": 1})
@@ -10,20 +11,26 @@ def test_onboarding(workerflow_harness):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS
 from django.test import TestCase
 
-from . import alarms
+from . import alarms, registry
 from .clock import SystemClock, VirtualClock, set_clock
+from .exceptions import NondeterminismError
 from .harness_walk import walk_to
 from .jsonvalue import to_timedelta
 from .results import set_drainer
+
+if TYPE_CHECKING:
+    from .definition import WorkflowDefinition
+    from .replay import ReplayReport
 
 
 class Harness:
@@ -162,3 +169,62 @@ class Harness:
             return []
         capture.__exit__(None, None, None)
         return self._callbacks
+
+
+@contextmanager
+def registered(*definitions: type[WorkflowDefinition]) -> Iterator[None]:
+    """Register ``definitions`` for the duration of the block, replacing those registered
+    under the same name and version, and restore the registry afterwards.
+
+    Declare the changed definition with ``register=False`` (a class with a taken name and
+    version is otherwise refused when it is created), or create it inside the block, where
+    it replaces its namesake too::
+
+        class Onboarding(WorkflowDefinition, register=False):  # same name and version
+            name = "onboarding"
+            ...
+
+        with testing.registered(Onboarding):
+            call_command("workerflow", "check-replay")
+    """
+    saved = registry.snapshot()
+    registry._replacing += 1
+    try:
+        for definition in definitions:
+            registry.register(definition)
+        yield
+    finally:
+        registry._replacing -= 1
+        registry.restore(saved)
+
+
+def replay(
+    history: dict[str, Any] | str | Path, definition: type[WorkflowDefinition] | None = None
+) -> ReplayReport:
+    """Replay an exported history against the code of its workflow now registered (or
+    against ``definition``), calling no callback.
+
+    Raise :class:`NondeterminismError` naming the step and what differed when the code
+    would break the history; otherwise return a :class:`~.replay.ReplayReport` (check its
+    ``unreached`` for recorded steps the code no longer reaches). Runs in a read-only
+    transaction that is rolled back, so the test needs database access (``django_db``).
+    """
+    from . import histories
+    from .readonly import read_only_transaction
+    from .replay import replay_records, unregistered_problem
+
+    loaded = histories.load(history)
+    records = histories.records(loaded)
+    name, version, key = str(loaded["name"]), str(loaded["version"]), str(loaded["key"])
+    definition_class = definition or registry.lookup(name, version)
+    if definition_class is None:
+        problem = unregistered_problem(key, name, version, registry.versions(name))
+        raise NondeterminismError(problem.message)
+    with read_only_transaction():
+        report = replay_records(
+            definition_class, key=key, input=loaded.get("input"), records=records
+        )
+    for problem in report.problems:
+        if problem.breaks:
+            raise NondeterminismError(problem.message)
+    return report

@@ -27,7 +27,7 @@ from .drift import DEFINITIONS_HINT
 from .exceptions import StepOutcomeError, WorkflowInputError
 from .execution import Execution, error_message
 from .models import ACTIVE_STATUSES, StepState, WorkflowInstance, WorkflowStatus
-from .states import PassOutcome, StopReason, TickOutcome
+from .states import PassOutcome, StepType, StopReason, TickOutcome
 from .store import StepStore
 from .tracebacks import format_user_traceback
 
@@ -182,7 +182,8 @@ def _unreached_steps(store: StepStore, seen: set[str]) -> list[str]:
     steps = store.steps
     unreached = []
     for step_id, step in steps.items():
-        if step_id in seen:
+        if step_id in seen or step.type == StepType.PATCH:
+            # A patched() call removed once no instance needs its old branch is no change.
             continue
         parent = steps.get(step.parent_step_id) if step.parent_step_id else None
         if parent is None or parent.state == StepState.RUNNING:

@@ -29,7 +29,8 @@ SECTIONS = (
     "6. Scale",
     "7. Peer",
     "8. Composition",
-    "9. Queue",
+    "9. Deploy safety",
+    "10. Queue",
     "Targets (issue 5)",
 )
 SCENARIOS = (
@@ -41,6 +42,8 @@ SCENARIOS = (
     "peer",
     "scale",
     "composition",
+    "check_replay",
+    "recovery",
     "queue",
 )
 

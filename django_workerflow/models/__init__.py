@@ -17,6 +17,7 @@ from ..states import (
 from .delivery import FinishDelivery
 from .fields import JSONTextField
 from .flow import AdmissionGate, WorkflowSchedule
+from .heartbeat import WorkerHeartbeat
 from .history import InboundEvent, Step, StepEvent, WorkflowEvent
 from .instance import WorkflowInstance, WorkflowInstanceQuerySet
 
@@ -32,6 +33,7 @@ __all__ = [
     "StepEventType",
     "StepState",
     "StepType",
+    "WorkerHeartbeat",
     "WorkflowEvent",
     "WorkflowEventType",
     "WorkflowInstance",

@@ -13,7 +13,7 @@ def admit_existing(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workerflow", "0003_composition"),
+        ("workerflow", "0004_patch_marker_and_heartbeat"),
     ]
 
     operations = [
