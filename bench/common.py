@@ -51,6 +51,12 @@ class Sizes:
     peer_repeats: int = 5
     # Profile of the sequential hot path (pyinstrument).
     profile_steps: int = 2_000
+    # 9. Deploy safety: instances check-replay replays, and workers killed mid-step.
+    check_replay_instances: int = 1_000
+    kills: int = 5
+    # 10. Queue: instances queued behind a limit of 10, drained by this many worker threads.
+    queue_instances: int = 10_000
+    queue_workers: int = 4
     # 8. Starts: timed start() calls, start_many() instances, bells due at once.
     starts_timed: int = 500
     start_many: int = 10_000
@@ -84,6 +90,9 @@ SMOKE = Sizes(
     peer_steps=20,
     peer_repeats=1,
     profile_steps=50,
+    check_replay_instances=20,
+    kills=1,
+    queue_instances=100,
     starts_timed=20,
     start_many=200,
     bells=200,

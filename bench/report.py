@@ -281,6 +281,43 @@ def figures_table(results: Results) -> Table:
             lambda r, key=key: spread(dig(r, "composition", key)),
             "composition",
         )
+    checked = any_result(results, "check_replay", "instances") or 0
+    table.section("9. Deploy safety")
+    table.row(
+        f"check-replay, {checked:,} instances of 20 steps",
+        lambda r: f"{number(dig(r, 'check_replay', 'instances_per_second'))} inst/s",
+        "check_replay",
+    )
+    table.row(
+        f"kill-to-retry, lease 12 s, sweep 5 s "
+        f"({any_result(results, 'recovery', 'kill_to_retry', 'count') or '-'} kills)",
+        lambda r: (
+            " / ".join(
+                f"{dig(r, 'recovery', 'kill_to_retry', key):.1f}"
+                for key in ("min", "median", "p99", "max")
+            )
+            + " s"
+        ),
+        "recovery",
+    )
+
+    queued = any_result(results, "queue", "instances") or 0
+    table.section(f"10. Queue: {queued:,} instances behind max_concurrency=10, inline workers")
+    table.row(
+        "admissions per second while draining",
+        lambda r: f"{number(dig(r, 'queue', 'admissions_per_second'))}/s",
+        "queue",
+    )
+    table.row(
+        "inversions / double admissions",
+        lambda r: f"{dig(r, 'queue', 'inversions')} / {dig(r, 'queue', 'double_admissions')}",
+        "queue",
+    )
+    table.row(
+        "most instances holding a slot at once",
+        lambda r: str(dig(r, "queue", "max_holding")),
+        "queue",
+    )
     return table
 
 
@@ -421,6 +458,14 @@ def targets_table(results: Results) -> Table:
                 dig(r, "scale", "due_lookup_ms") <= 10,
             ),
             "scale",
+        ),
+        (
+            "queue: 0 inversions, 0 double admissions",
+            lambda r: check(
+                f"{dig(r, 'queue', 'inversions')} / {dig(r, 'queue', 'double_admissions')}",
+                dig(r, "queue", "inversions") == 0 and dig(r, "queue", "double_admissions") == 0,
+            ),
+            "queue",
         ),
     ]
     for label, cell, scenario in rows:

@@ -32,6 +32,9 @@ SCENARIOS = (
     "peer",
     "scale",
     "composition",
+    "check_replay",
+    "recovery",
+    "queue",
     "admin",
     "wal",
 )
@@ -103,7 +106,7 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import admin_scale, cluster, composition, inline, peer, scale, starts, wal
+    from . import admin_scale, cluster, composition, deploy, flow, inline, peer, scale, starts, wal
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -117,6 +120,9 @@ def scenario_runners(
         "peer": lambda: peer.peer(sizes, workdir, args.pg_name, progress),
         "scale": lambda: scale.scale(sizes, progress),
         "composition": lambda: composition.composition(sizes, workdir, progress),
+        "check_replay": lambda: deploy.check_replay(sizes, progress),
+        "recovery": lambda: deploy.kill_to_retry(sizes, workdir, progress),
+        "queue": lambda: flow.queue_drain(sizes),
         "admin": lambda: admin_scale.admin_scale(sizes, progress),
         "wal": lambda: wal.wal(sizes),
     }

@@ -44,7 +44,7 @@ def empty_engine_tables() -> None:
     OrmQ.objects.all().delete()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            # CASCADE: tables added later that point at instances (finish deliveries) too.
+            # CASCADE: tables added later that point at instances (on_finish deliveries).
             cursor.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
             cursor.execute(f"VACUUM ANALYZE {', '.join(TABLES)}")
         else:
@@ -103,9 +103,10 @@ def insert_sleeping_instances(count: int, due: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {INSTANCE} (key, definition_name, definition_version, input, status, "
-            "error_name, error_message, alarm_at, wake_requested, created_at, updated_at) "
+            "error_name, error_message, alarm_at, wake_requested, created_at, updated_at, "
+            "priority, concurrency_key, admitted_at) "
             f"SELECT {concat}, 'bench-sleep', '1', '{{\"seconds\": 86400}}', 'running', '', '', "
-            f"{wake}, {false}, %(now)s, %(now)s FROM {_series()}",
+            f"{wake}, {false}, %(now)s, %(now)s, 0, '', %(now)s FROM {_series()}",
             params,
         )
         cursor.execute(

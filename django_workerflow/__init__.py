@@ -69,11 +69,13 @@ def start(
     key: str | None = None,
     input: Any = None,
     version: str | None = None,
+    priority: int = 0,
 ) -> WorkflowInstance:
-    """Start a workflow (idempotent on ``key``) and return its instance."""
+    """Start a workflow (idempotent on ``key``) and return its instance; ``priority``
+    orders the queue of a workflow with a concurrency or rate limit (lower first)."""
     from . import runtime
 
-    return runtime.start(definition, key=key, input=input, version=version)
+    return runtime.start(definition, key=key, input=input, version=version, priority=priority)
 
 
 def start_many(

@@ -24,6 +24,7 @@ from .console.history import load_history
 from .console.instance_views import ControlViews
 from .console.list_filters import IndexedValuesFilter
 from .console.rerun_views import RerunViews
+from .console.schedules import ScheduleFilter, WorkflowScheduleAdmin  # noqa: F401 - registers
 from .console.summary import MISSING_DEFINITION_HINT, build_summary
 from .models import WorkflowInstance
 
@@ -44,6 +45,7 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         ("definition_name", IndexedValuesFilter),
         ("definition_version", IndexedValuesFilter),
         TopLevelFilter,
+        ScheduleFilter,
     ]
     search_fields = ["key", "definition_name"]
     date_hierarchy = "created_at"

@@ -118,12 +118,12 @@ def uses_delayed_bells() -> bool:
     return bool(Conf.ORM) and Conf.ORM in connections
 
 
-def ring_task(task: str, *args: Any, when: datetime, name: str) -> None:
+def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
     """Queue the django-q2 ``task`` to run at ``when`` (precisely with the ORM broker;
     otherwise at once if due, else left to the sweeper); call inside the transaction that
-    made it due."""
+    made it due. True if a bell was queued."""
     if is_suppressed() or not apps.is_installed("django_q") or when > clock_now() + HORIZON:
-        return
+        return False
     from django_q.conf import Conf
     from django_q.tasks import async_task
 
@@ -133,3 +133,6 @@ def ring_task(task: str, *args: Any, when: datetime, name: str) -> None:
         async_task(task, *args, **options)
     elif when <= clock_now():
         transaction.on_commit(lambda: async_task(task, *args, **options))
+    else:
+        return False
+    return True

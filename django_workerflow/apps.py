@@ -1,6 +1,13 @@
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
+
+
+def sync_workflow_schedules(using: str = "default", **_: object) -> None:
+    """post_migrate: keep the WorkflowSchedule rows in sync with the definitions."""
+    from .cron_schedules import sync_after_migrate
+
+    sync_after_migrate(using)
 
 
 class WorkerflowConfig(AppConfig):
@@ -16,3 +23,10 @@ class WorkerflowConfig(AppConfig):
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
         post_migrate.connect(ensure_sweeper_schedule, sender=self)
+        post_migrate.connect(sync_workflow_schedules, sender=self)
+        if apps.is_installed("django_q"):
+            from django_q.signals import post_spawn
+
+            from .heartbeat import seed_on_spawn
+
+            post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")

@@ -4,7 +4,7 @@ django-q2's ORM broker dequeues due rows without an ``ORDER BY``: under a backlo
 bells due than workers can take) the database returns them in whatever order it finds
 them, so an instance due long ago can wait behind ones due later. This broker orders by the
 row's ``lock`` (a bell's due time, see :mod:`django_workerflow.alarms`), then by id, served
-by the ``(key, lock)`` index our migration 0004 adds to django-q2's queue table.
+by the ``(key, lock)`` index our migration 0006 adds to django-q2's queue table.
 
 It also keeps its connection between calls: django-q2's broker closes "old" connections on
 every call, which with ``CONN_MAX_AGE = 0`` (SQLite's usual setting) reopens the database

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import jsonvalue, registry, runtime, starting
+from . import admission, jsonvalue, registry, runtime, starting
 from .clock import now as clock_now
 from .definition import WorkflowDefinition
 from .exceptions import WorkerflowError, WorkflowInputError
@@ -36,6 +36,15 @@ def start_many(
     name, definition_class = _definition(definition, version)
     entries = [_entry(position, item) for position, item in enumerate(items)]
     existing = _existing(entries, name, version)
+    if admission.limits_for_name(name) is not None:
+        # A concurrency limit admits each start in its own transaction (admission.py).
+        return [
+            existing.get(entry.key)
+            or runtime.start(
+                name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
+            )
+            for entry in entries
+        ]
     now = clock_now()
     for batch in batched([e for e in entries if e.key not in existing], starting.BATCH_ROWS):
         for instance in starting.insert_pending(name, definition_class.version, batch, now):
@@ -45,6 +54,12 @@ def start_many(
         existing.update(_existing([e for e in entries if e.key in missing], name, version))
     logger.info("workflows started definition=%s count=%s", name, len(entries))
     return [existing[entry.key] for entry in entries]
+
+
+def _start_one(name: str, entry: starting.NewInstance, version: str | None) -> WorkflowInstance:
+    return runtime.start(
+        name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
+    )
 
 
 def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:

@@ -56,5 +56,12 @@ class Settings:
         """Include payloads and results in log messages (off: they may hold personal data)."""
         return _read("LOG_PAYLOADS", False)
 
+    @property
+    def SWEEP_SECONDS(self) -> float:
+        """Seconds between sweeps when bells are precise (django-q2's ORM broker): how soon
+        an instance whose worker died (its lease expired) is rung again, and how often the
+        workers report for ``manage.py workerflow health``."""
+        return _read("SWEEP_SECONDS", 5.0)
+
 
 settings = Settings()

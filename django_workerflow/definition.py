@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from . import jsonvalue, registry, storable
+from . import definition_options, jsonvalue, registry, storable
 from .backoff import Backoff
 from .clock import now as clock_now
 from .exceptions import WorkflowInputError, WorkflowStateError
@@ -28,8 +28,20 @@ class WorkflowDefinition:
     name: ClassVar[str]
     version: ClassVar[str] = "1"
     abstract: ClassVar[bool] = True
+    #: A cron string ("0 3 * * *") to start an instance at each occurrence; None: never.
+    schedule: ClassVar[str | None] = None
+    #: The time zone the cron is read in (None: settings.TIME_ZONE).
+    schedule_timezone: ClassVar[str | None] = None
+    #: After downtime, start every missed occurrence (bounded), not only the latest.
+    schedule_catch_up: ClassVar[bool] = False
+    #: At most this many instances of the workflow hold a slot at once; None: no limit.
+    max_concurrency: ClassVar[int | None] = None
+    #: ``(count, period)``: at most ``count`` admissions per ``period``; None: no limit.
+    rate_limit: ClassVar[tuple[int, timedelta] | None] = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
+        # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered
+        # (tests register it for a while with testing.registered()).
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("abstract", False):
             return
@@ -56,12 +68,25 @@ class WorkflowDefinition:
                 + "; ".join(problems)
                 + ". Mark a base class that only shares code with `abstract = True`."
             )
-        registry.register(cls)
+        option_problems = definition_options.problems(cls)
+        if option_problems:
+            raise ImproperlyConfigured(
+                f"Workflow definition {cls.__module__}.{cls.__qualname__} is misconfigured: "
+                + "; ".join(option_problems)
+                + "."
+            )
+        if register:
+            registry.register(cls)
 
     def __init__(self, *, key: str, input: Any, execution: Execution | None = None) -> None:
         self.key = key
         self.input = input
         self._execution = execution
+
+    def concurrency_key(self) -> str:
+        """The key ``max_concurrency`` and ``rate_limit`` count per (it may read
+        ``self.input``); the default "" makes them count per workflow name."""
+        return ""
 
     def execute(self) -> Any:
         """The workflow's body; its return value (JSON) becomes the instance's result."""
@@ -174,6 +199,18 @@ class WorkflowDefinition:
         """Suspend until the instance ``key`` (a child or any other) finishes; return its
         result, or raise as :meth:`child` does."""
         return self._current().wait_child(step_id, key)
+
+    def patched(self, change_id: str) -> bool:
+        """True where this instance runs the code of change ``change_id`` for the first time,
+        False where its recorded history already went past this point without it.
+
+        The answer is recorded (a marker step), so every replay gets the same one:
+        ``if self.patched("new-fee"): new code, else: old code``. See
+        :mod:`django_workerflow.patching` for how the first answer is decided.
+        """
+        from . import patching  # patching imports the replay helpers: import at call time
+
+        return patching.patched(self._current(), change_id)
 
     def now(self) -> datetime:
         """The engine's clock. It is not recorded: capture times you branch on in a step."""

@@ -29,6 +29,7 @@ def instance_finished(instance: WorkflowInstance, now: datetime, reason: str | N
     wake_waiting_instances(instance, now)
     create_finish_delivery(instance, now)
     notify_waiters(instance)
+    admit_next(instance, now)
 
 
 def cancel_children(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
@@ -93,3 +94,10 @@ def notify_waiters(instance: WorkflowInstance) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, '')", [channel(instance.pk)])
+
+
+def admit_next(instance: WorkflowInstance, now: datetime) -> None:
+    """Its slot of a concurrency-limited workflow is free: admit what waits for it."""
+    from .admission import admit_after_finish  # admission reads models: import late
+
+    admit_after_finish(instance, now)

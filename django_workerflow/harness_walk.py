@@ -16,8 +16,6 @@ def walk_to(harness: Harness, when: datetime) -> int:
     """Drain now, then at each alarm falling due up to ``when`` in time order, then at
     ``when``; return the ticks run. Each stop's ticks may set new alarms within the span,
     and the walk stops at those too, exactly as a worker would meet them."""
-    from .models import WorkflowInstance
-
     check_aware(when, what="The harness advance_to time")
     if when < harness.now():
         raise WorkflowInputError(
@@ -27,13 +25,7 @@ def walk_to(harness: Harness, when: datetime) -> int:
     ran = harness.drain()
     stops = 0
     while True:
-        upcoming = (
-            WorkflowInstance.objects.active()
-            .filter(alarm_at__gt=harness.now(), alarm_at__lte=when)
-            .order_by("alarm_at")
-            .values_list("alarm_at", flat=True)
-            .first()
-        )
+        upcoming = _next_stop(harness.now(), when, harness.schedules)
         delivery = next_delivery(harness.now(), when)
         if delivery is not None and (upcoming is None or delivery < upcoming):
             upcoming = delivery
@@ -49,6 +41,28 @@ def walk_to(harness: Harness, when: datetime) -> int:
         ran += harness.drain()
     harness.clock.advance(when - harness.now())
     return ran + harness.drain()
+
+
+def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) -> datetime | None:
+    """The earliest instance alarm or occurrence of a schedule the harness runs (``None``:
+    all) in ``(now, when]``."""
+    from .models import WorkflowInstance, WorkflowSchedule
+
+    alarm = (
+        WorkflowInstance.objects.active()
+        .filter(alarm_at__gt=now, alarm_at__lte=when)
+        .order_by("alarm_at")
+        .values_list("alarm_at", flat=True)
+        .first()
+    )
+    rows = WorkflowSchedule.objects.filter(
+        enabled=True, in_code=True, next_run_at__gt=now, next_run_at__lte=when
+    )
+    if schedules is not None:
+        rows = rows.filter(name__in=schedules)
+    occurrence = rows.order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    found = [moment for moment in (alarm, occurrence) if moment is not None]
+    return min(found) if found else None
 
 
 def next_delivery(after: datetime, until: datetime) -> datetime | None:

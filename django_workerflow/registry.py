@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from .definition import WorkflowDefinition
 
 _definitions: dict[str, dict[str, type[WorkflowDefinition]]] = {}
+# Inside testing.registered(): a definition with a taken name and version replaces it.
+_replacing = 0
 
 
 def version_sort_key(version: str) -> tuple:
@@ -26,7 +28,7 @@ def version_sort_key(version: str) -> tuple:
 def register(definition: type[WorkflowDefinition]) -> None:
     versions = _definitions.setdefault(definition.name, {})
     existing = versions.get(definition.version)
-    if existing is not None and existing is not definition:
+    if existing is not None and existing is not definition and not _replacing:
         raise ImproperlyConfigured(
             f"Workflow definition {definition.name!r} version {definition.version!r} is "
             f"registered twice: by {existing.__module__}.{existing.__qualname__} and by "
@@ -85,3 +87,14 @@ def definitions() -> list[type[WorkflowDefinition]]:
         for versions in (_definitions[name],)
         for version in sorted(versions, key=version_sort_key)
     ]
+
+
+def snapshot() -> dict[str, dict[str, type[WorkflowDefinition]]]:
+    """A copy of the registry, for :func:`restore` (testing.registered uses both)."""
+    return {name: dict(versions) for name, versions in _definitions.items()}
+
+
+def restore(saved: dict[str, dict[str, type[WorkflowDefinition]]]) -> None:
+    """Put back the registry as :func:`snapshot` saw it."""
+    _definitions.clear()
+    _definitions.update({name: dict(versions) for name, versions in saved.items()})

@@ -13,10 +13,10 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from . import alarms, jsonvalue, lease, registry, starting, storable
+from . import admission, alarms, jsonvalue, lease, registry, starting, storable
 from .clock import now as clock_now
 from .conf import settings
 from .definition import WorkflowDefinition
@@ -72,6 +72,7 @@ def start(
     key: str | None = None,
     input: Any = None,
     version: str | None = None,
+    priority: int = 0,
     parent_pk: int | None = None,
     detached: bool = False,
 ) -> WorkflowInstance:
@@ -80,6 +81,9 @@ def start(
     Idempotent on ``key``: the first call pins the input and the definition version. A
     different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
     ``parent_pk`` and ``detached`` are set by a parent's child step (:mod:`.child_steps`).
+    A workflow with ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until
+    admitted, in order of ``priority`` (lower first), then creation; in the same
+    transaction when a slot is free.
     """
     if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
         name = definition.name
@@ -94,24 +98,55 @@ def start(
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     input_json = jsonvalue.dumps(input, what="The workflow input")
+    admission.check_priority(priority)
 
-    created = starting.insert_pending(
-        name,
-        definition_class.version,
-        [starting.NewInstance(key, input_json)],
-        clock_now(),
-        parent_pk=parent_pk,
-        detached=detached,
-    )
-    if created:
-        logger.info(
-            "workflow created key=%s definition=%s version=%s",
-            key,
-            name,
-            definition_class.version,
+    if admission.limits_for_name(name) is None:
+        # No concurrency limit: instance, event and bell in one statement (starting.py).
+        entry = starting.NewInstance(key, input_json)
+        created = starting.start_one(
+            name, definition_class.version, entry, priority, parent_pk, detached
         )
-        return created[0]
-    return check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
+        return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
+    existing = WorkflowInstance.objects.filter(key=key).first()
+    if existing is None:
+        now = clock_now()
+        limited = admission.limits_for_name(name) is not None
+        concurrency_key = (
+            admission.concurrency_key_for(definition_class, key, jsonvalue.loads(input_json))
+            if limited
+            else ""
+        )
+        try:
+            with transaction.atomic():
+                instance = WorkflowInstance.objects.create_pending(
+                    key=key,
+                    definition_name=name,
+                    definition_version=definition_class.version,
+                    input=jsonvalue.loads(input_json),
+                    now=now,
+                    priority=priority,
+                    concurrency_key=concurrency_key,
+                    queued=limited,
+                    parent_pk=parent_pk,
+                    detached=detached,
+                )
+                if not limited:
+                    alarms.arm(instance.pk, now)
+                elif instance.pk in admission.admit_waiting(name, concurrency_key, now):
+                    instance.admitted_at = instance.alarm_at = now
+        except IntegrityError:
+            existing = WorkflowInstance.objects.filter(key=key).first()
+            if existing is None:
+                raise
+        else:
+            logger.info(
+                "workflow created key=%s definition=%s version=%s",
+                key,
+                name,
+                instance.definition_version,
+            )
+            return instance
+    return check_existing_start(existing, name, version)
 
 
 def check_existing_start(

@@ -10,6 +10,7 @@ concurrently) writes nothing and is read back by the caller: starts stay idempot
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,10 +21,14 @@ from django.apps import apps
 from django.db import connection, transaction
 
 from . import alarms, bell_rows, jsonvalue, registry
+from .clock import now as clock_now
 from .models import WorkflowInstance, WorkflowStatus
 from .models.history import WorkflowEvent
 from .signals import workflow_status_changed
 from .states import WorkflowEventType
+
+# The logger operators already configure (docs/operations.md lists its messages).
+logger = logging.getLogger("django_workerflow.runtime")
 
 #: The most rows one statement inserts.
 BATCH_ROWS = 1000
@@ -47,6 +52,31 @@ def _columns() -> tuple[list[str], list[Any]]:
     """The instance table's columns (all but the id) and their field objects."""
     fields = [f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key]
     return [str(f.column) for f in fields], fields
+
+
+def start_one(
+    name: str,
+    version: str,
+    entry: NewInstance,
+    priority: int,
+    parent_pk: int | None,
+    detached: bool,
+) -> WorkflowInstance | None:
+    """``start()`` of a definition without a concurrency limit: the new instance, or None
+    when its key is taken."""
+    created = insert_pending(
+        name,
+        version,
+        [entry],
+        clock_now(),
+        priority=priority,
+        parent_pk=parent_pk,
+        detached=detached,
+    )
+    if not created:
+        return None
+    logger.info("workflow created key=%s definition=%s version=%s", entry.key, name, version)
+    return created[0]
 
 
 def _template(name: str, version: str, now: datetime, bell: bool) -> WorkflowInstance:
@@ -79,6 +109,7 @@ def insert_pending(
     entries: Sequence[NewInstance],
     now: datetime,
     *,
+    priority: int = 0,
     parent_pk: int | None = None,
     detached: bool = False,
 ) -> list[WorkflowInstance]:
@@ -95,6 +126,9 @@ def insert_pending(
     # A child workflow's parent (set by a parent's child step, see child_steps.py).
     template.parent_id = parent_pk
     template.detached = detached
+    # Admitted at once: starts of definitions with a concurrency limit take runtime's path.
+    template.priority = priority
+    template.admitted_at = now
     values = [f.get_db_prep_save(f.value_from_object(template), connection) for f in fields]
     key_at = columns.index(str(WorkflowInstance._meta.get_field("key").column))
     input_at = columns.index(str(WorkflowInstance._meta.get_field("input").column))

@@ -23,6 +23,7 @@ class StepType(models.TextChoices):
     SLEEP = "sleep"
     WAIT = "wait"
     CHILD = "child"
+    PATCH = "patch"
 
 
 class StepState(models.TextChoices):
@@ -74,6 +75,7 @@ class TickOutcome(models.TextChoices):
     INACTIVE = "inactive"
     UNREGISTERED = "unregistered"
     MISSING = "missing"
+    QUEUED = "queued"
 
 
 class PassOutcome(models.TextChoices):

@@ -31,6 +31,7 @@ from .backoff import Backoff, backoff_failure, retry_delay
 from .child_store import ChildStepStore
 from .clock import now as clock_now
 from .control import ExecutionStopped
+from .models import Step
 from .records import StepRecord
 from .states import StepEventType, StepState, StepType, StopReason
 from .writes import (
@@ -284,4 +285,35 @@ class StepStore(ChildStepStore):
         record.error_message = error_message
         record.next_attempt_at = next_attempt_at
         record.resolved_at = resolved_at
+        return record
+
+    def record_patch_marker(
+        self, step_id: str, *, applied: bool, parent_step_id: str | None
+    ) -> StepRecord:
+        """Record the answer of a ``patched()`` call as a succeeded marker step."""
+        parent_pk = self.require(parent_step_id).pk if parent_step_id else None
+        now = clock_now()
+        with fenced(self.lease, now, require_running=True):
+            pk = Step.objects.create(
+                instance_id=self.instance_pk,
+                step_id=step_id,
+                type=StepType.PATCH,
+                state=StepState.SUCCEEDED,
+                parent_id=parent_pk,
+                result=applied,
+                resolved_at=now,
+                created_at=now,
+            ).pk
+        record = StepRecord.new(
+            pk,
+            step_id,
+            StepType.PATCH,
+            StepState.SUCCEEDED,
+            now,
+            parent_pk=parent_pk,
+            parent_step_id=parent_step_id,
+        )
+        record.result = applied
+        record.resolved_at = now
+        self._remember(record)
         return record

@@ -1,8 +1,8 @@
-"""The django-q2 tasks the engine enqueues: a tick per bell, and the sweeper."""
+"""The django-q2 tasks the engine enqueues: a tick per bell, a schedule bell, the sweeper."""
 
 from __future__ import annotations
 
-from . import runtime
+from . import cron_schedules, runtime
 
 
 def tick(instance_pk: int) -> str:
@@ -11,11 +11,28 @@ def tick(instance_pk: int) -> str:
 
 
 def sweep() -> int:
-    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike (scheduled
-    about once a minute)."""
+    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
+    the schedules left due (scheduled about once a minute); report, and restart the fast
+    sweeper chain if it broke."""
+    from . import heartbeat
+
+    heartbeat.beat(None)
+    return _sweep_all()
+
+
+def sweep_and_beat(link: str) -> int:
+    """One link of the fast sweeper chain: report, queue the next link, sweep."""
+    from datetime import datetime
+
+    from . import heartbeat
+
+    heartbeat.beat(datetime.fromisoformat(link))
+    return _sweep_all()
+    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
+    the schedules left due (scheduled about once a minute)."""
     from . import deliveries
 
-    return runtime.sweep() + deliveries.ring_due()
+    return runtime.sweep() + deliveries.ring_due() + cron_schedules.sweep()
 
 
 def deliver(delivery_pk: int) -> bool | None:
@@ -23,3 +40,14 @@ def deliver(delivery_pk: int) -> bool | None:
     from . import deliveries
 
     return deliveries.deliver(delivery_pk)
+
+
+def _sweep_all() -> int:
+    from . import deliveries
+
+    return runtime.sweep() + deliveries.ring_due() + cron_schedules.sweep()
+
+
+def run_schedules() -> int:
+    """Start the due occurrences of the schedules (a schedule bell rang)."""
+    return len(cron_schedules.fire_due())

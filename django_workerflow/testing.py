@@ -1,4 +1,5 @@
-"""Drive workflows in tests: a virtual clock and inline ticks, no worker needed.
+"""Drive workflows in tests: a virtual clock and inline ticks, no worker needed; replay
+exported histories (``replay()``) and try changed definitions (``registered()``).
 
 def test_onboarding(workerflow_harness):
     instance = workerflow.start("onboarding", input={"user_id": 1})
@@ -10,20 +11,26 @@ def test_onboarding(workerflow_harness):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS
 from django.test import TestCase
 
-from . import alarms
+from . import alarms, registry
 from .clock import SystemClock, VirtualClock, set_clock
+from .exceptions import NondeterminismError
 from .harness_walk import walk_to
 from .jsonvalue import to_timedelta
 from .results import set_drainer
+
+if TYPE_CHECKING:
+    from .definition import WorkflowDefinition
+    from .replay import ReplayReport
 
 
 class Harness:
@@ -39,14 +46,26 @@ class Harness:
     that exercises that path.
     """
 
-    def __init__(self, start: datetime | None = None, *, max_ticks: int = 10_000) -> None:
+    def __init__(
+        self,
+        start: datetime | None = None,
+        *,
+        max_ticks: int = 10_000,
+        schedules: bool | Iterable[str] = False,
+    ) -> None:
         self.clock = VirtualClock(start)
+        # Scheduled workflows run only when asked (True: all; or these names): a project's
+        # nightly schedule would otherwise start in every test that walks past 03:00.
+        self.schedules: frozenset[str] | None = (
+            None if schedules is True else frozenset(() if schedules is False else schedules)
+        )
         self.max_ticks = max_ticks
         self.ticks = 0
         self._previous_clock: SystemClock | VirtualClock | None = None
         self._suppression = alarms.suppressed()
         self._capture: AbstractContextManager[Any] | None = None
         self._callbacks: list[Callable[[], Any]] = []
+        self._schedules_synced = False
 
     def __enter__(self) -> Harness:
         self._previous_clock = set_clock(self.clock)
@@ -84,6 +103,7 @@ class Harness:
         ran = 0
         self.run_on_commit_callbacks()
         while True:
+            self._start_scheduled()
             due = list(WorkflowInstance.objects.due(self.now()).values_list("pk", flat=True))
             if not due:
                 if deliveries.deliver_due():
@@ -112,6 +132,20 @@ class Harness:
         Return the ticks run."""
         return walk_to(self, when)
 
+    def _start_scheduled(self) -> None:
+        """Start the due occurrences of the schedules the harness runs, at the virtual time.
+        At the first drain the schedule rows are synced with the definitions and start from
+        the virtual now."""
+        from . import cron_schedules
+
+        if self.schedules is not None and not self.schedules:
+            return
+        if not self._schedules_synced:
+            cron_schedules.sync(self.now(), restart=True)
+            self._schedules_synced = True
+        cron_schedules.fire_due(self.now(), names=self.schedules)
+        self.run_on_commit_callbacks()
+
     def run_on_commit_callbacks(self) -> None:
         """Run the on-commit callbacks that a test's wrapping transaction holds back."""
         while True:
@@ -135,3 +169,62 @@ class Harness:
             return []
         capture.__exit__(None, None, None)
         return self._callbacks
+
+
+@contextmanager
+def registered(*definitions: type[WorkflowDefinition]) -> Iterator[None]:
+    """Register ``definitions`` for the duration of the block, replacing those registered
+    under the same name and version, and restore the registry afterwards.
+
+    Declare the changed definition with ``register=False`` (a class with a taken name and
+    version is otherwise refused when it is created), or create it inside the block, where
+    it replaces its namesake too::
+
+        class Onboarding(WorkflowDefinition, register=False):  # same name and version
+            name = "onboarding"
+            ...
+
+        with testing.registered(Onboarding):
+            call_command("workerflow", "check-replay")
+    """
+    saved = registry.snapshot()
+    registry._replacing += 1
+    try:
+        for definition in definitions:
+            registry.register(definition)
+        yield
+    finally:
+        registry._replacing -= 1
+        registry.restore(saved)
+
+
+def replay(
+    history: dict[str, Any] | str | Path, definition: type[WorkflowDefinition] | None = None
+) -> ReplayReport:
+    """Replay an exported history against the code of its workflow now registered (or
+    against ``definition``), calling no callback.
+
+    Raise :class:`NondeterminismError` naming the step and what differed when the code
+    would break the history; otherwise return a :class:`~.replay.ReplayReport` (check its
+    ``unreached`` for recorded steps the code no longer reaches). Runs in a read-only
+    transaction that is rolled back, so the test needs database access (``django_db``).
+    """
+    from . import histories
+    from .readonly import read_only_transaction
+    from .replay import replay_records, unregistered_problem
+
+    loaded = histories.load(history)
+    records = histories.records(loaded)
+    name, version, key = str(loaded["name"]), str(loaded["version"]), str(loaded["key"])
+    definition_class = definition or registry.lookup(name, version)
+    if definition_class is None:
+        problem = unregistered_problem(key, name, version, registry.versions(name))
+        raise NondeterminismError(problem.message)
+    with read_only_transaction():
+        report = replay_records(
+            definition_class, key=key, input=loaded.get("input"), records=records
+        )
+    for problem in report.problems:
+        if problem.breaks:
+            raise NondeterminismError(problem.message)
+    return report

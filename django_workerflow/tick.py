@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import alarms, jsonvalue, lease, recovery, registry, storable
+from . import admission, alarms, jsonvalue, lease, recovery, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
@@ -27,7 +27,7 @@ from .drift import DEFINITIONS_HINT
 from .exceptions import StepOutcomeError, WorkflowInputError
 from .execution import Execution, error_message
 from .models import ACTIVE_STATUSES, StepState, WorkflowInstance, WorkflowStatus
-from .states import PassOutcome, StopReason, TickOutcome
+from .states import PassOutcome, StepType, StopReason, TickOutcome
 from .store import StepStore
 from .tracebacks import format_user_traceback
 
@@ -77,6 +77,13 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
     """
     token = uuid.uuid4().hex
     claimed = _claim(instance_pk, token)
+    # A queued instance's rate-limit bell rang: admission runs with its row released.
+    if (
+        isinstance(claimed, TickResult)
+        and claimed.outcome == TickOutcome.QUEUED
+        and admission.admit_queued_instance(instance_pk, clock_now())
+    ):
+        claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickResult):
         return claimed
     instance, definition_class, recovering = claimed
@@ -97,6 +104,8 @@ def _claim(
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
+        if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
+            return TickResult(TickOutcome.QUEUED, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
             if instance.found_leased():
                 alarms.arm(instance.pk, instance.alarm_at)
@@ -174,7 +183,8 @@ def _unreached_steps(store: StepStore, seen: set[str]) -> list[str]:
     steps = store.steps
     unreached = []
     for step_id, step in steps.items():
-        if step_id in seen:
+        if step_id in seen or step.type == StepType.PATCH:
+            # A patched() call removed once no instance needs its old branch is no change.
             continue
         parent = steps.get(step.parent_step_id) if step.parent_step_id else None
         if parent is None or parent.state == StepState.RUNNING:

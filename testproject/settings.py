@@ -154,6 +154,8 @@ if "WORKERFLOW_LEASE_SECONDS" in os.environ:
     WORKERFLOW_LEASE_SECONDS = float(os.environ["WORKERFLOW_LEASE_SECONDS"])
 if "WORKERFLOW_TICK_BUDGET" in os.environ:
     WORKERFLOW_TICK_BUDGET = float(os.environ["WORKERFLOW_TICK_BUDGET"])
+if "WORKERFLOW_SWEEP_SECONDS" in os.environ:
+    WORKERFLOW_SWEEP_SECONDS = float(os.environ["WORKERFLOW_SWEEP_SECONDS"])
 
 # --- Logging ---------------------------------------------------------------------------
 

@@ -28,6 +28,9 @@ SECTIONS = (
     "5. Latency",
     "6. Scale",
     "7. Peer",
+    "8. Composition",
+    "9. Deploy safety",
+    "10. Queue",
     "Targets (issue 5)",
 )
 SCENARIOS = (
@@ -39,6 +42,9 @@ SCENARIOS = (
     "peer",
     "scale",
     "composition",
+    "check_replay",
+    "recovery",
+    "queue",
 )
 
 

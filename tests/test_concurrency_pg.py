@@ -207,7 +207,9 @@ def test_pause__racing_a_tick_leaves_a_paused_instance_with_a_consistent_history
         assert instance.alarm_at is None
         assert instance.lease_token is None
         assert workflow_event_types(instance) == ["created", "started", "paused"]
-        assert 1 <= assert_prefix_of_steps_ran_once(instance, calls) < STEPS
+        # A pause that lands after the last step's outcome but before the tick settles
+        # leaves every step done (steps got fast enough with issue 15 for that to happen).
+        assert 1 <= assert_prefix_of_steps_ran_once(instance, calls) <= STEPS
         assert workerflow_harness.drain() == 0
 
         instance.resume()

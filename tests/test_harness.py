@@ -88,6 +88,7 @@ def test_harness__every_timestamp_written_is_the_virtual_time(define):
         instance = workerflow.start(definition, key="timestamps")
         assert written_timestamps() == {
             f"WorkflowInstance.alarm_at#{instance.pk}": T0,
+            f"WorkflowInstance.admitted_at#{instance.pk}": T0,
             f"WorkflowInstance.created_at#{instance.pk}": T0,
             f"WorkflowInstance.updated_at#{instance.pk}": T0,
             f"WorkflowEvent.recorded_at#{instance.workflow_events.get().pk}": T0,

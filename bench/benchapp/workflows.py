@@ -78,3 +78,47 @@ class Parent(WorkflowDefinition):
     def execute(self) -> None:
         self.child("child", "bench-event")
         self.run("after-child", lambda: None)
+
+
+class DeployCheck(WorkflowDefinition):
+    """20 trivial run steps, then an hour's sleep: what check-replay replays (scenario 9)."""
+
+    name = "bench-deploy"
+    version = "1"
+
+    def execute(self) -> None:
+        for index in range(20):
+            self.run(f"step-{index}", lambda index=index: index)
+        self.sleep("rest", 3600)
+
+
+class Crash(WorkflowDefinition):
+    """A step whose first attempt writes its pid to ``input["pidfile"]`` and sleeps until
+    the benchmark kills it; the retry returns at once (scenario 9, kill-to-retry)."""
+
+    name = "bench-crash"
+    version = "1"
+
+    def execute(self) -> int:
+        return self.run("slow", lambda: self.slow(Path(self.input["pidfile"])))
+
+    @staticmethod
+    def slow(pidfile: Path) -> int:
+        import os
+        import time
+
+        if not pidfile.exists():
+            pidfile.write_text(str(os.getpid()))
+            time.sleep(120)
+        return os.getpid()
+
+
+class Limited(WorkflowDefinition):
+    """One trivial run step, at most ten at once (the queue scenario)."""
+
+    name = "bench-limited"
+    version = "1"
+    max_concurrency = 10
+
+    def execute(self) -> None:
+        self.run("work", lambda: None)

@@ -29,6 +29,7 @@ from ..models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from .queue_words import is_queued, queued_words
 
 OPEN_STATES = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
 FAILED_STATES = frozenset({StepState.FAILED, StepState.TIMED_OUT})
@@ -242,7 +243,9 @@ def _failure(
 
 
 def _idle(instance: WorkflowInstance, now: datetime) -> str:
-    """No step is open: the instance is between steps, starting, or stuck."""
+    """No step is open: the instance is between steps, starting, queued, or stuck."""
+    if is_queued(instance):
+        return queued_words(instance, now)
     leased = instance.lease_token and instance.lease_expires_at and instance.lease_expires_at > now
     if leased:
         return "executing on a worker"

@@ -16,12 +16,15 @@ from ..states import (
 )
 from .delivery import FinishDelivery
 from .fields import JSONTextField
+from .flow import AdmissionGate, WorkflowSchedule
+from .heartbeat import WorkerHeartbeat
 from .history import InboundEvent, Step, StepEvent, WorkflowEvent
 from .instance import WorkflowInstance, WorkflowInstanceQuerySet
 
 __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "AdmissionGate",
     "FinishDelivery",
     "InboundEvent",
     "JSONTextField",
@@ -30,9 +33,11 @@ __all__ = [
     "StepEventType",
     "StepState",
     "StepType",
+    "WorkerHeartbeat",
     "WorkflowEvent",
     "WorkflowEventType",
     "WorkflowInstance",
     "WorkflowInstanceQuerySet",
+    "WorkflowSchedule",
     "WorkflowStatus",
 ]

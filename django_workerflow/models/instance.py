@@ -19,6 +19,7 @@ from ..states import (
 from .composed import ComposedInstance
 from .failing import FailureTransitions
 from .fields import JSONTextField
+from .flow import FLOW_INDEXES
 
 if TYPE_CHECKING:
     from .history import InboundEvent
@@ -44,10 +45,14 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         definition_version: str,
         input: Any,
         now: datetime,
+        priority: int = 0,
+        concurrency_key: str = "",
+        queued: bool = False,
         parent_pk: int | None = None,
         detached: bool = False,
     ) -> WorkflowInstance:
-        """Create a pending instance, due at once, and record its creation."""
+        """Create a pending instance and record its creation: admitted and due at once, or
+        ``queued`` (no alarm) until :mod:`~django_workerflow.admission` admits it."""
         instance = self.create(
             parent_id=parent_pk,
             detached=detached,
@@ -56,7 +61,10 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
             definition_version=definition_version,
             input=input,
             status=WorkflowStatus.PENDING,
-            alarm_at=now,
+            alarm_at=None if queued else now,
+            admitted_at=None if queued else now,
+            priority=priority,
+            concurrency_key=concurrency_key,
             created_at=now,
             updated_at=now,
         )
@@ -117,6 +125,10 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (admission.py): lower priority first; admitted_at None: queued.
+    priority = models.IntegerField(default=0)
+    concurrency_key = models.CharField(max_length=255, blank=True, default="")
+    admitted_at = models.DateTimeField(null=True, blank=True)
     # The formatted traceback of the failure that failed the instance (the user's frames).
     error_traceback = models.TextField(blank=True, default="", db_default="")
     # The step whose failure failed the instance ("" when execute() raised outside a step):
@@ -147,6 +159,7 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
             models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
+            *FLOW_INDEXES,
             # The admin's list order, unfiltered and filtered by status, and its version
             # filter's choices (console/list_filters.py) (issue 15).
             models.Index(fields=["definition_version"], name="workerflow_version"),

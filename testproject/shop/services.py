@@ -61,3 +61,17 @@ def notify_customer(order_id: int, outcome_id: int, text: str) -> None:
     CustomerNotice.objects.get_or_create(
         outcome_id=outcome_id, defaults={"order_id": order_id, "text": text[:200]}
     )
+
+
+def count_orders_by_status() -> dict:
+    """The nightly report's figures: how many orders are in each status."""
+    from django.db.models import Count
+
+    rows = Order.objects.values("status").annotate(count=Count("id")).order_by("status")
+    return {row["status"]: row["count"] for row in rows}
+
+
+def export_customer_orders(email: str) -> dict:
+    """Pretend to send one customer's orders to the accounting system (a slow partner)."""
+    numbers = list(Order.objects.filter(customer_email=email).values_list("number", flat=True))
+    return {"customer": email, "orders": numbers}

@@ -82,3 +82,36 @@ class MultiParcelOrder(WorkflowDefinition):
         if outcome.status == "completed":
             text += f", {len(outcome.result['parcels'])} parcels on their way"
         services.notify_customer(self.input["order_id"], outcome.id, text)
+
+
+class NightlyOrderReport(WorkflowDefinition):
+    """Every night at 03:00 Paris time: count the orders by status.
+
+    The engine starts one instance per night with the key
+    ``shop-nightly-report@<occurrence in UTC>`` and the input ``{"scheduled_at": ...}``.
+    """
+
+    name = "shop-nightly-report"
+    version = "1"
+    schedule = "0 3 * * *"
+    schedule_timezone = "Europe/Paris"
+
+    def execute(self) -> dict:
+        counts = self.run("count-orders", services.count_orders_by_status)
+        return {"scheduled_at": self.input["scheduled_at"], "orders_by_status": counts}
+
+
+class CustomerExport(WorkflowDefinition):
+    """Export a customer's orders to the accounting partner: one export per customer at a
+    time, at most three a second per customer. More starts wait, queued, until admitted."""
+
+    name = "shop-customer-export"
+    version = "1"
+    max_concurrency = 1
+    rate_limit = (3, timedelta(seconds=1))
+
+    def concurrency_key(self) -> str:
+        return self.input["email"]
+
+    def execute(self) -> dict:
+        return self.run("export", lambda: services.export_customer_orders(self.input["email"]))

@@ -265,12 +265,9 @@ def test_sigkill_mid_step__is_recovered_after_the_lease_expires(
     time.sleep(0.5)
     held = WorkflowInstance.objects.get(pk=instance.pk)
     assert held.lease_token is not None
-    sleep_until(held.lease_expires_at + runtime.SWEEP_GRACE + timedelta(seconds=0.2))
-    # Nothing took the instance over before the sweep: the step is still mid-attempt.
-    assert Step.objects.get(instance=instance, step_id="slow").state == StepState.RUNNING
-    assert runtime.sweep() >= 1
-
-    finished = wait_finished(instance.pk, timeout=15)
+    # No schedule runs, but the cluster's own fast sweeper chain (WORKERFLOW_SWEEP_SECONDS)
+    # rings the instance once its lease has expired: nothing else has to call sweep().
+    finished = wait_finished(instance.pk, timeout=30)
 
     assert finished.status == WorkflowStatus.COMPLETED
     pids = [int(line) for line in attempts.read_text().splitlines()]

@@ -264,3 +264,18 @@ class LongStep(WorkflowDefinition):
         time.sleep(seconds)
         trace_callback(trace, "end", self.key, "long", pid, f"{time.time():.6f}")
         return pid
+
+
+if os.environ.get("WORKERFLOW_TEST_EVERY_SECOND"):
+    # Only in the clusters of tests/cluster/test_schedule_on_time.py: a schedule declared in
+    # every test process would start instances in every harness test that walks time.
+
+    class EverySecond(WorkflowDefinition):
+        """A per-second schedule (six cron fields, seconds last)."""
+
+        name = "cluster-every-second"
+        version = "1"
+        schedule = "* * * * * *"
+
+        def execute(self) -> str:
+            return self.input["scheduled_at"]

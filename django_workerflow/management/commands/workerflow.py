@@ -22,6 +22,7 @@ from ...console.history import load_history
 from ...console.terminal import render_list, render_show, safe
 from ...exceptions import WorkerflowError, WorkflowStateError
 from ...models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
+from .. import deploy
 
 
 class OneLineParser(CommandParser):
@@ -37,7 +38,7 @@ class OneLineParser(CommandParser):
 class Command(BaseCommand):
     help = (
         "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
-        "show, list, sweep, purge, retry, fork, wake."
+        "show, list, sweep, purge, retry, fork, wake, check-replay, export, health."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -112,6 +113,7 @@ class Command(BaseCommand):
         purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
 
         rerun_commands.add_arguments(sub)
+        deploy.add_parsers(sub, _positive_int)
 
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
         handler = getattr(self, f"handle_{subcommand.replace('-', '_')}")
@@ -219,6 +221,15 @@ class Command(BaseCommand):
 
     def handle_wake(self, **options: Any) -> None:
         rerun_commands.wake(self.stdout, **options)
+
+    def handle_check_replay(self, **options: Any) -> None:
+        deploy.check_replay(self, **options)
+
+    def handle_export(self, **options: Any) -> None:
+        deploy.export(self, **options)
+
+    def handle_health(self, **options: Any) -> None:
+        deploy.health(self, **options)
 
 
 def _json(text: str, option: str) -> Any:

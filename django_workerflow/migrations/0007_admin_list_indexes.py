@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("workerflow", "0004_bell_queue_index"),
+        ("workerflow", "0006_bell_queue_index"),
     ]
 
     operations = [

@@ -38,7 +38,7 @@ def drop_index(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("workerflow", "0003_composition")]
+    dependencies = [("workerflow", "0005_flow_control")]
     if "django_q" in settings.INSTALLED_APPS:
         dependencies.append(
             ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more")

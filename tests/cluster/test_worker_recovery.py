@@ -1,0 +1,158 @@
+"""Real clusters: a killed worker's instance is retried within 20 s with the recommended
+settings, a live worker's long callback is never taken over, and a wedged cluster is
+caught by ``workerflow health`` and loses nothing once restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_workerflow import alarms, start
+from django_workerflow.models import Step, WorkerHeartbeat, WorkflowInstance, WorkflowStatus
+from tests.reliability.conftest import print_figures
+from tests.reliability.faults.conftest import worker_pids
+
+from .conftest import ClusterRunner, wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+#: The recommended settings (docs/changing-workflows.md): a lease of 12 s, renewed every 4 s
+#: by the heartbeat; a sweep every 5 s. Worst case kill-to-retry: 12 + 5 s and a bell.
+RECOMMENDED = {"WORKERFLOW_LEASE_SECONDS": "12", "WORKERFLOW_SWEEP_SECONDS": "5"}
+KILL_TO_RETRY_LIMIT = 20.0
+
+
+def wait_for_heartbeat(timeout: float = 30.0) -> None:
+    """The fast sweeper chain is alive: a worker reported (it seeds the chain on spawn)."""
+    wait_until(
+        lambda: WorkerHeartbeat.objects.filter(next_beat_at__isnull=False).exists(),
+        timeout=timeout,
+        what="a worker to seed the sweeper chain",
+    )
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def test_killed_worker__its_step_is_retried_within_20_s(qcluster: ClusterRunner, tmp_path):
+    qcluster.start(**RECOMMENDED)
+    wait_for_heartbeat()
+    instance = start("cluster-crash", key="crash-1", input={"dir": str(tmp_path)})
+    attempts = tmp_path / "crash-1.attempts"
+    pid = int(wait_until(lambda: lines(attempts), timeout=30, what="the first attempt")[0])
+    time.sleep(1.0)  # well inside the callback, between two lease renewals
+    killed_at = time.time()
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: len(lines(attempts)) >= 2, timeout=60, what="the retry to start")
+    retried_at = attempts.stat().st_mtime
+    wait_until(
+        lambda: WorkflowInstance.objects.get(pk=instance.pk).status == WorkflowStatus.COMPLETED,
+        timeout=30,
+        what="the instance to complete",
+    )
+    seconds = retried_at - killed_at
+    print_figures("kill-to-retry, recommended settings", seconds=f"{seconds:.1f}")
+    assert seconds <= KILL_TO_RETRY_LIMIT
+    slow = Step.objects.get(instance=instance, step_id="slow")
+    assert slow.attempt_count == 2  # the killed attempt, then the retry: nothing else
+
+
+def test_live_worker__a_callback_longer_than_several_leases_is_never_taken_over(
+    qcluster: ClusterRunner, tmp_path
+):
+    # A 2 s lease and a sweep every second; the callback takes 12 s (six leases) while the
+    # test rings a bell for the instance every half second.
+    qcluster.start(WORKERFLOW_LEASE_SECONDS="2", WORKERFLOW_SWEEP_SECONDS="1")
+    trace, marker = tmp_path / "trace", tmp_path / "marker"
+    instance = start(
+        "fault-long-step",
+        key="long-1",
+        input={"trace": str(trace), "marker": str(marker), "seconds": 12},
+    )
+    wait_until(trace.exists, timeout=30, what="the long callback to start")
+    deadline = time.monotonic() + 20
+    while WorkflowInstance.objects.get(pk=instance.pk).status != WorkflowStatus.COMPLETED:
+        assert time.monotonic() < deadline, "the long step did not complete"
+        alarms.arm(instance.pk, WorkflowInstance.objects.get(pk=instance.pk).alarm_at)
+        alarms._enqueue(instance.pk)
+        time.sleep(0.5)
+    starts = [line for line in trace.read_text().splitlines() if line.startswith("start")]
+    assert len(starts) == 1
+    assert Step.objects.get(instance=instance, step_id="long").attempt_count == 1
+    assert "taking over an expired lease" not in qcluster.log()
+
+
+def health(max_lag: float) -> tuple[int, str]:
+    out = StringIO()
+    try:
+        call_command("workerflow", "health", "--max-lag", str(max_lag), stdout=out)
+    except CommandError as exc:
+        return exc.returncode, str(exc)
+    return 0, out.getvalue()
+
+
+def test_wedged_cluster__health_fails_and_a_restart_loses_nothing(
+    qcluster: ClusterRunner, tmp_path
+):
+    max_lag = 10.0
+    (cluster,) = qcluster.start(**RECOMMENDED)
+    wait_for_heartbeat()
+    wait_until(lambda: health(max_lag)[0] == 0, timeout=30, what="health to pass")
+    # Kill every idle worker: one of them blocks in the task queue's get() holding its read
+    # lock, and dies with it held (django-q2 #23): the respawned workers never get a task.
+    for pid in worker_pids(cluster):
+        os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    wait_until(lambda: "reincarnated worker" in cluster.log(), timeout=30, what="a respawn")
+    pks = [
+        start("cluster-steps", key=f"wedged-{n}", input={"dir": str(tmp_path), "steps": 4}).pk
+        for n in range(10)
+    ]
+    _code, message = wait_until(
+        lambda: (result := health(max_lag))[0] == 1 and result,
+        timeout=max_lag + 30,
+        what="health to report the wedged cluster",
+    )
+    detected = time.monotonic() - killed_at
+    assert "UNHEALTHY" in message
+    assert WorkflowInstance.objects.filter(pk__in=pks, status=WorkflowStatus.COMPLETED).count() < 10
+    print_figures(
+        f"wedge detected by health --max-lag {max_lag:.0f}", seconds_after_kill=f"{detected:.1f}"
+    )
+
+    # What a supervisor does: SIGTERM, and SIGKILL to the group when the stop hangs (a
+    # wedged cluster hangs on SIGTERM: its workers never take the stop sentinel).
+    cluster.process.send_signal(signal.SIGTERM)
+    try:
+        cluster.process.wait(10)
+    except subprocess.TimeoutExpired:
+        cluster._kill_group()
+        cluster.process.wait()
+    qcluster.start(**RECOMMENDED)
+    wait_until(
+        lambda: (
+            WorkflowInstance.objects.filter(pk__in=pks, status=WorkflowStatus.COMPLETED).count()
+            == len(pks)
+        ),
+        timeout=90,
+        what="every workflow to complete after the restart",
+    )
+    assert health(max_lag)[0] == 0
+    for pk in pks:
+        key = WorkflowInstance.objects.get(pk=pk).key
+        starts = Counter(
+            line.split()[1]
+            for line in (tmp_path / f"{key}.trace").read_text().splitlines()
+            if line.startswith("start")
+        )
+        assert starts == {f"step-{n}": 1 for n in range(4)}, key
