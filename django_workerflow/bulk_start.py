@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import admission, jsonvalue, registry, runtime, starting
+from . import admission, jsonvalue, runtime, starting
 from .clock import now as clock_now
 from .definition import WorkflowDefinition
 from .exceptions import WorkerflowError, WorkflowInputError
@@ -33,7 +33,9 @@ def start_many(
     Idempotent by key like ``start()``: a key that exists returns the existing instance (a
     key given twice, the same one). A ``None`` key gets a random one.
     """
-    name, definition_class = _definition(definition, version)
+    name, version, definition_class = runtime.resolve_definition(
+        definition, version, caller="start_many()"
+    )
     entries = [_entry(position, item) for position, item in enumerate(items)]
     existing = _existing(entries, name, version)
     if admission.limits_for_name(name) is not None:
@@ -66,21 +68,6 @@ def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     """``values`` in slices of at most ``size`` (itertools.batched is Python 3.12+)."""
     for start in range(0, len(values), size):
         yield values[start : start + size]
-
-
-def _definition(
-    definition: str | type[WorkflowDefinition], version: str | None
-) -> tuple[str, type[WorkflowDefinition]]:
-    if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
-        name = definition.name
-        version = definition.version if version is None else version
-    elif isinstance(definition, str):
-        name = definition
-    else:
-        raise WorkflowInputError(
-            f"start_many() takes a definition name or class, not {type(definition).__name__}."
-        )
-    return name, registry.get(name, version)
 
 
 def _entry(position: int, item: Any) -> starting.NewInstance:

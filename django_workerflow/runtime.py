@@ -66,6 +66,24 @@ SWEEP_RERING = timedelta(minutes=2)
 # Start --------------------------------------------------------------------------------
 
 
+def resolve_definition(
+    definition: str | type[WorkflowDefinition], version: str | None, *, caller: str
+) -> tuple[str, str | None, type[WorkflowDefinition]]:
+    """The workflow name, the version asked for (None: the default) and the registered class
+    that ``caller`` was asked to start: a definition class (its own version unless
+    ``version`` is given) or a registered name."""
+    if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
+        name = definition.name
+        version = definition.version if version is None else version
+    elif isinstance(definition, str):
+        name = definition
+    else:
+        raise WorkflowInputError(
+            f"{caller} takes a definition name or class, not {type(definition).__name__}."
+        )
+    return name, version, registry.get(name, version)
+
+
 def start(
     definition: str | type[WorkflowDefinition],
     *,
@@ -85,16 +103,7 @@ def start(
     admitted, in order of ``priority`` (lower first), then creation; in the same
     transaction when a slot is free.
     """
-    if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
-        name = definition.name
-        version = definition.version if version is None else version
-    elif isinstance(definition, str):
-        name = definition
-    else:
-        raise WorkflowInputError(
-            f"start() takes a definition name or class, not {type(definition).__name__}."
-        )
-    definition_class = registry.get(name, version)
+    name, version, definition_class = resolve_definition(definition, version, caller="start()")
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     input_json = jsonvalue.dumps(input, what="The workflow input")
