@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import jsonvalue
+from .records import unreached_steps
 from .states import StepType
 
 if TYPE_CHECKING:
@@ -58,6 +59,4 @@ def patched(execution: Execution, change_id: str) -> bool:
 
 def _history_went_past(execution: Execution) -> bool:
     """True if a recorded step that this pass should reach is not reached yet."""
-    from .replay import unreached_steps
-
     return bool(unreached_steps(execution.store.steps, execution.seen_step_ids))

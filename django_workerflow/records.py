@@ -8,7 +8,7 @@ from typing import Any
 
 from .exceptions import StepStateError
 from .models import Step
-from .states import StepState
+from .states import StepState, StepType
 
 # The columns of a step, in StepRecord's field order.
 STEP_FIELDS = (
@@ -121,6 +121,23 @@ def read_steps(instance_pk: int) -> list[StepRecord]:
 
 # States in which a step still holds up its parent run step.
 UNSETTLED_STATES = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
+
+
+def unreached_steps(steps: dict[str, StepRecord], seen: set[str]) -> list[str]:
+    """Recorded steps a whole replay pass should have reached again but did not: the code
+    changed under the instance.
+
+    Steps nested in a settled run step are not expected (its callback does not run again),
+    nor ``patched()`` markers: removing a patch once no instance needs its old branch is safe.
+    """
+    unreached = []
+    for step_id, step in steps.items():
+        if step_id in seen or step.type == StepType.PATCH:
+            continue
+        parent = steps.get(step.parent_step_id) if step.parent_step_id else None
+        if parent is None or parent.state == StepState.RUNNING:
+            unreached.append(step_id)
+    return unreached
 
 
 class RecordedSteps:

@@ -29,7 +29,7 @@ from .control import Suspension
 from .definition import WorkflowDefinition
 from .exceptions import DuplicateStepIdError, NondeterminismError, StepOutcomeError
 from .execution import Execution, error_message
-from .records import RecordedSteps, StepRecord
+from .records import RecordedSteps, StepRecord, unreached_steps
 from .states import StepState, StepType
 
 if TYPE_CHECKING:
@@ -218,22 +218,6 @@ def replay_records(
         unreached=unreached,
         problems=tuple(problems),
     )
-
-
-def unreached_steps(steps: dict[str, StepRecord], seen: set[str]) -> list[str]:
-    """Recorded steps a replay should have reached but did not (``patched()`` markers
-    aside: removing a patch once no instance needs its old branch is safe).
-
-    Steps nested in a settled run step are not expected: its callback does not run again.
-    """
-    unreached = []
-    for step_id, step in steps.items():
-        if step_id in seen or step.type == StepType.PATCH:
-            continue
-        parent = steps.get(step.parent_step_id) if step.parent_step_id else None
-        if parent is None or parent.state == StepState.RUNNING:
-            unreached.append(step_id)
-    return unreached
 
 
 def unregistered_problem(key: str, name: str, version: str, known: list[str]) -> Problem:

@@ -26,8 +26,9 @@ from .definition import WorkflowDefinition
 from .drift import DEFINITIONS_HINT
 from .exceptions import StepOutcomeError, WorkflowInputError
 from .execution import Execution, error_message
-from .models import ACTIVE_STATUSES, StepState, WorkflowInstance, WorkflowStatus
-from .states import PassOutcome, StepType, StopReason, TickOutcome
+from .models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
+from .records import unreached_steps
+from .states import PassOutcome, StopReason, TickOutcome
 from .store import StepStore
 from .tracebacks import format_user_traceback
 
@@ -171,25 +172,8 @@ def _replay(
     result = _run_pass(definition, execution)
     result = _flush(execution, result)
     if not (result.stop_reason or result.yielded):
-        result.unreached = _unreached_steps(store, execution.seen_step_ids)
+        result.unreached = unreached_steps(store.steps, execution.seen_step_ids)
     return result
-
-
-def _unreached_steps(store: StepStore, seen: set[str]) -> list[str]:
-    """Recorded steps a whole pass should have reached again but did not: the code changed.
-
-    Steps nested in a settled run step are not expected: its callback does not run again.
-    """
-    steps = store.steps
-    unreached = []
-    for step_id, step in steps.items():
-        if step_id in seen or step.type == StepType.PATCH:
-            # A patched() call removed once no instance needs its old branch is no change.
-            continue
-        parent = steps.get(step.parent_step_id) if step.parent_step_id else None
-        if parent is None or parent.state == StepState.RUNNING:
-            unreached.append(step_id)
-    return unreached
 
 
 def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResult:
