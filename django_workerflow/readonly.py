@@ -31,9 +31,10 @@ def read_only_transaction(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
                     cursor.execute("PRAGMA query_only = ON")
             yield
         finally:
-            if connection.vendor == "sqlite":
-                with connection.cursor() as cursor:
-                    cursor.execute("PRAGMA query_only = OFF")
+            if connection.vendor == "sqlite" and connection.connection is not None:
+                # On the driver's connection: Django refuses queries in a transaction marked
+                # broken, and a connection left read-only would refuse every later write.
+                connection.connection.execute("PRAGMA query_only = OFF")
             transaction.set_rollback(True, using=using)
 
 
@@ -50,7 +51,7 @@ def savepoint_if_used(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         if state["sid"] is None and not state["taking"]:
             state["taking"] = True  # the SAVEPOINT statement passes through here too
             try:
-                state["sid"] = transaction.savepoint(using=using)
+                state["sid"] = _create_savepoint(using)
             finally:
                 state["taking"] = False
         return execute(sql, params, many, context)
@@ -66,3 +67,9 @@ def savepoint_if_used(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
             transaction.set_rollback(False, using=using)
             transaction.savepoint_rollback(state["sid"], using=using)
             transaction.savepoint_commit(state["sid"], using=using)
+
+
+def _create_savepoint(using: str) -> str:
+    # Django 6.1 renamed savepoint() to savepoint_create() and deprecates the old name.
+    create = getattr(transaction, "savepoint_create", None) or transaction.savepoint
+    return str(create(using=using))
