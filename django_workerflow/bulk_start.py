@@ -15,7 +15,7 @@ from typing import Any
 
 from . import admission, jsonvalue, runtime, starting
 from .clock import now as clock_now
-from .definition import WorkflowDefinition
+from .definition import WorkflowDefinition, resolve
 from .exceptions import WorkerflowError, WorkflowInputError
 from .models import WorkflowInstance
 
@@ -33,9 +33,7 @@ def start_many(
     Idempotent by key like ``start()``: a key that exists returns the existing instance (a
     key given twice, the same one). A ``None`` key gets a random one.
     """
-    name, version, definition_class = runtime.resolve_definition(
-        definition, version, caller="start_many()"
-    )
+    name, version, definition_class = resolve(definition, version, caller="start_many()")
     entries = [_entry(position, item) for position, item in enumerate(items)]
     existing = _existing(entries, name, version)
     if admission.limits_for_name(name) is not None:

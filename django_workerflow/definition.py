@@ -223,3 +223,21 @@ class WorkflowDefinition:
                 "the workflow with django_workerflow.start() instead of calling execute()."
             )
         return self._execution
+
+
+def resolve(
+    definition: str | type[WorkflowDefinition], version: str | None, *, caller: str
+) -> tuple[str, str | None, type[WorkflowDefinition]]:
+    """The workflow name, the version asked for (None: the default) and the registered class
+    that ``caller`` was asked to start: a definition class (its own version unless
+    ``version`` is given) or a registered name."""
+    if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
+        name = definition.name
+        version = definition.version if version is None else version
+    elif isinstance(definition, str):
+        name = definition
+    else:
+        raise WorkflowInputError(
+            f"{caller} takes a definition name or class, not {type(definition).__name__}."
+        )
+    return name, version, registry.get(name, version)

@@ -16,10 +16,10 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from . import admission, alarms, jsonvalue, lease, registry, starting, storable
+from . import admission, alarms, jsonvalue, lease, starting, storable
 from .clock import now as clock_now
 from .conf import settings
-from .definition import WorkflowDefinition
+from .definition import WorkflowDefinition, resolve
 from .drift import awaited_event_names
 from .exceptions import (
     WorkflowInputError,
@@ -66,24 +66,6 @@ SWEEP_RERING = timedelta(minutes=2)
 # Start --------------------------------------------------------------------------------
 
 
-def resolve_definition(
-    definition: str | type[WorkflowDefinition], version: str | None, *, caller: str
-) -> tuple[str, str | None, type[WorkflowDefinition]]:
-    """The workflow name, the version asked for (None: the default) and the registered class
-    that ``caller`` was asked to start: a definition class (its own version unless
-    ``version`` is given) or a registered name."""
-    if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
-        name = definition.name
-        version = definition.version if version is None else version
-    elif isinstance(definition, str):
-        name = definition
-    else:
-        raise WorkflowInputError(
-            f"{caller} takes a definition name or class, not {type(definition).__name__}."
-        )
-    return name, version, registry.get(name, version)
-
-
 def start(
     definition: str | type[WorkflowDefinition],
     *,
@@ -103,7 +85,7 @@ def start(
     admitted, in order of ``priority`` (lower first), then creation; in the same
     transaction when a slot is free.
     """
-    name, version, definition_class = resolve_definition(definition, version, caller="start()")
+    name, version, definition_class = resolve(definition, version, caller="start()")
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     input_json = jsonvalue.dumps(input, what="The workflow input")

@@ -27,7 +27,7 @@ from ..models import (
 from . import operations
 from .controls import ControlName
 from .forms import CancelForm, SendEventForm, awaited_event_initial
-from .replies import confirmation_page, record
+from .replies import confirm_then_apply, record, submitted
 
 if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
     InstanceAdmin: TypeAlias = ModelAdmin[WorkflowInstance]
@@ -53,13 +53,14 @@ def wake_now(model_admin: InstanceAdmin, request: HttpRequest, queryset: Instanc
 def cancel_selected(
     model_admin: InstanceAdmin, request: HttpRequest, queryset: Instances
 ) -> HttpResponse | None:
-    form = CancelForm(request.POST if "apply" in request.POST else None)
-    if form.is_valid():
-        report = operations.cancel(queryset.order_by("pk"), form.cleaned_data["reason"])
-        record(model_admin, request, report)
-        return None
-    return confirmation_page(
-        model_admin, request, ControlName.CANCEL, form, list(queryset), action="cancel_selected"
+    return confirm_then_apply(
+        model_admin,
+        request,
+        list(queryset),
+        CancelForm(submitted(request)),
+        ControlName.CANCEL,
+        "cancel_selected",
+        lambda data: operations.cancel(queryset.order_by("pk"), data["reason"]),
     )
 
 
@@ -67,17 +68,16 @@ def cancel_selected(
 def send_event(
     model_admin: InstanceAdmin, request: HttpRequest, queryset: Instances
 ) -> HttpResponse | None:
-    form = SendEventForm(
-        request.POST if "apply" in request.POST else None,
-        initial=awaited_event_initial(queryset),
-    )
-    if form.is_valid():
-        data = form.cleaned_data
-        report = operations.send_event(queryset.order_by("pk"), data["event_name"], data["payload"])
-        record(model_admin, request, report)
-        return None
-    return confirmation_page(
-        model_admin, request, ControlName.SEND_EVENT, form, list(queryset), action="send_event"
+    return confirm_then_apply(
+        model_admin,
+        request,
+        list(queryset),
+        SendEventForm(submitted(request), initial=awaited_event_initial(queryset)),
+        ControlName.SEND_EVENT,
+        "send_event",
+        lambda data: operations.send_event(
+            queryset.order_by("pk"), data["event_name"], data["payload"]
+        ),
     )
 
 

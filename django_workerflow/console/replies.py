@@ -4,6 +4,9 @@ input, and after any operation its report, as a message and as entries in the ad
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin
@@ -64,3 +67,25 @@ def confirmation_page(
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "workerflow/admin/action_form.html", context)
+
+
+def submitted(request: HttpRequest) -> Any:
+    """The POSTed data when the confirmation page was submitted, else None (a first visit)."""
+    return request.POST if "apply" in request.POST else None
+
+
+def confirm_then_apply(
+    model_admin: ModelAdmin[WorkflowInstance],
+    request: HttpRequest,
+    instances: list[WorkflowInstance],
+    form: forms.Form,
+    control: ControlName,
+    action: str,
+    apply: Callable[[dict[str, Any]], Report],
+) -> HttpResponse | None:
+    """A list action that takes input: with a valid submitted form, apply it and report;
+    otherwise show (again) the confirmation page of the selection."""
+    if form.is_valid():
+        record(model_admin, request, apply(form.cleaned_data))
+        return None
+    return confirmation_page(model_admin, request, control, form, instances, action=action)

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from ..models import WorkflowInstance
 from . import reruns
 from .controls import ControlName, admin_url
-from .replies import confirmation_page, record
+from .replies import confirm_then_apply, submitted
 from .rerun_forms import RetryForm
 
 if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
@@ -29,13 +29,14 @@ Instances: TypeAlias = QuerySet[WorkflowInstance]
 def retry_selected(
     model_admin: InstanceAdmin, request: HttpRequest, queryset: Instances
 ) -> HttpResponse | None:
-    form = RetryForm(request.POST if "apply" in request.POST else None)
-    if form.is_valid():
-        report = reruns.retry(queryset.order_by("pk"), form.cleaned_data["reason"])
-        record(model_admin, request, report)
-        return None
-    return confirmation_page(
-        model_admin, request, ControlName.RETRY, form, list(queryset), action="retry_selected"
+    return confirm_then_apply(
+        model_admin,
+        request,
+        list(queryset),
+        RetryForm(submitted(request)),
+        ControlName.RETRY,
+        "retry_selected",
+        lambda data: reruns.retry(queryset.order_by("pk"), data["reason"]),
     )
 
 
