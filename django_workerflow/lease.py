@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from .models import WorkflowInstance
 
 
-
 def expiry(now: datetime) -> datetime:
     """When a lease taken or renewed at ``now`` runs out."""
     return now + timedelta(seconds=settings.LEASE_SECONDS)
