@@ -9,11 +9,11 @@ back with the finish belongs here, each as its own small function.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
-from . import alarms, lease, registry
+from . import alarms, lease, registry, sql
 from .states import ACTIVE_STATUSES, TERMINAL_STATUSES, StepState, StepType, WorkflowStatus
 
 if TYPE_CHECKING:
@@ -25,11 +25,31 @@ PARENT_FINISHED = "parent finished"
 
 def instance_finished(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
     """The (locked) ``instance`` has just become completed, failed or cancelled."""
-    cancel_children(instance, now, reason)
-    wake_waiting_instances(instance, now)
+    has_children, has_waiting = look_around(instance)
+    if has_children:
+        cancel_children(instance, now, reason)
+    if has_waiting:
+        wake_waiting_instances(instance, now)
     create_finish_delivery(instance, now)
-    notify_waiters(instance)
     admit_next(instance, now)
+
+
+def look_around(instance: WorkflowInstance) -> tuple[bool, bool]:
+    """Whether the instance has unfinished children, and instances waiting for it, in one
+    statement; on PostgreSQL it also wakes the ``wait_result`` callers listening for it
+    (the notification goes out when the finish commits)."""
+    values: dict[str, Any] = {"instance": instance.pk}
+    if connection.vendor == "postgresql":
+        from .results import channel
+
+        name = "finish_followups_notify"
+        values["channel"] = channel(instance.pk)
+    else:
+        name = "finish_followups"
+    with connection.cursor() as cursor:
+        sql.execute(cursor, name, sql.params(**values))
+        row = cursor.fetchone()
+    return bool(row[0]), bool(row[1])
 
 
 def cancel_children(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
@@ -84,16 +104,6 @@ def create_finish_delivery(instance: WorkflowInstance, now: datetime) -> None:
     from . import deliveries
 
     deliveries.create(instance, now)
-
-
-def notify_waiters(instance: WorkflowInstance) -> None:
-    """PostgreSQL: wake the ``wait_result`` callers listening for this instance."""
-    if connection.vendor != "postgresql":
-        return
-    from .results import channel
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [channel(instance.pk)])
 
 
 def admit_next(instance: WorkflowInstance, now: datetime) -> None:

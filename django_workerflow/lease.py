@@ -30,17 +30,11 @@ step writes (the hot path's every quarter lease) and from the heartbeat thread.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, connection
-
 from . import sql
-from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped
 from .states import StopReason, WorkflowStatus
@@ -48,7 +42,6 @@ from .states import StopReason, WorkflowStatus
 if TYPE_CHECKING:
     from .models import WorkflowInstance
 
-logger = logging.getLogger(__name__)
 
 
 def expiry(now: datetime) -> datetime:
@@ -133,54 +126,3 @@ class Lease:
 def connection_vendor(cursor: Any) -> str:
     """The vendor of the connection a Django cursor wrapper belongs to."""
     return cursor.db.vendor
-
-
-class LeaseHeartbeat:
-    """Renew the lease every third of its length until the tick ends.
-
-    Step writes renew the lease too; the heartbeat covers a callback that runs longer than
-    the lease, which would otherwise let a second worker take the instance over.
-    """
-
-    def __init__(self, instance_pk: int, token: str) -> None:
-        self.lease = Lease(instance_pk, token)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"workerflow-lease-{instance_pk}", daemon=True
-        )
-
-    def __enter__(self) -> LeaseHeartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        instance_pk = self.lease.instance_pk
-        try:
-            while not self._stop.wait(settings.LEASE_SECONDS / 3):
-                try:
-                    with connection.cursor() as cursor:
-                        renewed = self.lease.renew(
-                            cursor, connection.ops.adapt_datetimefield_value, clock_now()
-                        )
-                except DatabaseError:
-                    # The database went away (a restart, a failover): the lease is still
-                    # ours until it expires, so reconnect and renew at the next beat.
-                    logger.warning("lease renewal failed instance=%s", instance_pk)
-                    connection.close()
-                    continue
-                if not renewed:
-                    logger.warning("lease lost instance=%s", instance_pk)
-                    return
-        except Exception:
-            logger.exception("lease heartbeat failed instance=%s", instance_pk)
-        finally:
-            connection.close()

@@ -6,31 +6,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
+
+from . import sql
 from .exceptions import StepStateError
+from .instance_rows import converted
 from .models import Step
 from .states import StepState, StepType
 
 # The columns of a step, in StepRecord's field order.
-STEP_FIELDS = (
-    "id",
-    "step_id",
-    "type",
-    "state",
-    "parent_id",
-    "attempt_count",
-    "max_attempts",
-    "next_attempt_at",
-    "result",
-    "error_name",
-    "error_message",
-    "wake_at",
-    "event_name",
-    "timeout_at",
-    "payload",
-    "resolved_at",
-    "created_at",
-    "child_instance_id",
-)
+STEP_FIELDS = sql.STEP_COLUMNS
 
 
 @dataclass(slots=True)
@@ -106,12 +91,10 @@ def read_step(pk: int, parent_step_id: str | None) -> StepRecord:
 
 def read_steps(instance_pk: int) -> list[StepRecord]:
     """Every step of an instance, oldest first, with their parents' step ids."""
-    rows = (
-        Step.objects.filter(instance_id=instance_pk)
-        .order_by("created_at", "id")
-        .values_list(*STEP_FIELDS)
-    )
-    records = [StepRecord(*row) for row in rows]
+    with connection.cursor() as cursor:
+        sql.execute(cursor, "read_steps", {"instance": instance_pk})
+        rows = cursor.fetchall()
+    records = [StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows]
     by_pk = {record.pk: record for record in records}
     for record in records:
         if record.parent_pk is not None:

@@ -19,17 +19,46 @@ from functools import cache
 from typing import Any
 
 from .conf import settings
-from .models import InboundEvent, Step, StepEvent, WorkflowInstance
+from .models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
 from .states import StepEventType, StepState, StepType, WorkflowStatus
 
 INSTANCE = WorkflowInstance._meta.db_table
 STEP = Step._meta.db_table
 STEP_EVENT = StepEvent._meta.db_table
 INBOUND = InboundEvent._meta.db_table
+WORKFLOW_EVENT = WorkflowEvent._meta.db_table
+
+#: Every column of an instance, in the model's field order (a read builds the model from it).
+INSTANCE_COLUMNS = tuple(str(f.column) for f in WorkflowInstance._meta.concrete_fields)
+#: The columns of a step the tick reads, in :class:`~.records.StepRecord`'s field order.
+STEP_COLUMNS = (
+    "id",
+    "step_id",
+    "type",
+    "state",
+    "parent_id",
+    "attempt_count",
+    "max_attempts",
+    "next_attempt_at",
+    "result",
+    "error_name",
+    "error_message",
+    "wake_at",
+    "event_name",
+    "timeout_at",
+    "payload",
+    "resolved_at",
+    "created_at",
+    "child_instance_id",
+)
 
 #: The states, statuses and event types the statements compare with or write.
 STATE_PARAMS: dict[str, str] = {
     "status_running": WorkflowStatus.RUNNING,
+    "status_completed": WorkflowStatus.COMPLETED,
+    "status_failed": WorkflowStatus.FAILED,
+    "status_cancelled": WorkflowStatus.CANCELLED,
+    "type_child": StepType.CHILD,
     "type_run": StepType.RUN,
     "state_pending": StepState.PENDING,
     "state_running": StepState.RUNNING,
@@ -157,7 +186,41 @@ _FUSED_CHECKING_FENCE = f"""
 _FUSED_RESULT = """
         SELECT (SELECT count(*) FROM done), (SELECT id FROM new_step)"""
 
+_READ_INSTANCE = (
+    f"SELECT {', '.join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
+)
+# Whether an instance that just finished has unfinished children to cancel, and instances
+# whose child step waits for it (each an index lookup; the rare yes takes the ORM's path).
+_FINISH_FOLLOWUPS = f"""
+        EXISTS (
+            SELECT 1 FROM {INSTANCE} WHERE parent_id = %(instance)s::bigint AND NOT detached
+            AND status NOT IN (
+                %(status_completed)s::varchar, %(status_failed)s::varchar,
+                %(status_cancelled)s::varchar)
+        ),
+        EXISTS (
+            SELECT 1 FROM {STEP} WHERE child_instance_id = %(instance)s::bigint
+            AND type = %(type_child)s::varchar AND state = %(state_waiting)s::varchar
+        )"""
+
 _STATEMENTS: dict[str, str] = {
+    # An instance row, every column (the tick's claim and settle build the model from it).
+    "read_instance": _READ_INSTANCE,
+    # ... under its row lock (PostgreSQL; SQLite's IMMEDIATE transaction holds the database's).
+    "lock_instance": _READ_INSTANCE + " FOR UPDATE",
+    # A workflow event (a status change of the instance).
+    "insert_workflow_event": f"""
+        INSERT INTO {WORKFLOW_EVENT} (instance_id, type, reason, recorded_at)
+        VALUES (%(instance)s::bigint, %(type)s::varchar, %(reason)s::text,
+                %(now)s::timestamptz)""",
+    # Every step of an instance, oldest first (a replay pass reads them once).
+    "read_steps": f"""
+        SELECT {", ".join(STEP_COLUMNS)} FROM {STEP}
+        WHERE instance_id = %(instance)s::bigint ORDER BY created_at, id""",
+    # What a finish must follow up (see finishing.py).
+    "finish_followups": f"SELECT {_FINISH_FOLLOWUPS}",
+    # PostgreSQL: the same, waking the wait_result callers listening (on commit).
+    "finish_followups_notify": f"SELECT {_FINISH_FOLLOWUPS}, pg_notify(%(channel)s::text, '')",
     # Renew the lease (and a running instance's alarm); matches nothing once it is lost.
     "renew_lease": f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD}",
     # Renew the lease of a running instance, locking its row; nothing if lost or not running.
@@ -264,6 +327,39 @@ _STATEMENTS: dict[str, str] = {
 }
 
 
+# django-q2's queue table (the ORM broker's), named at call time: django-q2 may not be
+# installed where this module is imported. "key" and "lock" are SQL keywords: quoted.
+_QUEUE_STATEMENTS: dict[str, str] = {
+    # The earliest-due bells, up to a limit (SQLite: read first, so an empty queue's poll
+    # takes no write lock).
+    "due_bells": """
+        SELECT id, payload FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
+        ORDER BY "lock", id LIMIT %(limit)s""",
+    # SQLite: claim the bells just read that no other cluster claimed meanwhile.
+    "claim_bells": """
+        UPDATE {queue} SET "lock" = %(until)s
+        WHERE id IN ({ids}) AND "lock" < %(now)s RETURNING id""",
+    # PostgreSQL: claim the earliest-due bells in one statement; rows another cluster is
+    # claiming are skipped, not waited for.
+    "claim_due_bells": """
+        UPDATE {queue} AS q SET "lock" = %(until)s
+        FROM (
+            SELECT id, "lock" AS due FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
+            ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ) AS d
+        WHERE q.id = d.id RETURNING q.id, q.payload, d.due""",
+    # A bell handled (acknowledged) or unreadable (failed).
+    "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
+}
+
+
+def queue_statement(name: str, table: str, ids: int = 0) -> str:
+    """The queue statement ``name`` on django-q2's queue ``table`` (``ids``: how many ids
+    ``claim_bells`` names, as the parameters ``id_0``, ``id_1``, ...)."""
+    marks = ", ".join(f"%(id_{index})s" for index in range(ids))
+    return _QUEUE_STATEMENTS[name].format(queue=table, ids=marks)
+
+
 def purge_statement(table: str, count: int) -> str:
     """Delete the rows of ``table`` that belong to ``count`` instances (their ids as %s).
 
@@ -272,6 +368,13 @@ def purge_statement(table: str, count: int) -> str:
     column = "id" if table == INSTANCE else "instance_id"
     marks = ", ".join(["%s"] * count)
     return f"DELETE FROM {table} WHERE {column} IN ({marks})"
+
+
+@cache
+def update_instance(columns: tuple[str, ...]) -> str:
+    """Set ``columns`` of one instance (parameters: their values in order, then its id)."""
+    assignments = ", ".join(f"{column} = %s" for column in columns)
+    return f"UPDATE {INSTANCE} SET {assignments} WHERE id = %s"
 
 
 @cache

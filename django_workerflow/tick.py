@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from . import admission, alarms, jsonvalue, lease, recovery, registry, storable
+from . import admission, alarms, instance_rows, jsonvalue, lease, recovery, registry, storable
 from .clock import now as clock_now
 from .conf import settings
 from .control import ExecutionStopped, Suspension
@@ -26,6 +26,7 @@ from .definition import WorkflowDefinition
 from .drift import DEFINITIONS_HINT
 from .exceptions import StepOutcomeError, WorkflowInputError
 from .execution import Execution, error_message
+from .lease_heartbeat import LeaseHeartbeat
 from .models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from .records import unreached_steps
 from .states import PassOutcome, StopReason, TickOutcome
@@ -88,7 +89,7 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
     if isinstance(claimed, TickResult):
         return claimed
     instance, definition_class, recovering = claimed
-    with lease.LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
+    with LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
         return _execute(instance, definition_class, token, recovering)
 
 
@@ -97,7 +98,7 @@ def _claim(
 ) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool]:
     """Lock the instance and take its lease, or say why this tick has nothing to do."""
     with transaction.atomic():
-        instance = WorkflowInstance.objects.select_for_update().filter(pk=instance_pk).first()
+        instance = instance_rows.read_instance(instance_pk, lock=True)
         if instance is None:
             return TickResult(TickOutcome.MISSING)
         if instance.status not in ACTIVE_STATUSES:
@@ -146,9 +147,8 @@ def _execute(
         steps = store.load()
         if suspects is None:
             suspects = recovery.interrupted_run_steps(steps)
-        result = _settle(
-            instance, token, _replay(instance, definition_class, store, deadline, suspects), replays
-        )
+        execution, passed = _replay(instance, definition_class, store, deadline, suspects)
+        result = _settle(instance, token, execution, passed, replays)
         if result is not None:
             return result
 
@@ -159,7 +159,8 @@ def _replay(
     store: StepStore,
     deadline: float,
     suspects: set[str],
-) -> PassResult:
+) -> tuple[Execution, PassResult]:
+    """One pass of ``execute()``; a success it holds in memory is written by the settle."""
     execution = Execution(
         instance_key=instance.key,
         store=store,
@@ -170,10 +171,9 @@ def _replay(
     pinned_input = jsonvalue.fresh_copy(instance.input)
     definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
     result = _run_pass(definition, execution)
-    result = _flush(execution, result)
     if not (result.stop_reason or result.yielded):
         result.unreached = unreached_steps(store.steps, execution.seen_step_ids)
-    return result
+    return execution, result
 
 
 def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResult:
@@ -200,8 +200,9 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
 
 
 def _flush(execution: Execution, result: PassResult) -> PassResult:
-    """Make the success held in memory durable before the pass settles; a lost lease or a
-    stopped instance found by that write ends the pass as stopped."""
+    """Write the success held in memory in the settle's transaction, so it is durable
+    before (and with) the suspension or the finish; a lost lease or a stopped instance
+    found by that write ends the pass as stopped."""
     try:
         execution.flush()
     except ExecutionStopped:
@@ -235,11 +236,22 @@ def _suspended(execution: Execution) -> PassResult:
 
 
 def _settle(
-    instance: WorkflowInstance, token: str, result: PassResult, replays: int
+    instance: WorkflowInstance,
+    token: str,
+    execution: Execution,
+    result: PassResult,
+    replays: int,
 ) -> TickResult | None:
-    """Commit the pass's outcome and release the lease, or return None to replay again."""
+    """Commit the pass's outcome and release the lease, or return None to replay again.
+
+    The pass's last success commits in this transaction, whatever the lease's fate (the
+    step row fences it), so a short workflow's tick ends in one commit, not two."""
     with transaction.atomic():
-        locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
+        locked = instance_rows.read_instance(instance.pk, lock=True)
+        result = _flush(execution, result)
+        if locked is None:
+            # Deleted mid-tick (a purge, an admin's delete): nothing is left to settle.
+            return TickResult(TickOutcome.MISSING, replays=replays)
         now = clock_now()
         if not lease.is_held(locked, token):
             logger.warning("lease lost key=%s: another worker owns the instance", locked.key)

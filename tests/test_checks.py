@@ -97,7 +97,14 @@ def test_checks__warn_about_postgresql_without_connection_reuse():
     assert warning.id == "workerflow.W009"
     assert "CONN_MAX_AGE = 60" in warning.hint
     assert check_connection_reuse({**database, "CONN_MAX_AGE": 60}) == []
-    assert check_connection_reuse(SQLITE_OK) == []
+
+
+def test_checks__warn_about_sqlite_without_connection_reuse():
+    [warning] = check_connection_reuse({**SQLITE_OK, "CONN_MAX_AGE": 0})
+    assert warning.id == "workerflow.W009"
+    assert "reopens the SQLite database" in warning.msg
+    assert "CONN_MAX_AGE = 60" in warning.hint
+    assert check_connection_reuse({**SQLITE_OK, "CONN_MAX_AGE": 60}) == []
 
 
 def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_id(define):

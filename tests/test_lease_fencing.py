@@ -16,7 +16,11 @@ from django.db import connection, transaction
 from django_workerflow import lease
 from django_workerflow.clock import now
 from django_workerflow.control import ExecutionStopped
-from django_workerflow.execution import INTERRUPTED_ERROR_NAME, INTERRUPTED_MESSAGE
+from django_workerflow.execution import (
+    INTERRUPTED_ERROR_NAME,
+    INTERRUPTED_MESSAGE,
+    Execution,
+)
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.states import PassOutcome, StepState, StopReason, TickOutcome
 from django_workerflow.store import StepStore
@@ -161,9 +165,12 @@ def test_fencing__stale_worker_cannot_settle_the_tick(instance, stale):
     owner = take_over(instance)
     before = WorkflowInstance.objects.get(pk=instance.pk)
 
-    result = _settle(
-        instance, stale.lease.token, PassResult(PassOutcome.COMPLETED, result_json="1"), 1
+    execution = Execution(
+        instance_key=instance.key, store=stale, deadline=1e18, interrupted_suspects=set()
     )
+    passed = PassResult(PassOutcome.COMPLETED, result_json="1")
+
+    result = _settle(instance, stale.lease.token, execution, passed, 1)
 
     assert result is not None
     assert result.outcome == TickOutcome.STOPPED

@@ -64,8 +64,8 @@ class FailureTransitions:
         instance.error_traceback = traceback
         instance.error_step_id = step_id
         instance._finish_tick(now)
-        instance.save(
-            update_fields=[
+        instance._save_fields(
+            [
                 "status",
                 "error_name",
                 "error_message",
@@ -94,8 +94,8 @@ class FailureTransitions:
         instance.alarm_at = now
         instance.updated_at = now
         instance.finished_at = None
-        instance.save(
-            update_fields=[
+        instance._save_fields(
+            [
                 "status",
                 "error_name",
                 "error_message",

@@ -22,8 +22,15 @@ class Step(models.Model):
     step_id = models.CharField(max_length=200)
     type = models.CharField(max_length=8, choices=StepType.choices)
     state = models.CharField(max_length=16, choices=StepState.choices)
+    # Its index (below) covers nested steps only: most steps have no parent, and an index
+    # entry per step was a page write in every step's commit.
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="children",
+        db_index=False,
     )
     attempt_count = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(null=True, blank=True)
@@ -44,6 +51,7 @@ class Step(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="awaiting_steps",
+        db_index=False,
     )
 
     class Meta:
@@ -52,6 +60,20 @@ class Step(models.Model):
             models.UniqueConstraint(
                 fields=["instance", "step_id"], name="workerflow_step_id_unique"
             )
+        ]
+        # Partial: only the rows that have a parent or a child instance (lookups by either
+        # compare with a value, which implies NOT NULL, so both databases use them).
+        indexes = [
+            models.Index(
+                fields=["parent"],
+                condition=Q(parent__isnull=False),
+                name="workerflow_step_parent",
+            ),
+            models.Index(
+                fields=["child_instance"],
+                condition=Q(child_instance__isnull=False),
+                name="workerflow_step_child",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -214,7 +214,7 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.lease_expires_at = expires
         self.alarm_at = expires
         self.wake_requested = False
-        self.save(update_fields=["lease_token", "lease_expires_at", "alarm_at", "wake_requested"])
+        self._save_fields(["lease_token", "lease_expires_at", "alarm_at", "wake_requested"])
 
     def start_running(self, token: str, expires: datetime, now: datetime) -> None:
         """pending -> running, under the lease of the tick that starts it."""
@@ -224,8 +224,8 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.alarm_at = expires
         self.wake_requested = False
         self.updated_at = now
-        self.save(
-            update_fields=[
+        self._save_fields(
+            [
                 "status",
                 "lease_token",
                 "lease_expires_at",
@@ -241,7 +241,7 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.status = WorkflowStatus.PAUSED
         self.alarm_at = None
         self.updated_at = now
-        self.save(update_fields=["status", "alarm_at", "updated_at"])
+        self._save_fields(["status", "alarm_at", "updated_at"])
         self._record(WorkflowEventType.PAUSED, now, previous=WorkflowStatus.RUNNING)
 
     def set_resumed(self, now: datetime) -> None:
@@ -249,7 +249,7 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.status = WorkflowStatus.RUNNING
         self.alarm_at = now
         self.updated_at = now
-        self.save(update_fields=["status", "alarm_at", "updated_at"])
+        self._save_fields(["status", "alarm_at", "updated_at"])
         self._record(WorkflowEventType.RESUMED, now, previous=WorkflowStatus.PAUSED)
 
     def set_cancelled(self, now: datetime, reason: str | None) -> None:
@@ -260,7 +260,7 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.alarm_at = None
         self.updated_at = now
         self.finished_at = now
-        self.save(update_fields=["status", "alarm_at", "updated_at", "finished_at"])
+        self._save_fields(["status", "alarm_at", "updated_at", "finished_at"])
         self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
         self._finished(now, reason)
 
@@ -269,8 +269,8 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.status = WorkflowStatus.COMPLETED
         self.result = result
         self._finish_tick(now)
-        self.save(
-            update_fields=[
+        self._save_fields(
+            [
                 "status",
                 "result",
                 "alarm_at",
@@ -292,8 +292,8 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.wake_requested = False
         self.alarm_at = alarm_at if self.status in ACTIVE_STATUSES else None
         self.updated_at = now
-        self.save(
-            update_fields=[
+        self._save_fields(
+            [
                 "lease_token",
                 "lease_expires_at",
                 "wake_requested",
@@ -308,10 +308,10 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self.wake_requested = True
         self.updated_at = now
         if leased:
-            self.save(update_fields=["wake_requested", "updated_at"])
+            self._save_fields(["wake_requested", "updated_at"])
             return
         self.alarm_at = now
-        self.save(update_fields=["wake_requested", "updated_at", "alarm_at"])
+        self._save_fields(["wake_requested", "updated_at", "alarm_at"])
 
     def found_leased(self) -> bool:
         """A bell found the instance leased: its tick takes one more pass before it ends,
@@ -325,23 +325,30 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
             self.alarm_at = expires
             fields.append("alarm_at")
         if fields:
-            self.save(update_fields=fields)
+            self._save_fields(fields)
         return moved
 
     def clear_wake_request(self) -> None:
         """The tick is about to take the pass that was asked for."""
         self.wake_requested = False
-        self.save(update_fields=["wake_requested"])
+        self._save_fields(["wake_requested"])
 
     def defer(self, alarm_at: datetime) -> None:
         """Look at the instance again at ``alarm_at`` (its definition is not registered)."""
         self.alarm_at = alarm_at
-        self.save(update_fields=["alarm_at"])
+        self._save_fields(["alarm_at"])
 
     def note_unreached(self, step_ids: list[str] | None) -> None:
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""
         self.unreached_step_ids = step_ids
-        self.save(update_fields=["unreached_step_ids"])
+        self._save_fields(["unreached_step_ids"])
+
+    def _save_fields(self, fields: list[str]) -> None:
+        """Write ``fields`` of this instance (``save(update_fields=...)`` without the query
+        compiler; see :mod:`django_workerflow.instance_rows`)."""
+        from ..instance_rows import save_fields  # it reads models: import late
+
+        save_fields(self, fields)
 
     def _finish_tick(self, now: datetime) -> None:
         self.alarm_at = None
@@ -355,10 +362,12 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self, event_type: str, now: datetime, *, previous: str | None, reason: str | None = None
     ) -> None:
         """Record the workflow event and announce the status after the commit."""
-        from .history import WorkflowEvent  # history points at instances: import late
+        from ..instance_rows import record_event  # it reads models: import late
 
-        WorkflowEvent.objects.create(instance=self, type=event_type, reason=reason, recorded_at=now)
+        record_event(self.pk, event_type, reason, now)
         sender = registry.lookup(self.definition_name, self.definition_version)
+        if not workflow_status_changed.has_listeners(sender):
+            return
         snapshot = WorkflowInstance(
             **{field.attname: getattr(self, field.attname) for field in self._meta.concrete_fields}
         )
