@@ -390,6 +390,12 @@ def params(**values: Any) -> dict[str, Any]:
 
 
 @cache
+def _names(name: str) -> tuple[str, ...]:
+    """The parameters the statement ``name`` names, each once."""
+    return tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", _STATEMENTS[name])))
+
+
+@cache
 def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
     """PostgreSQL: (statement name, PREPARE text, parameter names in $n order).
 
@@ -417,7 +423,9 @@ def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
     (planned once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
     vendor = cursor.db.vendor
     if vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
-        cursor.execute(statement(vendor, name), values)
+        # Only the parameters the statement names: the driver binds (and Django's SQLite
+        # wrapper rewrites) every key it is given.
+        cursor.execute(statement(vendor, name), {key: values[key] for key in _names(name)})
         return
     server_name, prepare, names = prepared(name)
     done = _prepared_on.setdefault(cursor.db.connection, set())
