@@ -1,4 +1,4 @@
-"""Scenario 9 (issue 15): the admin over a large table (PostgreSQL).
+"""Scenario 12 (issue 15): the admin over a large table (PostgreSQL).
 
 ``admin_instances`` finished and active instances are written with one INSERT ... SELECT
 from ``generate_series``; then the instance change list is timed through Django's test

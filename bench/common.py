@@ -57,11 +57,11 @@ class Sizes:
     # 10. Queue: instances queued behind a limit of 10, drained by this many worker threads.
     queue_instances: int = 10_000
     queue_workers: int = 4
-    # 8. Starts: timed start() calls, start_many() instances, bells due at once.
+    # 11. Starts: timed start() calls, start_many() instances, bells due at once.
     starts_timed: int = 500
     start_many: int = 10_000
     bells: int = 10_000
-    # 9. Admin (PostgreSQL): instances in the table, steps of the instance whose page is
+    # 12. Admin (PostgreSQL): instances in the table, steps of the instance whose page is
     # opened, timed page loads.
     admin_instances: int = 1_000_000
     admin_steps: int = 10_000

@@ -6,12 +6,16 @@ was skipped shows as such in its cells.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
 COLUMNS = (("sqlite", "SQLite (WAL)"), ("postgresql", "PostgreSQL"))
+# The narrowest columns; wider content widens them. A longer label wraps.
 LABEL_WIDTH = 50
+LABEL_MAX = 62
 CELL_WIDTH = 30
+GAP = 2  # spaces at least before a cell
 
 Results = dict[str, dict[str, Any]]  # vendor -> results of bench.run
 Cell = Callable[[dict[str, Any]], str]
@@ -64,17 +68,21 @@ def status(results: dict[str, Any], scenario: str) -> str | None:
 
 
 class Table:
+    """Rows of a label and one cell per database, laid out when rendered: each column is as
+    wide as its widest entry (at least LABEL_WIDTH and CELL_WIDTH), and a label longer
+    than LABEL_MAX wraps, its cells on its last line, so every row lines up."""
+
     def __init__(self, results: Results) -> None:
         self.results = results
-        self.lines: list[str] = []
+        # A plain line, or a row: (label, cells), or the header: (title, titles, None).
+        self.entries: list[str | tuple[str, list[str]] | tuple[str, list[str], None]] = []
 
     def header(self, title: str) -> None:
-        self.lines.append("")
-        self.lines.append(self._row(title, [title_cell for _, title_cell in COLUMNS]))
-        self.lines.append("-" * (LABEL_WIDTH + CELL_WIDTH * len(COLUMNS)))
+        self.entries.append("")
+        self.entries.append((title, [title_cell for _, title_cell in COLUMNS], None))
 
     def section(self, title: str) -> None:
-        self.lines.append(title)
+        self.entries.append(title)
 
     def row(self, label: str, cell: Cell, scenario: str) -> None:
         cells = []
@@ -91,12 +99,38 @@ class Table:
                 cells.append(cell(results))
             except Missing:
                 cells.append("-")
-        self.lines.append(self._row("  " + label, cells))
+        self.entries.append(("  " + label, cells))
 
-    @staticmethod
-    def _row(label: str, cells: list[str]) -> str:
-        text = f"{label:<{LABEL_WIDTH}}" + "".join(f"{cell:>{CELL_WIDTH}}" for cell in cells)
-        return text.rstrip()
+    @property
+    def lines(self) -> list[str]:
+        return self.render(*self.widths())
+
+    def widths(self) -> tuple[int, int]:
+        """The label and cell widths this table's content needs."""
+        rows = [entry for entry in self.entries if isinstance(entry, tuple)]
+        # A cell is right-aligned with GAP spaces at least: a label may fill its column.
+        labels = [len(entry[0]) for entry in rows]
+        cells = [len(cell) + GAP for entry in rows for cell in entry[1]]
+        label_width = max([LABEL_WIDTH, *(width for width in labels if width <= LABEL_MAX)])
+        return label_width, max([CELL_WIDTH, *cells])
+
+    def render(self, label_width: int, cell_width: int) -> list[str]:
+        lines = []
+        for entry in self.entries:
+            if isinstance(entry, str):
+                lines.append(entry)
+                continue
+            label, cells = entry[0], entry[1]
+            *wrapped, last = textwrap.wrap(label, label_width, subsequent_indent=" " * 4) or [""]
+            lines += wrapped
+            lines.append(
+                (
+                    f"{last:<{label_width}}" + "".join(f"{cell:>{cell_width}}" for cell in cells)
+                ).rstrip()
+            )
+            if len(entry) == 3:  # the header's rule
+                lines.append("-" * (label_width + cell_width * len(cells)))
+        return lines
 
 
 def any_result(results: Results, *path: str) -> Any:
@@ -318,7 +352,91 @@ def figures_table(results: Results) -> Table:
         lambda r: str(dig(r, "queue", "max_holding")),
         "queue",
     )
+
+    starts_section(table, results)
+    admin_section(table, results)
+
+    table.section("13. Server cost per run step (PostgreSQL), beside the raw commit")
+    for key, label in (("run_step", "run step"), ("raw_commit", "raw commit")):
+        table.row(
+            f"{label}: WAL bytes / server CPU",
+            lambda r, key=key: server_cost_cell(dig(r, "wal", key)),
+            "wal",
+        )
     return table
+
+
+def starts_section(table: Table, results: Results) -> None:
+    timed = any_result(results, "starts", "start", "starts") or 0
+    table.section(f"11. Starting: {timed:,} start() calls one at a time, bells written")
+    table.row(
+        "start(): median / p99",
+        lambda r: "{} / {} ms".format(
+            ms(dig(r, "starts", "start", "median")), ms(dig(r, "starts", "start", "p99"))
+        ),
+        "starts",
+    )
+    table.row(
+        "raw commit (before and after) -> median's ratio",
+        lambda r: "{:.3f} ms -> x{:.2f}".format(
+            dig(r, "starts", "start", "raw_commit_seconds") * 1000,
+            dig(r, "starts", "start", "ratio_to_raw_commit"),
+        ),
+        "starts",
+    )
+    table.row(
+        "statements / transactions of one start",
+        lambda r: "{statements:g} / {transactions:g}".format(**dig(r, "starts", "start")),
+        "starts",
+    )
+    table.row(
+        "statements per start, id blocks included (mean)",
+        lambda r: f"{dig(r, 'starts', 'start', 'statements_mean'):.2f}",
+        "starts",
+    )
+    many = any_result(results, "starts", "start_many", "instances") or 0
+    table.row(
+        f"start_many() of {many:,} instances",
+        lambda r: f"{number(dig(r, 'starts', 'start_many', 'instances_per_second'))}/s",
+        "starts",
+    )
+    for key, label in (
+        ("bells", "bells due at once, ours: inversions, drain"),
+        ("bells_django_q2_orm", "bells, django-q2's ORM broker: the same"),
+    ):
+        count = any_result(results, "starts", key, "bells") or 0
+        table.row(
+            f"{count:,} {label}",
+            lambda r, key=key: "{}, {:.1f} s ({}/s)".format(
+                dig(r, "starts", key, "inversions"),
+                dig(r, "starts", key, "drain_seconds"),
+                number(dig(r, "starts", key, "bells_per_second")),
+            ),
+            "starts",
+        )
+
+
+def admin_section(table: Table, results: Results) -> None:
+    instances = any_result(results, "admin", "instances") or 0
+    table.section(f"12. Admin at {instances:,} instances (PostgreSQL): median page load")
+    steps = any_result(results, "admin", "change_page_steps") or 0
+    for key, label in (
+        ("change_list", "instance list"),
+        ("change_list_running", "instance list filtered by status"),
+        ("change_page", f"page of an instance of {steps:,} steps"),
+    ):
+        table.row(
+            label,
+            lambda r, key=key: "{} ms ({} queries)".format(
+                ms(dig(r, "admin", key, "median")), dig(r, "admin", key, "queries")
+            ),
+            "admin",
+        )
+
+
+def server_cost_cell(figures: dict[str, Any]) -> str:
+    cpu = figures["server_cpu_ms_each"]
+    return f"{number(figures['wal_bytes_each'])} B / " + ("?" if cpu is None else f"{cpu:.3f} ms")
 
 
 def count_of(results: Results, key: str) -> str:
@@ -534,8 +652,13 @@ def details(results: Results) -> list[str]:
 def render(results: Results, *, smoke: bool) -> str:
     from .targets15 import targets_table as targets15_table
 
-    lines = figures_table(results).lines + targets_table(results).lines
-    lines += targets15_table(results).lines
+    lines = figures_table(results).lines
+    # The two target blocks share their widths: their columns line up with each other too.
+    blocks = [targets_table(results), targets15_table(results)]
+    label_width = max(block.widths()[0] for block in blocks)
+    cell_width = max(block.widths()[1] for block in blocks)
+    for block in blocks:
+        lines += block.render(label_width, cell_width)
     lines.append("")
     if smoke:
         lines.append("Smoke sizes: the figures only show that every scenario ran.")

@@ -1,4 +1,4 @@
-"""Scenario 10 (issue 15, PostgreSQL): what one run step costs the server.
+"""Scenario 13 (issue 15, PostgreSQL): what one run step costs the server.
 
 WAL bytes per step from ``pg_current_wal_lsn()`` before and after a sequential workflow, and
 the server CPU per step: from ``pg_stat_statements`` when the extension is loaded, else from

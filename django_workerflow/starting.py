@@ -2,15 +2,20 @@
 
 New instances, their 'created' workflow events and their bells are written by one
 statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round trip and
-one commit, after one read of the ids the bells name) and by one ``BEGIN IMMEDIATE``
-transaction of three statements on SQLite. Rows
-are inserted with ``ON CONFLICT (key) DO NOTHING``, so a key that exists (or is created
-concurrently) writes nothing and is read back by the caller: starts stay idempotent by key.
+one commit) and by one ``BEGIN IMMEDIATE`` transaction of three statements on SQLite. A
+bell names its instance's id, so on PostgreSQL the ids come from the table's sequence
+before the statement: a batch draws its own, a single start takes one from a block this
+process drew ahead (:class:`IdBlock`). Rows are inserted with ``ON CONFLICT DO NOTHING``,
+so a key that exists (or is created concurrently) writes nothing and is read back by the
+caller: starts stay idempotent by key.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 
 from . import alarms, bell_rows, jsonvalue, registry
 from .clock import now as clock_now
@@ -32,12 +37,17 @@ logger = logging.getLogger("django_workerflow.runtime")
 
 #: The most rows one statement inserts.
 BATCH_ROWS = 1000
+#: The ids a process draws at once for its single starts (PostgreSQL).
+ID_BLOCK_SIZE = 48
+# Draws of a fresh id for one start before giving up (see _insert_one).
+ID_ATTEMPTS = 3
 
 INSTANCE = WorkflowInstance._meta.db_table
 EVENT = WorkflowEvent._meta.db_table
 # Quoted as both databases quote identifiers ("key" and "lock" are SQL keywords).
 KEY = '"key"'
 QUEUE_COLUMNS = '("key", "payload", "lock")'
+EVENT_COLUMNS = "(instance_id, type, reason, recorded_at)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +58,96 @@ class NewInstance:
     input_json: str
 
 
-def _columns() -> tuple[list[str], list[Any]]:
-    """The instance table's columns (all but the id) and their field objects."""
-    fields = [f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key]
-    return [str(f.column) for f in fields], fields
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """The instance table's columns (all but the id) and their fields, read once: the
+    model's metadata does not change while the process runs."""
+
+    columns: tuple[str, ...]
+    fields: tuple[Any, ...]
+    key_at: int
+    input_at: int
+    created_at: int
+    datetimes: frozenset[int]  # plain DateTimeFields: one preparation serves them all
+
+
+@functools.cache
+def _layout() -> _Layout:
+    fields = tuple(f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key)
+    columns = tuple(str(f.column) for f in fields)
+    names = [f.name for f in fields]
+    return _Layout(
+        columns=columns,
+        fields=fields,
+        key_at=names.index("key"),
+        input_at=names.index("input"),
+        created_at=names.index("created_at"),
+        datetimes=frozenset(
+            index for index, f in enumerate(fields) if type(f) is models.DateTimeField
+        ),
+    )
+
+
+class IdBlock:
+    """Instance ids drawn ahead from the table's sequence for this process's single starts
+    (PostgreSQL): one ``SELECT nextval(...) FROM generate_series(1, size)`` per ``size``
+    starts, so a start sends only its one statement.
+
+    Ids stay unique, since the sequence hands each out once, but they are no longer in
+    creation order across processes: one process may hold 101-148 while another holds
+    149-196 and starts first. Within a process they still increase. Nothing orders
+    instances by id to mean "created first": ``created_at`` does (admission's queue orders
+    by priority, ``created_at``, then id, and its instances take admission's path, not
+    this one). An id lost to a key conflict, or left in a block when the process ends, is
+    a gap, as a rolled-back ``nextval`` is.
+
+    Thread-safe (one lock). Fork-safe: a child process never uses its parent's ids (they
+    are dropped after a fork, and a block remembers the process that drew it, for forks
+    made without Python's at-fork hooks).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._reset()
+
+    def _reset(self) -> None:
+        # A new lock too: another thread of the parent may have held it at the fork.
+        self._lock = threading.Lock()
+        self._ids: list[int] = []  # largest first: pop() takes the smallest
+        self._pid = os.getpid()
+
+    def take(self, cursor: Any) -> int:
+        """The next id, drawing a new block through ``cursor`` when this one is empty."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._ids, self._pid = [], os.getpid()
+            if not self._ids:
+                self._ids = sorted(draw_ids(cursor, self.size), reverse=True)
+            return self._ids.pop()
+
+    def discard(self) -> None:
+        """Drop the ids left: the next take draws new ones."""
+        with self._lock:
+            self._ids = []
+
+    def __len__(self) -> int:
+        return len(self._ids) if self._pid == os.getpid() else 0
+
+
+id_block = IdBlock(ID_BLOCK_SIZE)
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=id_block._reset)
+
+
+def draw_ids(cursor: Any, count: int) -> list[int]:
+    """PostgreSQL: ``count`` ids drawn from the instance table's sequence, in one statement
+    (``OFFSET 0`` keeps the sequence's name from being looked up once per row)."""
+    cursor.execute(
+        "SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence(%s, 'id')::regclass "
+        "AS seq OFFSET 0) AS s, generate_series(1, %s)",
+        [INSTANCE, count],
+    )
+    return [row[0] for row in cursor.fetchall()]
 
 
 def start_one(
@@ -79,28 +175,40 @@ def start_one(
     return created[0]
 
 
-def _template(name: str, version: str, now: datetime, bell: bool) -> WorkflowInstance:
-    """A new pending instance without its key and input."""
-    return WorkflowInstance(
-        key="",
-        definition_name=name,
-        definition_version=version,
-        input=None,
-        status=WorkflowStatus.PENDING,
-        alarm_at=now,
-        bell_at=now if bell else None,
-        created_at=now,
-        updated_at=now,
-    )
+def _chosen(
+    name: str,
+    version: str,
+    now: datetime,
+    bell: bool,
+    priority: int,
+    parent_pk: int | None,
+    detached: bool,
+) -> dict[str, Any]:
+    """A new pending instance's values by attribute name, but for its key and input; every
+    other column keeps its default. Admitted at once: starts of definitions with a
+    concurrency limit take admission's path."""
+    return {
+        "key": "",
+        "definition_name": name,
+        "definition_version": version,
+        "input": None,
+        "status": WorkflowStatus.PENDING,
+        "alarm_at": now,
+        "bell_at": now if bell else None,
+        "created_at": now,
+        "updated_at": now,
+        # A child workflow's parent (set by a parent's child step, see child_steps.py).
+        "parent_id": parent_pk,
+        "detached": detached,
+        "priority": priority,
+        "admitted_at": now,
+    }
 
 
-def _copy(template: WorkflowInstance, entry: NewInstance) -> WorkflowInstance:
-    instance = WorkflowInstance(
-        **{f.attname: getattr(template, f.attname) for f in WorkflowInstance._meta.concrete_fields}
-    )
-    instance.key = entry.key
-    instance.input = None if entry.input_json == "null" else jsonvalue.loads(entry.input_json)
-    return instance
+def _copy(instance: WorkflowInstance) -> WorkflowInstance:
+    # Positional arguments: Django's fast path, as when it loads a row.
+    values: Any = [getattr(instance, f.attname) for f in WorkflowInstance._meta.concrete_fields]
+    return WorkflowInstance(*values)
 
 
 def insert_pending(
@@ -121,26 +229,19 @@ def insert_pending(
     if len(entries) > BATCH_ROWS:
         raise ValueError(f"insert_pending writes at most {BATCH_ROWS} rows at a time.")
     direct_bells = bell_rows.direct_orm_bells()
-    columns, fields = _columns()
-    template = _template(name, version, now, direct_bells)
-    # A child workflow's parent (set by a parent's child step, see child_steps.py).
-    template.parent_id = parent_pk
-    template.detached = detached
-    # Admitted at once: starts of definitions with a concurrency limit take runtime's path.
-    template.priority = priority
-    template.admitted_at = now
-    values = [f.get_db_prep_save(f.value_from_object(template), connection) for f in fields]
-    key_at = columns.index(str(WorkflowInstance._meta.get_field("key").column))
-    input_at = columns.index(str(WorkflowInstance._meta.get_field("input").column))
+    layout = _layout()
+    chosen = _chosen(name, version, now, direct_bells, priority, parent_pk, detached)
+    template = WorkflowInstance(**chosen)
+    values = _prepared(template, chosen, layout, now)
     rows = []
     for entry in entries:
         row = list(values)
-        row[key_at] = entry.key
+        row[layout.key_at] = entry.key
         # Already JSON text, validated by the caller: stored as is (a None input as NULL).
-        row[input_at] = None if entry.input_json == "null" else entry.input_json
+        row[layout.input_at] = None if entry.input_json == "null" else entry.input_json
         rows.append(row)
     with _write_transaction() as cursor:
-        created = _insert(cursor, columns, rows, direct_bells, now)
+        created = _insert(cursor, layout.columns, rows, direct_bells, now)
         if not direct_bells:
             # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).
             for created_pk in created.values():
@@ -149,17 +250,52 @@ def insert_pending(
     template.bell_at = now if armed else None
     result = []
     for entry in entries:
-        pk = created.get(entry.key)
+        pk = created.pop(entry.key, None)  # a key given twice is created once
         if pk is None:
             continue
-        instance = _copy(template, entry)
+        # One entry: the template becomes the instance, no second model instance to build.
+        instance = template if len(entries) == 1 else _copy(template)
+        instance.key = entry.key
+        instance.input = None if entry.input_json == "null" else jsonvalue.loads(entry.input_json)
         instance.pk = pk
         instance._state.adding = False
         instance._state.db = connection.alias
         result.append(instance)
-        created.pop(entry.key)  # a key given twice is created once
     _announce(result)
     return result
+
+
+def _prepared(
+    template: WorkflowInstance, chosen: dict[str, Any], layout: _Layout, now: datetime
+) -> list[Any]:
+    """The template's values as the database takes them. The defaults are prepared once per
+    process, and ``now`` (in up to five columns) once per call: preparing a datetime, with
+    its time zone checks, was the largest share of this."""
+    defaults = _prepared_defaults(connection.vendor)
+    prepared_now = layout.fields[layout.created_at].get_db_prep_save(now, connection)
+    values = []
+    for index, field in enumerate(layout.fields):
+        if field.attname not in chosen and index in defaults:
+            values.append(defaults[index])
+            continue
+        value = getattr(template, field.attname)
+        if value is now and index in layout.datetimes:
+            values.append(prepared_now)
+        else:
+            values.append(field.get_db_prep_save(value, connection))
+    return values
+
+
+@functools.cache
+def _prepared_defaults(vendor: str) -> dict[int, Any]:
+    """The prepared defaults of the columns whose default is a constant, by index
+    (``vendor`` keys the cache: preparing is the connection's)."""
+    fields = _layout().fields
+    return {
+        index: field.get_db_prep_save(field.get_default(), connection)
+        for index, field in enumerate(fields)
+        if not (field.has_default() and callable(field.default))
+    }
 
 
 @contextmanager
@@ -185,22 +321,24 @@ def _write_transaction() -> Iterator[Any]:
 
 
 def _insert(
-    cursor: Any, columns: list[str], rows: list[list[Any]], bells: bool, now: datetime
+    cursor: Any, columns: tuple[str, ...], rows: list[list[Any]], bells: bool, now: datetime
 ) -> dict[str, int]:
     """Insert the rows, their events and (``bells``) their bells; return the created keys'
-    ids. A bell carries the instance id, so PostgreSQL reads the ids first."""
+    ids. A bell carries the instance id, so PostgreSQL draws the ids first."""
     when = bell_rows.due(now)
     created_event = [WorkflowEventType.CREATED, when]
     if connection.vendor == "postgresql":
-        ids = _next_ids(cursor, len(rows)) if bells else []
+        if bells and len(rows) == 1:
+            return _insert_one(cursor, columns, rows[0], when)
+        ids = draw_ids(cursor, len(rows)) if bells else []
         if bells:
-            columns = ["id", *columns]
+            columns = ("id", *columns)
             rows = [[pk, *row] for pk, row in zip(ids, rows, strict=True)]
         select, params = _unnest_rows(columns, rows)
         text = (
             f"WITH new AS (INSERT INTO {INSTANCE} ({', '.join(columns)}) {select} "
             f"ON CONFLICT ({KEY}) DO NOTHING RETURNING id, {KEY}), created AS (INSERT INTO "
-            f"{EVENT} (instance_id, type, reason, recorded_at) SELECT id, %s, NULL, %s FROM new)"
+            f"{EVENT} {EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new)"
         )
         params += created_event
         if bells:
@@ -218,7 +356,7 @@ def _insert(
     if not created:
         return created
     cursor.execute(
-        f"INSERT INTO {EVENT} (instance_id, type, reason, recorded_at) VALUES "
+        f"INSERT INTO {EVENT} {EVENT_COLUMNS} VALUES "
         + ", ".join(["(%s, %s, NULL, %s)"] * len(created)),
         [value for pk in created.values() for value in (pk, *created_event)],
     )
@@ -232,11 +370,60 @@ def _insert(
     return created
 
 
-def _unnest_rows(columns: list[str], rows: list[list[Any]]) -> tuple[str, list[Any]]:
-    """PostgreSQL: a SELECT of ``rows`` with one parameter per column (an array where the
-    rows differ), so a batch's text and parameters stay small whatever its size."""
+def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any) -> dict[str, int]:
+    """PostgreSQL, one instance with its bell: one statement, its id from :data:`id_block`.
+
+    The statement answers whether it created the row and whether the key existed before it.
+    Neither means the id was taken (a block drawn before the sequence was reset, as by
+    ``TRUNCATE ... RESTART IDENTITY`` or a test case's ``reset_sequences``), or a concurrent
+    start of the same key committed while this one ran: a fresh block settles both. The
+    conflict target is left out so that a taken id writes nothing instead of raising, which
+    would abort the caller's transaction.
+    """
+    key = row[_layout().key_at]
+    text = _one_text(columns, bell_rows.queue_table())
+    for _attempt in range(ID_ATTEMPTS):
+        pk = id_block.take(cursor)
+        params = [pk, *row, WorkflowEventType.CREATED, when]
+        params += [bell_rows.list_key(), bell_rows.payload(pk), when, key]
+        cursor.execute(text, params)
+        created_pk, existed = cursor.fetchone()
+        if created_pk is not None:
+            return {key: created_pk}
+        if existed:
+            return {}
+        id_block.discard()
+    raise IntegrityError(
+        f"start() of key '{key}' wrote nothing {ID_ATTEMPTS} times, with fresh ids, and the "
+        f"key is not taken: does {INSTANCE} have another unique constraint?"
+    )
+
+
+@functools.cache
+def _one_text(columns: tuple[str, ...], queue_table: str) -> str:
+    marks = ", ".join(["%s"] * (len(columns) + 1))
+    return (
+        f"WITH new AS (INSERT INTO {INSTANCE} (id, {', '.join(columns)}) VALUES ({marks}) "
+        f"ON CONFLICT DO NOTHING RETURNING id), created AS (INSERT INTO {EVENT} "
+        f"{EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new), bells AS (INSERT INTO "
+        f"{queue_table} {QUEUE_COLUMNS} SELECT %s, %s, %s::timestamptz FROM new) "
+        f"SELECT (SELECT id FROM new), EXISTS (SELECT 1 FROM {INSTANCE} WHERE {KEY} = %s)"
+    )
+
+
+@functools.cache
+def _db_types(vendor: str) -> dict[str, str | None]:
+    """The instance table's column types (``vendor`` keys the cache: the types are the
+    connection's)."""
     types = {str(f.column): f.db_type(connection) for f in WorkflowInstance._meta.concrete_fields}
     types["id"] = "bigint"
+    return types
+
+
+def _unnest_rows(columns: Sequence[str], rows: list[list[Any]]) -> tuple[str, list[Any]]:
+    """PostgreSQL: a SELECT of ``rows`` with one parameter per column (an array where the
+    rows differ), so a batch's text and parameters stay small whatever its size."""
+    types = _db_types(connection.vendor)
     outputs, arrays, params, array_params = [], [], [], []
     for index, column in enumerate(columns):
         values = [row[index] for row in rows]
@@ -248,7 +435,7 @@ def _unnest_rows(columns: list[str], rows: list[list[Any]]) -> tuple[str, list[A
             arrays.append((index, column))
             array_params.append(values)
     select = f"SELECT {', '.join(outputs)}"
-    if arrays:  # else one row (a single start)
+    if arrays:  # else one row
         unnest = ", ".join(f"%s::{types[column]}[]" for _index, column in arrays)
         names = ", ".join(f"c{index}" for index, _column in arrays)
         select += f" FROM unnest({unnest}) AS v({names})"
@@ -256,30 +443,13 @@ def _unnest_rows(columns: list[str], rows: list[list[Any]]) -> tuple[str, list[A
     return select, params + array_params
 
 
-def _insert_rows(columns: list[str], count: int) -> str:
+def _insert_rows(columns: Sequence[str], count: int) -> str:
     marks = "(" + ", ".join(["%s"] * len(columns)) + ")"
     return (
         f"INSERT INTO {INSTANCE} ({', '.join(columns)}) VALUES "
         + ", ".join([marks] * count)
         + f" ON CONFLICT ({KEY}) DO NOTHING RETURNING id, {KEY}"
     )
-
-
-_sequences: dict[str, str] = {}
-
-
-def _next_ids(cursor: Any, count: int) -> list[int]:
-    """PostgreSQL: ``count`` ids drawn from the instance table's sequence."""
-    if INSTANCE not in _sequences:
-        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [INSTANCE])
-        _sequences[INSTANCE] = cursor.fetchone()[0]
-    if count == 1:
-        cursor.execute("SELECT nextval(%s)", [_sequences[INSTANCE]])
-    else:
-        cursor.execute(
-            "SELECT nextval(%s) FROM generate_series(1, %s)", [_sequences[INSTANCE], count]
-        )
-    return [row[0] for row in cursor.fetchall()]
 
 
 def _announce(instances: list[WorkflowInstance]) -> None:
@@ -291,12 +461,8 @@ def _announce(instances: list[WorkflowInstance]) -> None:
     sender = registry.lookup(first.definition_name, first.definition_version)
     if not workflow_status_changed.has_listeners(sender):
         return
-    fields = WorkflowInstance._meta.concrete_fields
     # Copies: the caller's objects may change before the commit (the signal reports this one).
-    snapshots = [
-        WorkflowInstance(**{f.attname: getattr(instance, f.attname) for f in fields})
-        for instance in instances
-    ]
+    snapshots = [_copy(instance) for instance in instances]
 
     def send() -> None:
         for instance in snapshots:

@@ -1,0 +1,107 @@
+"""The benchmark's printed table (bench/report.py), from made-up results: every section
+number once and in order, the starting scenario's figures, and target blocks whose rows
+line up however long a label or a cell is."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from bench.report import LABEL_MAX, render
+
+
+def _results(vendor: str) -> dict[str, Any]:
+    postgresql = vendor == "postgresql"
+    start = {
+        "starts": 500,
+        "median": 0.00104 if postgresql else 0.00031,
+        "p99": 0.0026 if postgresql else 0.0033,
+        "raw_commit_seconds": 0.0002 if postgresql else 0.00002,
+        "ratio_to_raw_commit": 5.2 if postgresql else 15.5,
+        "statements": 1 if postgresql else 3,
+        "statements_mean": 1.02 if postgresql else 3.0,
+        "transactions": 1,
+    }
+    backlog = {"bells": 10_000, "drain_seconds": 5.0, "bells_per_second": 2_000, "inversions": 0}
+    results: dict[str, Any] = {
+        "environment": {
+            "vendor": vendor,
+            "server": vendor,
+            "python": "3.11",
+            "django": "5.2",
+            "cpus": 2,
+        },
+        "load": {"before": [1.0, 1.0, 1.0], "after": [2.0, 2.0, 2.0]},
+        "seconds": 60,
+        "starts": {
+            "start": start,
+            "start_many": {"instances": 10_000, "seconds": 1, "instances_per_second": 10_000},
+            "bells": backlog,
+            "bells_django_q2_orm": {**backlog, "bells": 2_000},
+        },
+    }
+    if postgresql:
+        page = {"median": 0.0279, "max": 0.03, "queries": 7, "counting_queries": []}
+        results["admin"] = {
+            "instances": 1_111_164,
+            "fill_seconds": 30,
+            "change_list": page,
+            "change_list_running": page,
+            "change_page_steps": 10_000,
+            "change_page": {**page, "median": 0.176},
+        }
+        results["wal"] = {
+            "run_step": {"count": 2000, "wal_bytes_each": 1427, "server_cpu_ms_each": 0.195},
+            "raw_commit": {"count": 2000, "wal_bytes_each": 188, "server_cpu_ms_each": None},
+        }
+    else:
+        results["admin"] = {"skipped": "measured on PostgreSQL"}
+        results["wal"] = {"skipped": "PostgreSQL only"}
+    return results
+
+
+def _table() -> list[str]:
+    results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
+    return render(results, smoke=False).splitlines()
+
+
+def test_report__numbers_every_section_once_in_order():
+    numbers = [int(m.group(1)) for line in _table() if (m := re.match(r"(\d+)\. ", line))]
+
+    assert numbers == list(range(1, len(numbers) + 1))
+    assert len(numbers) == 13
+
+
+def test_report__prints_the_starting_figures():
+    lines = _table()
+    section = lines.index(next(line for line in lines if line.startswith("11. Starting")))
+    starting = "\n".join(lines[section : section + 8])
+
+    assert "0.3 / 3.3 ms" in starting  # SQLite: median / p99
+    assert "1.0 / 2.6 ms" in starting  # PostgreSQL
+    assert "0.200 ms -> x5.20" in starting  # raw commit and the ratio to it
+    assert "3 / 1" in starting  # statements / transactions
+    assert "1.02" in starting  # statements per start, id block draws included
+
+
+def test_report__the_rows_of_both_target_blocks_line_up():
+    lines = _table()
+    first = lines.index(next(line for line in lines if line.startswith("Targets (issue 5)")))
+    last = next(i for i, line in enumerate(lines) if i > first and line.startswith("SQLite"))
+    block = [line for line in lines[first:last] if line and not line.startswith("-")]
+    # Cells stand two spaces at least from what precedes them; a wrapped label's first
+    # lines carry none.
+    with_cells = [line for line in block if re.search(r"\S {2,}\S", line)]
+    label_only = [line for line in block if line not in with_cells]
+
+    assert len(with_cells) >= 20
+    assert len({len(line) for line in with_cells}) == 1, with_cells
+    assert all(len(line) <= LABEL_MAX for line in label_only), label_only
+    # Each cell is right-aligned in its own column: the PostgreSQL cells end the rows, the
+    # SQLite cells end at one column too.
+    sqlite_ends = set()
+    for line in with_cells:
+        sqlite_cell = re.search(r"(\S+(?: \S+)*)\s{2,}\S+(?: \S+)*$", line)
+        assert sqlite_cell, line
+        sqlite_ends.add(sqlite_cell.end(1))
+    assert len(sqlite_ends) == 1, sqlite_ends
