@@ -5,17 +5,15 @@ statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round
 one commit) and by one ``BEGIN IMMEDIATE`` transaction of three statements on SQLite. A
 bell names its instance's id, so on PostgreSQL the ids come from the table's sequence
 before the statement: a batch draws its own, a single start takes one from a block this
-process drew ahead (:class:`IdBlock`). Rows are inserted with ``ON CONFLICT DO NOTHING``,
-so a key that exists (or is created concurrently) writes nothing and is read back by the
-caller: starts stay idempotent by key.
+process drew ahead (:class:`~.instance_ids.IdBlock`). Rows are inserted with ``ON CONFLICT
+DO NOTHING``, so a key that exists (or is created concurrently) writes nothing and is read
+back by the caller: starts stay idempotent by key.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from django.db import IntegrityError, connection, models, transaction
 
 from . import alarms, bell_rows, jsonvalue, registry
 from .clock import now as clock_now
+from .instance_ids import draw_ids, id_block
 from .models import WorkflowInstance, WorkflowStatus
 from .models.history import WorkflowEvent
 from .signals import workflow_status_changed
@@ -37,8 +36,6 @@ logger = logging.getLogger("django_workerflow.runtime")
 
 #: The most rows one statement inserts.
 BATCH_ROWS = 1000
-#: The ids a process draws at once for its single starts (PostgreSQL).
-ID_BLOCK_SIZE = 48
 # Draws of a fresh id for one start before giving up (see _insert_one).
 ID_ATTEMPTS = 3
 
@@ -86,68 +83,6 @@ def _layout() -> _Layout:
             index for index, f in enumerate(fields) if type(f) is models.DateTimeField
         ),
     )
-
-
-class IdBlock:
-    """Instance ids drawn ahead from the table's sequence for this process's single starts
-    (PostgreSQL): one ``SELECT nextval(...) FROM generate_series(1, size)`` per ``size``
-    starts, so a start sends only its one statement.
-
-    Ids stay unique, since the sequence hands each out once, but they are no longer in
-    creation order across processes: one process may hold 101-148 while another holds
-    149-196 and starts first. Within a process they still increase. Nothing orders
-    instances by id to mean "created first": ``created_at`` does (admission's queue orders
-    by priority, ``created_at``, then id, and its instances take admission's path, not
-    this one). An id lost to a key conflict, or left in a block when the process ends, is
-    a gap, as a rolled-back ``nextval`` is.
-
-    Thread-safe (one lock). Fork-safe: a child process never uses its parent's ids (they
-    are dropped after a fork, and a block remembers the process that drew it, for forks
-    made without Python's at-fork hooks).
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._reset()
-
-    def _reset(self) -> None:
-        # A new lock too: another thread of the parent may have held it at the fork.
-        self._lock = threading.Lock()
-        self._ids: list[int] = []  # largest first: pop() takes the smallest
-        self._pid = os.getpid()
-
-    def take(self, cursor: Any) -> int:
-        """The next id, drawing a new block through ``cursor`` when this one is empty."""
-        with self._lock:
-            if self._pid != os.getpid():
-                self._ids, self._pid = [], os.getpid()
-            if not self._ids:
-                self._ids = sorted(draw_ids(cursor, self.size), reverse=True)
-            return self._ids.pop()
-
-    def discard(self) -> None:
-        """Drop the ids left: the next take draws new ones."""
-        with self._lock:
-            self._ids = []
-
-    def __len__(self) -> int:
-        return len(self._ids) if self._pid == os.getpid() else 0
-
-
-id_block = IdBlock(ID_BLOCK_SIZE)
-if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
-    os.register_at_fork(after_in_child=id_block._reset)
-
-
-def draw_ids(cursor: Any, count: int) -> list[int]:
-    """PostgreSQL: ``count`` ids drawn from the instance table's sequence, in one statement
-    (``OFFSET 0`` keeps the sequence's name from being looked up once per row)."""
-    cursor.execute(
-        "SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence(%s, 'id')::regclass "
-        "AS seq OFFSET 0) AS s, generate_series(1, %s)",
-        [INSTANCE, count],
-    )
-    return [row[0] for row in cursor.fetchall()]
 
 
 def start_one(

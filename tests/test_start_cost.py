@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
-from django_workerflow import alarms, starting
+from django_workerflow import alarms, instance_ids
 from django_workerflow.models import WorkflowInstance
 
 from .test_statements import TRANSACTION_CONTROL
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_start__of_a_new_instance_costs_at_most_three_statements_and_one_commit(define):
     workflow = define(lambda self: None)
-    starting.id_block.discard()
+    instance_ids.id_block.discard()
     workerflow.start(workflow)  # draws a block of ids: the next start takes one of them
     executed: list[str] = []
 

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection, transaction
 
 import django_workerflow as workerflow
-from django_workerflow import bell_rows, starting
+from django_workerflow import bell_rows, instance_ids
 from django_workerflow.models import WorkflowEvent, WorkflowInstance
 
 
@@ -57,7 +57,7 @@ class FakeSequence:
 
 
 def test_id_block__hands_out_each_drawn_id_once_in_increasing_order():
-    block, sequence = starting.IdBlock(4), FakeSequence()
+    block, sequence = instance_ids.IdBlock(4), FakeSequence()
 
     ids = [block.take(sequence) for _ in range(10)]
 
@@ -67,7 +67,7 @@ def test_id_block__hands_out_each_drawn_id_once_in_increasing_order():
 
 
 def test_id_block__ids_are_unique_across_threads():
-    block, sequence = starting.IdBlock(5), FakeSequence()
+    block, sequence = instance_ids.IdBlock(5), FakeSequence()
     taken: list[list[int]] = [[] for _ in range(8)]
     barrier = threading.Barrier(len(taken))
 
@@ -88,11 +88,11 @@ def test_id_block__ids_are_unique_across_threads():
 
 
 def test_id_block__a_block_drawn_by_another_process_is_not_used(monkeypatch):
-    block, sequence = starting.IdBlock(10), FakeSequence()
+    block, sequence = instance_ids.IdBlock(10), FakeSequence()
     assert block.take(sequence) == 1
 
     # As in a child forked without Python's at-fork hooks: another pid, the same memory.
-    monkeypatch.setattr(starting.os, "getpid", lambda: -1)
+    monkeypatch.setattr(instance_ids.os, "getpid", lambda: -1)
 
     assert len(block) == 0
     assert block.take(sequence) == 11
@@ -100,7 +100,7 @@ def test_id_block__a_block_drawn_by_another_process_is_not_used(monkeypatch):
 
 
 def test_id_block__discard_makes_the_next_take_draw_again():
-    block, sequence = starting.IdBlock(10), FakeSequence()
+    block, sequence = instance_ids.IdBlock(10), FakeSequence()
     block.take(sequence)
 
     block.discard()
@@ -110,7 +110,7 @@ def test_id_block__discard_makes_the_next_take_draw_again():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
 def test_id_block__a_forked_child_draws_its_own_block():
-    block, sequence = starting.IdBlock(10), FakeSequence()
+    block, sequence = instance_ids.IdBlock(10), FakeSequence()
     os.register_at_fork(after_in_child=block._reset)
     assert block.take(sequence) == 1
     read, write = os.pipe()
@@ -136,8 +136,8 @@ def test_id_block__a_forked_child_draws_its_own_block():
 @pytest.mark.django_db(transaction=True)
 def test_start__sends_one_statement_while_the_block_lasts(define, monkeypatch):
     _postgresql_with_bells()
-    monkeypatch.setattr(starting.id_block, "size", 4)
-    starting.id_block.discard()
+    monkeypatch.setattr(instance_ids.id_block, "size", 4)
+    instance_ids.id_block.discard()
     workflow = define(lambda self: None)
     per_start: list[list[str]] = []
 
@@ -162,7 +162,7 @@ def test_start__sends_one_statement_while_the_block_lasts(define, monkeypatch):
 @pytest.mark.django_db(transaction=True)
 def test_start__ids_from_threads_are_unique_and_each_bell_names_its_own(define, monkeypatch):
     _postgresql_with_bells()
-    monkeypatch.setattr(starting.id_block, "size", 7)
+    monkeypatch.setattr(instance_ids.id_block, "size", 7)
     workflow = define(lambda self: None)
     returned: list[list[int]] = [[] for _ in range(4)]
     errors: list[BaseException] = []
@@ -195,9 +195,9 @@ def test_start__ids_from_threads_are_unique_and_each_bell_names_its_own(define, 
 def test_start__in_a_forked_child_takes_no_id_of_the_parents_block(define):
     _postgresql_with_bells()
     workflow = define(lambda self: None)
-    starting.id_block.discard()
+    instance_ids.id_block.discard()
     first = workerflow.start(workflow, key="parent-1")
-    parents_block = range(first.pk, first.pk + starting.id_block.size)
+    parents_block = range(first.pk, first.pk + instance_ids.id_block.size)
     read, write = os.pipe()
 
     pid = os.fork()
@@ -230,10 +230,10 @@ def test_start__an_id_already_taken_costs_a_retry_not_an_error(define, in_transa
     """As after ``TRUNCATE ... RESTART IDENTITY``: the block's next id is in the table."""
     _postgresql_with_bells()
     workflow = define(lambda self: None)
-    starting.id_block.discard()
+    instance_ids.id_block.discard()
     first = workerflow.start(workflow, key="draws-a-block")
     squatter = WorkflowInstance.objects.create(
-        pk=starting.id_block._ids[-1],  # the next id the block hands out
+        pk=instance_ids.id_block._ids[-1],  # the next id the block hands out
         key="squatter",
         definition_name=workflow.name,
         definition_version=workflow.version,
@@ -246,7 +246,7 @@ def test_start__an_id_already_taken_costs_a_retry_not_an_error(define, in_transa
         again = workerflow.start(workflow, key="fresh", input={"n": 2})
 
     assert squatter.pk == first.pk + 1
-    assert started.pk >= first.pk + starting.id_block.size  # from a block drawn afresh
+    assert started.pk >= first.pk + instance_ids.id_block.size  # from a block drawn afresh
     assert (again.pk, again.input) == (started.pk, {"n": 1})
     stored = WorkflowInstance.objects.get(key="fresh")
     assert (stored.pk, stored.input) == (started.pk, {"n": 1})
@@ -258,7 +258,7 @@ def test_start__an_id_already_taken_costs_a_retry_not_an_error(define, in_transa
 def test_start__of_a_taken_key_writes_nothing_and_burns_one_id(define):
     _postgresql_with_bells()
     workflow = define(lambda self: None)
-    starting.id_block.discard()
+    instance_ids.id_block.discard()
     first = workerflow.start(workflow, key="same", input=1)
 
     again = workerflow.start(workflow, key="same", input=2)
