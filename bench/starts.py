@@ -3,7 +3,7 @@
 - ``start()`` of one instance with its bell (django-q2's ORM broker, no cluster running):
   median and p99 beside the raw commit time measured right before and after; the
   statements and transactions of one start (the median over ``COUNTED`` starts), and the
-  mean, which includes PostgreSQL's draws of an id block (``starting.IdBlock``).
+  mean, which includes PostgreSQL's draws of an id block (``instance_ids.IdBlock``).
 - ``start_many()`` of ``start_many`` instances: instances per second.
 - ``bells`` bells due at once, shuffled, drained through :class:`DueFirstOrmBroker`:
   inversions of the due order (0 expected) and the drain time; django-q2's own ORM broker
@@ -24,8 +24,8 @@ from django.db import connection
 from django.utils import timezone
 
 from django_workerflow import start, start_many
-from django_workerflow.models import WorkflowInstance
 from django_workerflow.instance_ids import ID_BLOCK_SIZE
+from django_workerflow.models import WorkflowInstance
 
 from .common import Sizes, percentile
 from .inline import StatementCounter, commit_rate, create_probe_table
