@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 
-from . import alarms, lease, registry, sql
+from . import alarms, lease, registry, run_sql, sql
 from .states import ACTIVE_STATUSES, TERMINAL_STATUSES, StepState, StepType, WorkflowStatus
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def look_around(instance: WorkflowInstance) -> tuple[bool, bool]:
     else:
         name = "finish_followups"
     with connection.cursor() as cursor:
-        sql.execute(cursor, name, sql.params(**values))
+        run_sql.execute(cursor, name, sql.params(**values))
         row = cursor.fetchone()
     return bool(row[0]), bool(row[1])
 

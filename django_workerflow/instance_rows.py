@@ -21,7 +21,7 @@ from django.db import connection
 from django.db.models import Field, Model
 from django.db.models.signals import post_save, pre_save
 
-from . import sql
+from . import run_sql, sql
 from .models import WorkflowInstance
 from .models.history import WorkflowEvent
 
@@ -65,7 +65,7 @@ def read_instance(pk: int, *, lock: bool) -> WorkflowInstance | None:
     """The instance ``pk`` (None if it is gone); ``lock``: under its row lock."""
     name = "lock_instance" if lock and connection.vendor == "postgresql" else "read_instance"
     with connection.cursor() as cursor:
-        sql.execute(cursor, name, {"instance": pk})
+        run_sql.execute(cursor, name, {"instance": pk})
         row = cursor.fetchone()
     if row is None:
         return None
@@ -108,7 +108,7 @@ def record_event(instance_pk: int, event_type: str, reason: str | None, now: dat
         )
         return
     with connection.cursor() as cursor:
-        sql.execute(
+        run_sql.execute(
             cursor,
             "insert_workflow_event",
             {

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connection
 
-from . import sql
+from . import run_sql, sql
 from .exceptions import StepStateError
 from .instance_rows import converted
 from .models import Step
@@ -92,7 +92,7 @@ def read_step(pk: int, parent_step_id: str | None) -> StepRecord:
 def read_steps(instance_pk: int) -> list[StepRecord]:
     """Every step of an instance, oldest first, with their parents' step ids."""
     with connection.cursor() as cursor:
-        sql.execute(cursor, "read_steps", {"instance": instance_pk})
+        run_sql.execute(cursor, "read_steps", {"instance": instance_pk})
         rows = cursor.fetchall()
     records = [StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows]
     by_pk = {record.pk: record for record in records}

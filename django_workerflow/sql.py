@@ -8,17 +8,16 @@ what SQLite does in two statements), the name says which.
 
 The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`RENEW_LEASE_SET`)
 are written here once and used by every statement that checks or renews a lease; see
-:mod:`django_workerflow.lease` for the invariant they enforce.
+:mod:`django_workerflow.lease` for the invariant they enforce. :mod:`.run_sql` runs them
+(prepared on PostgreSQL).
 """
 
 from __future__ import annotations
 
 import re
-import weakref
 from functools import cache
 from typing import Any
 
-from .conf import settings
 from .models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
 from .states import StepEventType, StepState, StepType, WorkflowStatus
 
@@ -31,25 +30,27 @@ WORKFLOW_EVENT = WorkflowEvent._meta.db_table
 #: Every column of an instance, in the model's field order (a read builds the model from it).
 INSTANCE_COLUMNS = tuple(str(f.column) for f in WorkflowInstance._meta.concrete_fields)
 #: The columns of a step the tick reads, in :class:`~.records.StepRecord`'s field order.
-STEP_COLUMNS = (
-    "id",
-    "step_id",
-    "type",
-    "state",
-    "parent_id",
-    "attempt_count",
-    "max_attempts",
-    "next_attempt_at",
-    "result",
-    "error_name",
-    "error_message",
-    "wake_at",
-    "event_name",
-    "timeout_at",
-    "payload",
-    "resolved_at",
-    "created_at",
-    "child_instance_id",
+STEP_COLUMNS = tuple(
+    [
+        "id",
+        "step_id",
+        "type",
+        "state",
+        "parent_id",
+        "attempt_count",
+        "max_attempts",
+        "next_attempt_at",
+        "result",
+        "error_name",
+        "error_message",
+        "wake_at",
+        "event_name",
+        "timeout_at",
+        "payload",
+        "resolved_at",
+        "created_at",
+        "child_instance_id",
+    ]
 )
 
 #: The states, statuses and event types the statements compare with or write.
@@ -253,18 +254,7 @@ _STATEMENTS: dict[str, str] = {
         RETURNING id""",
     # PostgreSQL: record the success of a running attempt and its event; fenced by the step
     # row (still running, same attempt), not by the lease. Returns how many rows changed.
-    "succeed_run_with_event": f"""
-        WITH done AS (
-            UPDATE {STEP}
-            SET state = %(state_succeeded)s::varchar, result = %(result)s::text,
-                resolved_at = %(now)s::timestamptz
-            WHERE id = %(step)s::bigint AND state = %(state_running)s::varchar
-                AND attempt_count = %(attempt)s::integer
-            RETURNING id
-        ), succeeded AS (
-            {_SUCCEEDED_EVENT}
-        )
-        SELECT count(*) FROM done""",
+    "succeed_run_with_event": _FUSED_SUCCESS.rstrip(",") + " SELECT count(*) FROM done",
     # SQLite: record the success of a running attempt (its event is a second statement).
     "succeed_run": f"""
         UPDATE {STEP} SET state = %(state_succeeded)s, result = %(result)s,
@@ -387,50 +377,3 @@ def statement(vendor: str, name: str) -> str:
 def params(**values: Any) -> dict[str, Any]:
     """``values`` with the states every statement may compare with."""
     return {**STATE_PARAMS, **values}
-
-
-@cache
-def _names(name: str) -> tuple[str, ...]:
-    """The parameters the statement ``name`` names, each once."""
-    return tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", _STATEMENTS[name])))
-
-
-@cache
-def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
-    """PostgreSQL: (statement name, PREPARE text, parameter names in $n order).
-
-    Parameters carry explicit casts, so the server knows every type when preparing.
-    """
-    names: list[str] = []
-
-    def positional(match: re.Match) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    body = re.sub(r"%\((\w+)\)s", positional, _STATEMENTS[name])
-    name_in_server = f"workerflow_{name}"
-    return name_in_server, f"PREPARE {name_in_server} AS {body}", tuple(names)
-
-
-# The statements already prepared on each PostgreSQL connection (they live as long as the
-# server session, and survive rollbacks).
-_prepared_on: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
-
-
-def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
-    """Run the statement ``name``; on PostgreSQL as a server-side prepared statement
-    (planned once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
-    vendor = cursor.db.vendor
-    if vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
-        # Only the parameters the statement names: the driver binds (and Django's SQLite
-        # wrapper rewrites) every key it is given.
-        cursor.execute(statement(vendor, name), {key: values[key] for key in _names(name)})
-        return
-    server_name, prepare, names = prepared(name)
-    done = _prepared_on.setdefault(cursor.db.connection, set())
-    if server_name not in done:
-        cursor.execute(prepare)
-        done.add(server_name)
-    placeholders = ", ".join(["%s"] * len(names))
-    cursor.execute(f"EXECUTE {server_name}({placeholders})", [values[n] for n in names])

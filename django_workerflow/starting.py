@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,6 +29,7 @@ from .models import WorkflowInstance, WorkflowStatus
 from .models.history import WorkflowEvent
 from .signals import workflow_status_changed
 from .states import WorkflowEventType
+from .writes import write_transaction
 
 # The logger operators already configure (docs/operations.md lists its messages).
 logger = logging.getLogger("django_workerflow.runtime")
@@ -175,7 +175,7 @@ def insert_pending(
         # Already JSON text, validated by the caller: stored as is (a None input as NULL).
         row[layout.input_at] = None if entry.input_json == "null" else entry.input_json
         rows.append(row)
-    with _write_transaction() as cursor:
+    with write_transaction() as cursor:
         created = _insert(cursor, layout.columns, rows, direct_bells, now)
         if not direct_bells:
             # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).
@@ -231,28 +231,6 @@ def _prepared_defaults(vendor: str) -> dict[int, Any]:
         for index, field in enumerate(fields)
         if not (field.has_default() and callable(field.default))
     }
-
-
-@contextmanager
-def _write_transaction() -> Iterator[Any]:
-    """PostgreSQL: the one statement is its own transaction (or part of the caller's).
-    SQLite: one IMMEDIATE transaction, or a savepoint inside the caller's."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    if connection.in_atomic_block:
-        with transaction.atomic(), connection.cursor() as cursor:
-            yield cursor
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("BEGIN IMMEDIATE")
-        try:
-            yield cursor
-        except BaseException:
-            cursor.execute("ROLLBACK")
-            raise
-        cursor.execute("COMMIT")
 
 
 def _insert(

@@ -26,7 +26,7 @@ from datetime import datetime
 
 from django.db import connection
 
-from . import jsonvalue, sql
+from . import jsonvalue, run_sql, sql
 from .backoff import Backoff, backoff_failure, retry_delay
 from .child_store import ChildStepStore
 from .clock import now as clock_now
@@ -116,7 +116,7 @@ class StepStore(ChildStepStore):
 
     def _start_new_run(self, values: dict, now: datetime) -> int:
         with hot_write(values) as cursor:
-            sql.execute(cursor, start_new_run_statement(values["renew"]), values)
+            run_sql.execute(cursor, start_new_run_statement(values["renew"]), values)
             row = cursor.fetchone()
             if row is None:
                 raise ExecutionStopped(self.lease.stop_reason(cursor))
@@ -142,15 +142,15 @@ class StepStore(ChildStepStore):
                 name = (
                     "succeed_and_start_renewing" if values["renew"] else "succeed_and_start_checked"
                 )
-                sql.execute(cursor, name, values)
+                run_sql.execute(cursor, name, values)
                 recorded, new_pk = cursor.fetchone()
             else:
-                sql.execute(cursor, "succeed_run", values)
+                run_sql.execute(cursor, "succeed_run", values)
                 recorded, new_pk = cursor.rowcount, None
             if recorded != 1:
                 self._refused(cursor, pending.record.step_id, pending.attempt, now)
             if connection.vendor != "postgresql":
-                sql.execute(cursor, "start_new_run_sqlite", values)
+                run_sql.execute(cursor, "start_new_run_sqlite", values)
                 row = cursor.fetchone()
                 new_pk = row[0] if row else None
                 if new_pk is None:
@@ -164,7 +164,9 @@ class StepStore(ChildStepStore):
                         result=pending.result_json,
                     )
                 else:
-                    sql.execute(cursor, "insert_two_step_events", {**values, "new_step": new_pk})
+                    run_sql.execute(
+                        cursor, "insert_two_step_events", {**values, "new_step": new_pk}
+                    )
             if new_pk is None:
                 stopped = self.lease.stop_reason(cursor)
         if stopped is not None:
@@ -210,7 +212,9 @@ class StepStore(ChildStepStore):
         values.update(step=record.pk, attempt=attempt, result=result_json, now=adapt(now))
         postgresql = connection.vendor == "postgresql"
         with hot_write(values) as cursor:
-            sql.execute(cursor, "succeed_run_with_event" if postgresql else "succeed_run", values)
+            run_sql.execute(
+                cursor, "succeed_run_with_event" if postgresql else "succeed_run", values
+            )
             recorded = cursor.fetchone()[0] if postgresql else cursor.rowcount
             if recorded != 1:
                 self._refused(cursor, step_id, attempt, now)

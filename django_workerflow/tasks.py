@@ -28,11 +28,6 @@ def sweep_and_beat(link: str) -> int:
 
     heartbeat.beat(datetime.fromisoformat(link))
     return _sweep_all()
-    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
-    the schedules left due (scheduled about once a minute)."""
-    from . import deliveries
-
-    return runtime.sweep() + deliveries.ring_due() + cron_schedules.sweep()
 
 
 def deliver(delivery_pk: int) -> bool | None:
@@ -43,6 +38,8 @@ def deliver(delivery_pk: int) -> bool | None:
 
 
 def _sweep_all() -> int:
+    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
+    the schedules left due."""
     from . import deliveries
 
     return runtime.sweep() + deliveries.ring_due() + cron_schedules.sweep()

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from . import sql
+from . import run_sql, sql
 from .exceptions import StepStateError
 from .lease import Lease
 from .models import Step
@@ -41,10 +41,10 @@ def fenced(lease: Lease, now: datetime, *, require_running: bool) -> Iterator[An
 
 
 @contextmanager
-def hot_write(values: dict[str, Any]) -> Iterator[Any]:
-    """PostgreSQL: one self-contained statement, no explicit transaction needed (it is
-    atomic on its own). SQLite: a short IMMEDIATE transaction around two statements, and a
-    third when the lease is due for renewal (``values["renew"]``)."""
+def write_transaction() -> Iterator[Any]:
+    """PostgreSQL: a cursor, whose one self-contained statement is its own transaction (or
+    part of the caller's). SQLite: a short ``BEGIN IMMEDIATE`` transaction, or a savepoint
+    of the caller's atomic block."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             yield cursor
@@ -55,8 +55,6 @@ def hot_write(values: dict[str, Any]) -> Iterator[Any]:
         # the write is a savepoint of that transaction. Tests that must see the production
         # path run without a wrapping transaction (transactional_db).
         with transaction.atomic(), connection.cursor() as cursor:
-            if values["renew"]:
-                sql.execute(cursor, "renew_lease", values)
             yield cursor
         return
     # Outside any atomic block no on-commit hook can be pending, so the transaction is plain
@@ -64,13 +62,22 @@ def hot_write(values: dict[str, Any]) -> Iterator[Any]:
     with connection.cursor() as cursor:
         cursor.execute("BEGIN IMMEDIATE")
         try:
-            if values["renew"]:
-                sql.execute(cursor, "renew_lease", values)
             yield cursor
         except BaseException:
             cursor.execute("ROLLBACK")
             raise
         cursor.execute("COMMIT")
+
+
+@contextmanager
+def hot_write(values: dict[str, Any]) -> Iterator[Any]:
+    """The transaction of the two writes every run step makes (start, success): see
+    :func:`write_transaction`; on SQLite it renews the lease first when that is due
+    (``values["renew"]``; PostgreSQL's statements renew it themselves)."""
+    with write_transaction() as cursor:
+        if connection.vendor != "postgresql" and values["renew"]:
+            run_sql.execute(cursor, "renew_lease", values)
+        yield cursor
 
 
 def start_new_run_statement(renew: bool) -> str:
