@@ -18,8 +18,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from django_workerflow.clock import now as clock_now
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.values.clock import now as clock_now
 
 from .common import Sizes
 from .inline import drive, start_inline

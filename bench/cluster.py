@@ -108,8 +108,8 @@ def fleet(run: str, sizes: Sizes) -> dict[str, Any]:
     from django.db.models import Max
 
     from django_workerflow import start
-    from django_workerflow.clock import now
     from django_workerflow.models import WorkflowInstance
+    from django_workerflow.values.clock import now
 
     prefix = f"{run}-fleet-"
     with transaction.atomic():
@@ -137,8 +137,8 @@ def fleet(run: str, sizes: Sizes) -> dict[str, Any]:
 def start_to_first_step(run: str, sizes: Sizes) -> list[float]:
     """From just before ``start()`` to the first step's attempt starting, one at a time."""
     from django_workerflow import start
-    from django_workerflow.clock import now
     from django_workerflow.models import StepEvent, StepEventType
+    from django_workerflow.values.clock import now
 
     prefix = f"{run}-start-"
     sent: dict[str, datetime] = {}
@@ -161,8 +161,8 @@ def start_to_first_step(run: str, sizes: Sizes) -> list[float]:
 def event_to_resume(run: str, sizes: Sizes) -> list[float]:
     """From just before ``send_event()`` to the step after the wait starting."""
     from django_workerflow import send_event, start
-    from django_workerflow.clock import now
     from django_workerflow.models import StepEvent, StepEventType, WorkflowInstance
+    from django_workerflow.values.clock import now
 
     keys = [f"{run}-event-{index}" for index in range(sizes.events)]
     for key in keys:

@@ -63,8 +63,8 @@ def _send_later(key: str, delay: float) -> threading.Thread:
 def finish_to_return(run: str, sizes: Sizes) -> list[float]:
     """From the instance's ``finished_at`` to ``wait_result`` returning, one at a time."""
     from django_workerflow import start, wait_result
-    from django_workerflow.clock import now
     from django_workerflow.models import WorkflowInstance
+    from django_workerflow.values.clock import now
 
     keys = [f"{run}-result-{index}" for index in range(sizes.events)]
     for key in keys:

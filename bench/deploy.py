@@ -28,14 +28,16 @@ RECOMMENDED = {"WORKERFLOW_LEASE_SECONDS": "12", "WORKERFLOW_SWEEP_SECONDS": "5"
 def check_replay(sizes: Sizes, progress: Any) -> dict[str, Any]:
     from django.core.management import call_command
 
-    from django_workerflow import alarms, runtime, start
+    from django_workerflow import start
+    from django_workerflow.runtime import verbs
+    from django_workerflow.workers import bells
 
     count = sizes.check_replay_instances
     progress(f"running {count:,} instances of 20 steps")
-    with alarms.suppressed():
+    with bells.suppressed():
         for index in range(count):
             instance = start("bench-deploy", key=f"deploy-{index}")
-            runtime.tick(instance.pk)
+            verbs.tick(instance.pk)
     progress("check-replay")
     out = StringIO()
     with Stopwatch() as watch:
@@ -72,8 +74,8 @@ def kill_to_retry(sizes: Sizes, workdir: Path, progress: Any) -> dict[str, Any]:
 
 def _one_kill(index: int, workdir: Path, progress: Any) -> float:
     from django_workerflow import start
-    from django_workerflow.clock import now
     from django_workerflow.models import StepEvent, StepEventType
+    from django_workerflow.values.clock import now
 
     pidfile = workdir / f"crash-{index}.pid"
     instance = start("bench-crash", key=f"crash-{index}", input={"pidfile": str(pidfile)})

@@ -18,8 +18,10 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count
 
-from django_workerflow import alarms, runtime, start
+from django_workerflow import start
 from django_workerflow.models import WorkflowEvent, WorkflowInstance
+from django_workerflow.runtime import verbs
+from django_workerflow.workers import bells
 
 from .common import Sizes
 
@@ -29,7 +31,7 @@ LIMIT = 10
 def queue_drain(sizes: Sizes) -> dict[str, Any]:
     rng = random.Random(20261201)
     count = sizes.queue_instances
-    with alarms.suppressed():
+    with bells.suppressed():
         started_at = time.monotonic()
         for index in range(count):
             start("bench-limited", key=f"queued-{index}", priority=rng.randint(0, 4))
@@ -38,7 +40,7 @@ def queue_drain(sizes: Sizes) -> dict[str, Any]:
             definition_name="bench-limited", admitted_at__isnull=True
         ).count()
         began = time.monotonic()
-        drain_from = runtime.clock_now()
+        drain_from = verbs.clock_now()
         workers = [
             threading.Thread(target=_work, args=(count,)) for _ in range(sizes.queue_workers)
         ]
@@ -70,18 +72,18 @@ def queue_drain(sizes: Sizes) -> dict[str, Any]:
 def _work(total: int) -> None:
     """Tick due instances until every queued instance has completed."""
     try:
-        with alarms.suppressed():
+        with bells.suppressed():
             done = WorkflowInstance.objects.filter(
                 definition_name="bench-limited", status="completed"
             )
             while done.count() < total:
                 due = list(
-                    WorkflowInstance.objects.due(runtime.clock_now()).values_list("pk", flat=True)[
+                    WorkflowInstance.objects.due(verbs.clock_now()).values_list("pk", flat=True)[
                         :LIMIT
                     ]
                 )
                 for pk in due:
-                    runtime.tick(pk)
+                    verbs.tick(pk)
                 if not due:
                     time.sleep(0.001)
     finally:

@@ -17,8 +17,10 @@ from typing import Any
 
 from django.db import connection
 
-from django_workerflow import alarms, runtime, start
+from django_workerflow import start
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.runtime import verbs
+from django_workerflow.workers import bells
 
 from .common import REPO, Sizes, Stopwatch
 
@@ -31,7 +33,7 @@ TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
 def start_inline(definition: str, steps: int) -> int:
     """Start an instance without ringing a bell; return its pk."""
-    with alarms.suppressed():
+    with bells.suppressed():
         instance = start(definition, key=f"{definition}-{uuid.uuid4()}", input={"steps": steps})
     return instance.pk
 
@@ -41,9 +43,9 @@ def drive(instance_pk: int) -> str:
 
     A tick that spends its budget yields (and the next one replays): that cost is counted.
     """
-    with alarms.suppressed():
+    with bells.suppressed():
         while True:
-            outcome = runtime.tick(instance_pk).outcome
+            outcome = verbs.tick(instance_pk).outcome
             if outcome in ("completed", "failed", "suspended"):
                 return outcome
             if outcome != "yielded":
@@ -52,7 +54,7 @@ def drive(instance_pk: int) -> str:
 
 def make_due(instance_pk: int) -> None:
     """Bring a sleeping instance's alarm to now: its next tick replays it."""
-    WorkflowInstance.objects.filter(pk=instance_pk).update(alarm_at=runtime.clock_now())
+    WorkflowInstance.objects.filter(pk=instance_pk).update(alarm_at=verbs.clock_now())
 
 
 # The raw commit rate ------------------------------------------------------------------

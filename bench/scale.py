@@ -17,14 +17,9 @@ from typing import Any
 
 from django.db import connection
 
-from django_workerflow import alarms, runtime
-from django_workerflow.models import (
-    InboundEvent,
-    Step,
-    StepEvent,
-    WorkflowEvent,
-    WorkflowInstance,
-)
+from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
+from django_workerflow.runtime import verbs
+from django_workerflow.workers import bells
 
 from .common import Sizes, timed
 
@@ -87,7 +82,7 @@ def _later(seconds: str) -> str:
 
 def insert_sleeping_instances(count: int, due: int) -> None:
     """``count`` sleeping instances, every ``count // due``-th of them overdue."""
-    now = runtime.clock_now()
+    now = verbs.clock_now()
     adapt = connection.ops.adapt_datetimefield_value
     params = {
         "count": count,
@@ -131,7 +126,7 @@ def insert_sleeping_instances(count: int, due: int) -> None:
 
 def due_lookup(sizes: Sizes) -> tuple[float, int]:
     """Median seconds of ``WorkflowInstance.objects.due(now)`` fetching the due pks."""
-    now = runtime.clock_now()
+    now = verbs.clock_now()
     queryset = WorkflowInstance.objects.due(now).values_list("pk", flat=True)
     found = len(list(queryset))
     timings = [timed(lambda: list(queryset.all())) for _ in range(sizes.due_repeats)]
@@ -139,7 +134,7 @@ def due_lookup(sizes: Sizes) -> tuple[float, int]:
 
 
 def explain_due() -> str:
-    queryset = WorkflowInstance.objects.due(runtime.clock_now()).values_list("pk", flat=True)
+    queryset = WorkflowInstance.objects.due(verbs.clock_now()).values_list("pk", flat=True)
     if connection.vendor == "postgresql":
         return queryset.explain(analyze=True, buffers=True)
     return queryset.explain()
@@ -150,9 +145,9 @@ def sweep_seconds(repeats: int, *, bells: bool) -> tuple[float, int]:
     timings = []
     rang = 0
     for _ in range(repeats):
-        with nullcontext() if bells else alarms.suppressed():
+        with nullcontext() if bells else bells.suppressed():
             began = time.perf_counter()
-            rang = runtime.sweep()
+            rang = verbs.sweep()
             timings.append(time.perf_counter() - began)
     return statistics.median(timings), rang
 
@@ -160,13 +155,13 @@ def sweep_seconds(repeats: int, *, bells: bool) -> tuple[float, int]:
 def wake_one_due() -> str:
     """A tick of one overdue bulk instance: it must complete like a real one would."""
     pk = (
-        WorkflowInstance.objects.due(runtime.clock_now())
+        WorkflowInstance.objects.due(verbs.clock_now())
         .filter(key__startswith=KEY_PREFIX)
         .values_list("pk", flat=True)
         .first()
     )
-    with alarms.suppressed():
-        return runtime.tick(pk).outcome
+    with bells.suppressed():
+        return verbs.tick(pk).outcome
 
 
 def analyze() -> None:

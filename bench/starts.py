@@ -24,8 +24,8 @@ from django.db import connection
 from django.utils import timezone
 
 from django_workerflow import start, start_many
-from django_workerflow.instance_ids import ID_BLOCK_SIZE
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.store.instance_ids import ID_BLOCK_SIZE
 
 from .common import Sizes, percentile
 from .inline import StatementCounter, commit_rate, create_probe_table

@@ -6,8 +6,11 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .definition import WorkflowDefinition
-from .exceptions import (
+from django_workerflow.definition import registry
+from django_workerflow.definition.workflow import WorkflowDefinition
+from django_workerflow.engine.execution import SettledResult
+from django_workerflow.engine.outcomes import Outcome
+from django_workerflow.exceptions import (
     DuplicateStepIdError,
     MaxAttemptsExceededError,
     NondeterminismError,
@@ -22,11 +25,9 @@ from .exceptions import (
     WorkflowStateError,
     WorkflowVersionConflictError,
 )
-from .execution import SettledResult
-from .outcomes import Outcome
 
 if TYPE_CHECKING:
-    from .models import InboundEvent, WorkflowInstance
+    from django_workerflow.models import InboundEvent, WorkflowInstance
 
 __all__ = [
     "DuplicateStepIdError",
@@ -50,6 +51,7 @@ __all__ = [
     "cancel",
     "fork",
     "pause",
+    "registry",
     "resume",
     "retry",
     "send_event",
@@ -73,9 +75,9 @@ def start(
 ) -> WorkflowInstance:
     """Start a workflow (idempotent on ``key``) and return its instance; ``priority``
     orders the queue of a workflow with a concurrency or rate limit (lower first)."""
-    from . import runtime
+    from django_workerflow.runtime import verbs
 
-    return runtime.start(definition, key=key, input=input, version=version, priority=priority)
+    return verbs.start(definition, key=key, input=input, version=version, priority=priority)
 
 
 def start_many(
@@ -86,7 +88,7 @@ def start_many(
 ) -> list[WorkflowInstance]:
     """Start one instance per ``(key, input)`` pair, idempotent by key like :func:`start`:
     every item is validated before any write, rows are written 1,000 per statement."""
-    from .bulk_start import start_many as start_many_
+    from django_workerflow.runtime.bulk_start import start_many as start_many_
 
     return start_many_(workflow, items, version=version)
 
@@ -100,35 +102,35 @@ def send_event(
 ) -> InboundEvent | None:
     """Send an event to an instance (by key or object); None if it has finished, or if
     the key is unknown and ``missing_ok``."""
-    from . import runtime
+    from django_workerflow.runtime import verbs
 
-    return runtime.send_event(instance, event_name, payload, missing_ok=missing_ok)
+    return verbs.send_event(instance, event_name, payload, missing_ok=missing_ok)
 
 
 def pause(instance: WorkflowInstance | str) -> bool:
     """Pause a running instance at its next step boundary."""
-    from . import runtime
+    from django_workerflow.runtime import verbs
 
-    return runtime.pause(instance)
+    return verbs.pause(instance)
 
 
 def resume(instance: WorkflowInstance | str) -> None:
     """Resume a paused instance."""
-    from . import runtime
+    from django_workerflow.runtime import verbs
 
-    runtime.resume(instance)
+    verbs.resume(instance)
 
 
 def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     """Cancel an unfinished instance."""
-    from . import runtime
+    from django_workerflow.runtime import verbs
 
-    return runtime.cancel(instance, reason=reason)
+    return verbs.cancel(instance, reason=reason)
 
 
 def retry(key_or_instance: WorkflowInstance | str, reason: str | None = None) -> None:
     """Run a failed instance again from the step that failed it."""
-    from . import reruns
+    from django_workerflow.runtime import reruns
 
     reruns.retry(key_or_instance, reason=reason)
 
@@ -143,7 +145,7 @@ def fork(
     reason: str | None = None,
 ) -> WorkflowInstance:
     """Fork an instance from a step onto a version (default: the registered default)."""
-    from . import reruns
+    from django_workerflow.runtime import reruns
 
     return reruns.fork(
         key_or_instance, from_step=from_step, key=key, version=version, input=input, reason=reason
@@ -159,7 +161,7 @@ def wait_result(
     the builtin ``TimeoutError`` once ``timeout`` (seconds or a timedelta) passes. Holds no
     transaction or lock while waiting; under the test ``Harness`` it drains instead.
     """
-    from . import results
+    from django_workerflow.runtime.composition import results
 
     return results.wait_result(key_or_instance, timeout)
 

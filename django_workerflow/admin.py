@@ -15,18 +15,18 @@ from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
 
-from .clock import now as clock_now
-from .console import controls, list_actions, rerun_actions
-from .console.columns import InstanceChangeList, InstanceColumns
-from .console.composition import DeliveryViews, TopLevelFilter, load_composition
-from .console.estimated_count import EstimatedCountPaginator
-from .console.history import load_history
-from .console.instance_views import ControlViews
-from .console.list_filters import IndexedValuesFilter
-from .console.rerun_views import RerunViews
-from .console.schedules import ScheduleFilter, WorkflowScheduleAdmin  # noqa: F401 - registers
-from .console.summary import MISSING_DEFINITION_HINT, build_summary
-from .models import WorkflowInstance
+from django_workerflow.console import controls, list_actions, rerun_actions
+from django_workerflow.console.columns import InstanceChangeList, InstanceColumns
+from django_workerflow.console.composition import DeliveryViews, TopLevelFilter, load_composition
+from django_workerflow.console.estimated_count import EstimatedCountPaginator
+from django_workerflow.console.history import load_history
+from django_workerflow.console.instance_views import ControlViews
+from django_workerflow.console.list_filters import IndexedValuesFilter
+from django_workerflow.console.rerun_views import RerunViews
+from django_workerflow.console.schedules import ScheduleFilter, WorkflowScheduleAdmin  # noqa: F401 - registers
+from django_workerflow.console.summary import MISSING_DEFINITION_HINT, build_summary
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.values.clock import now as clock_now
 
 
 @admin.register(WorkflowInstance)

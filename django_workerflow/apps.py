@@ -5,7 +5,7 @@ from django.utils.module_loading import autodiscover_modules
 
 def sync_workflow_schedules(using: str = "default", **_: object) -> None:
     """post_migrate: keep the WorkflowSchedule rows in sync with the definitions."""
-    from .cron_schedules import sync_after_migrate
+    from django_workerflow.runtime.flow.schedules import sync_after_migrate
 
     sync_after_migrate(using)
 
@@ -17,8 +17,8 @@ class WorkerflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401 - registers the system checks
-        from .schedules import ensure_sweeper_schedule
+        from django_workerflow import checks  # noqa: F401 - registers the system checks
+        from django_workerflow.workers.sweeper_schedule import ensure_sweeper_schedule
 
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
@@ -27,6 +27,6 @@ class WorkerflowConfig(AppConfig):
         if apps.is_installed("django_q"):
             from django_q.signals import post_spawn
 
-            from .heartbeat import seed_on_spawn
+            from django_workerflow.workers.sweep_chain import seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")

@@ -32,7 +32,7 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from . import sql
+from django_workerflow.store import sql
 
 QUEUE = OrmQ._meta.db_table
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .exceptions import WorkflowInputError
-from .jsonvalue import check_aware
+from django_workerflow.exceptions import WorkflowInputError
+from django_workerflow.values.jsonvalue import check_aware
 
 if TYPE_CHECKING:
-    from .testing import Harness
+    from django_workerflow.testing import Harness
 
 
 def walk_to(harness: Harness, when: datetime) -> int:
@@ -46,7 +46,7 @@ def walk_to(harness: Harness, when: datetime) -> int:
 def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) -> datetime | None:
     """The earliest instance alarm or occurrence of a schedule the harness runs (``None``:
     all) in ``(now, when]``."""
-    from .models import WorkflowInstance, WorkflowSchedule
+    from django_workerflow.models import WorkflowInstance, WorkflowSchedule
 
     alarm = (
         WorkflowInstance.objects.active()
@@ -68,7 +68,7 @@ def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) 
 def next_delivery(after: datetime, until: datetime) -> datetime | None:
     """When the next pending on_finish delivery falls due (a retry, or a lease running
     out) within ``(after, until]``."""
-    from .models import FinishDelivery
+    from django_workerflow.models import FinishDelivery
 
     pending = FinishDelivery.objects.pending()
     times = [

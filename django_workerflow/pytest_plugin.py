@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .testing import Harness
+    from django_workerflow.testing import Harness
 
 
 @pytest.fixture
 def workerflow_harness(db: None) -> Iterator[Harness]:
     """A :class:`~django_workerflow.testing.Harness` on a database-enabled test."""
-    from .testing import Harness  # imported late: Django is configured after plugins load
+    from django_workerflow.testing import (
+        Harness,
+    )  # imported late: Django is configured after plugins load
 
     with Harness() as harness:
         yield harness

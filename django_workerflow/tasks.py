@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from . import cron_schedules, runtime
+from django_workerflow.runtime import verbs
+from django_workerflow.runtime.flow import schedules
 
 
 def tick(instance_pk: int) -> str:
     """Run one tick of the instance (a bell rang); return what it did."""
-    return runtime.tick(instance_pk, heartbeat=True).outcome
+    return verbs.tick(instance_pk, heartbeat=True).outcome
 
 
 def sweep() -> int:
     """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
     the schedules left due (scheduled about once a minute); report, and restart the fast
     sweeper chain if it broke."""
-    from . import heartbeat
+    from django_workerflow.workers import sweep_chain
 
-    heartbeat.beat(None)
+    sweep_chain.beat(None)
     return _sweep_all()
 
 
@@ -24,15 +25,15 @@ def sweep_and_beat(link: str) -> int:
     """One link of the fast sweeper chain: report, queue the next link, sweep."""
     from datetime import datetime
 
-    from . import heartbeat
+    from django_workerflow.workers import sweep_chain
 
-    heartbeat.beat(datetime.fromisoformat(link))
+    sweep_chain.beat(datetime.fromisoformat(link))
     return _sweep_all()
 
 
 def deliver(delivery_pk: int) -> bool | None:
     """Call a finished instance's ``on_finish`` hook if its delivery is due."""
-    from . import deliveries
+    from django_workerflow.runtime.composition import deliveries
 
     return deliveries.deliver(delivery_pk)
 
@@ -40,11 +41,11 @@ def deliver(delivery_pk: int) -> bool | None:
 def _sweep_all() -> int:
     """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
     the schedules left due."""
-    from . import deliveries
+    from django_workerflow.runtime.composition import deliveries
 
-    return runtime.sweep() + deliveries.ring_due() + cron_schedules.sweep()
+    return verbs.sweep() + deliveries.ring_due() + schedules.sweep()
 
 
 def run_schedules() -> int:
     """Start the due occurrences of the schedules (a schedule bell rang)."""
-    return len(cron_schedules.fire_due())
+    return len(schedules.fire_due())

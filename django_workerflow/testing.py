@@ -21,16 +21,17 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS
 from django.test import TestCase
 
-from . import alarms, registry
-from .clock import SystemClock, VirtualClock, set_clock
-from .exceptions import NondeterminismError
-from .harness_walk import walk_to
-from .jsonvalue import to_timedelta
-from .results import set_drainer
+from django_workerflow.definition import registry
+from django_workerflow.exceptions import NondeterminismError
+from django_workerflow.harness_walk import walk_to
+from django_workerflow.runtime.composition.results import set_drainer
+from django_workerflow.values.clock import SystemClock, VirtualClock, set_clock
+from django_workerflow.values.jsonvalue import to_timedelta
+from django_workerflow.workers import bells
 
 if TYPE_CHECKING:
-    from .definition import WorkflowDefinition
-    from .replay import ReplayReport
+    from django_workerflow.definition.workflow import WorkflowDefinition
+    from django_workerflow.deploy.replay import ReplayReport
 
 
 class Harness:
@@ -62,7 +63,7 @@ class Harness:
         self.max_ticks = max_ticks
         self.ticks = 0
         self._previous_clock: SystemClock | VirtualClock | None = None
-        self._suppression = alarms.suppressed()
+        self._suppression = bells.suppressed()
         self._capture: AbstractContextManager[Any] | None = None
         self._callbacks: list[Callable[[], Any]] = []
         self._schedules_synced = False
@@ -97,8 +98,9 @@ class Harness:
     def drain(self) -> int:
         """Tick every instance whose alarm is due and deliver the due ``on_finish`` hooks,
         until nothing is due; return the ticks run."""
-        from . import deliveries, runtime
-        from .models import WorkflowInstance
+        from django_workerflow.models import WorkflowInstance
+        from django_workerflow.runtime import verbs
+        from django_workerflow.runtime.composition import deliveries
 
         ran = 0
         self.run_on_commit_callbacks()
@@ -111,7 +113,7 @@ class Harness:
                     continue
                 return ran
             for pk in due:
-                runtime.tick(pk)
+                verbs.tick(pk)
                 self.run_on_commit_callbacks()
                 ran += 1
                 self.ticks += 1
@@ -136,14 +138,14 @@ class Harness:
         """Start the due occurrences of the schedules the harness runs, at the virtual time.
         At the first drain the schedule rows are synced with the definitions and start from
         the virtual now."""
-        from . import cron_schedules
+        from django_workerflow.runtime.flow import schedules
 
         if self.schedules is not None and not self.schedules:
             return
         if not self._schedules_synced:
-            cron_schedules.sync(self.now(), restart=True)
+            schedules.sync(self.now(), restart=True)
             self._schedules_synced = True
-        cron_schedules.fire_due(self.now(), names=self.schedules)
+        schedules.fire_due(self.now(), names=self.schedules)
         self.run_on_commit_callbacks()
 
     def run_on_commit_callbacks(self) -> None:
@@ -209,9 +211,9 @@ def replay(
     ``unreached`` for recorded steps the code no longer reaches). Runs in a read-only
     transaction that is rolled back, so the test needs database access (``django_db``).
     """
-    from . import histories
-    from .readonly import read_only_transaction
-    from .replay import replay_records, unregistered_problem
+    from django_workerflow.deploy import histories
+    from django_workerflow.deploy.replay import replay_records, unregistered_problem
+    from django_workerflow.store.readonly import read_only_transaction
 
     loaded = histories.load(history)
     records = histories.records(loaded)

@@ -1,6 +1,6 @@
 """factory-boy factories for engine rows, for states that are awkward to reach publicly.
 
-Every timestamp defaults to the engine's clock (:func:`django_workerflow.clock.now`), so rows
+Every timestamp defaults to the engine's clock (:func:`django_workerflow.values.clock.now`), so rows
 built under the test harness carry virtual time like the rows the engine writes itself.
 These factories write rows directly: they bypass the runtime, so they arm no alarm and send
 no signal. Prefer the public API where a state is reachable through it.
@@ -13,7 +13,6 @@ from datetime import timedelta
 import factory
 from factory.django import DjangoModelFactory
 
-from django_workerflow import clock
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -26,6 +25,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.values import clock
 
 DEFAULT_DEFINITION_NAME = "test-workflow"
 DEFAULT_DEFINITION_VERSION = "2026-03-19"

@@ -20,7 +20,8 @@ from django.test import Client
 from django.urls import reverse
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, clock, registry, runtime
+from django_workerflow import WorkflowDefinition
+from django_workerflow.definition import registry
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -30,7 +31,9 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.runtime import verbs
 from django_workerflow.testing import Harness
+from django_workerflow.values import clock
 
 from .admin_helpers import ATTEMPTS, change_url, changelist_url, shop_execute, text
 
@@ -658,8 +661,8 @@ def test_delete_selected__deletes_only_finished_instances(admin_client, scenario
 
 
 def test_runtime_retry_now__leaves_sleeps_and_finished_instances_alone(scenario):
-    assert runtime.retry_now("sleeping-1") == []
-    assert runtime.retry_now("completed-1") == []
-    assert runtime.retry_now("retrying-1") == ["charge"]
+    assert verbs.retry_now("sleeping-1") == []
+    assert verbs.retry_now("completed-1") == []
+    assert verbs.retry_now("retrying-1") == ["charge"]
     charge = Step.objects.get(instance__key="retrying-1", step_id="charge")
     assert charge.next_attempt_at <= clock.now()

@@ -12,9 +12,11 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 import django_workerflow as workerflow
-from django_workerflow import alarms, runtime, tasks
-from django_workerflow.clock import VirtualClock, now, set_clock
+from django_workerflow import tasks
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.runtime import verbs
+from django_workerflow.values.clock import VirtualClock, now, set_clock
+from django_workerflow.workers import bells
 
 pytestmark = pytest.mark.django_db
 
@@ -28,19 +30,19 @@ def sleeper(define):
     return define(execute)
 
 
-def bells() -> list[tuple[tuple, object]]:
+def queued_bells() -> list[tuple[tuple, object]]:
     """(task args, lock) of every queued tick bell."""
     rows = OrmQ.objects.order_by("pk").values_list("payload", "lock")
     return [
         (tuple(SignedPackage.loads(payload)["args"]), lock)
         for payload, lock in rows
-        if SignedPackage.loads(payload)["func"] == alarms.TICK_TASK
+        if SignedPackage.loads(payload)["func"] == bells.TICK_TASK
     ]
 
 
 def test_start__queues_a_bell_due_now_in_the_same_transaction(sleeper):
     instance = workerflow.start(sleeper, key="k")
-    [(args, lock)] = bells()
+    [(args, lock)] = queued_bells()
     assert args == (instance.pk,)
     assert lock == instance.alarm_at
     instance.refresh_from_db()
@@ -51,12 +53,12 @@ def test_start__in_a_rolled_back_transaction_rings_nothing(sleeper):
     def failing_view():
         with transaction.atomic():
             workerflow.start(sleeper, key="k")
-            assert len(bells()) == 1
+            assert len(queued_bells()) == 1
             raise RuntimeError("the view failed")
 
     with pytest.raises(RuntimeError):
         failing_view()
-    assert bells() == []
+    assert queued_bells() == []
     assert not WorkflowInstance.objects.exists()
 
 
@@ -65,7 +67,7 @@ def test_bell__is_not_handed_out_before_its_due_time():
     broker = get_broker()
     OrmQ.objects.all().delete()
     with transaction.atomic():
-        alarms._enqueue(1, broker=alarms._delayed_orm_broker(now() + timedelta(hours=1)))
+        bells._enqueue(1, broker=bells._delayed_orm_broker(now() + timedelta(hours=1)))
     assert broker.dequeue() is None
     OrmQ.objects.update(lock=now() - timedelta(seconds=1))
     [(_, payload)] = broker.dequeue()
@@ -83,25 +85,25 @@ def test_tick_task__runs_the_instance_until_it_suspends(sleeper):
 def test_suspension__beyond_the_horizon_queues_no_bell(sleeper):
     instance = workerflow.start(sleeper, key="k")
     OrmQ.objects.all().delete()
-    runtime.tick(instance.pk)
-    assert bells() == []
+    verbs.tick(instance.pk)
+    assert queued_bells() == []
     instance.refresh_from_db()
-    assert instance.alarm_at > now() + alarms.HORIZON
+    assert instance.alarm_at > now() + bells.HORIZON
 
 
 def test_sweep__queues_the_bell_of_an_alarm_coming_due_once(sleeper):
     instance = workerflow.start(sleeper, key="k")
-    runtime.tick(instance.pk)
+    verbs.tick(instance.pk)
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
     clock = VirtualClock(instance.alarm_at - timedelta(minutes=2))
     previous = set_clock(clock)
     try:
-        assert runtime.sweep() == 1
-        assert runtime.sweep() == 0
+        assert verbs.sweep() == 1
+        assert verbs.sweep() == 0
     finally:
         set_clock(previous)
-    [(args, lock)] = bells()
+    [(args, lock)] = queued_bells()
     assert args == (instance.pk,)
     assert lock == instance.alarm_at
 
@@ -110,32 +112,32 @@ def test_sweep__rings_an_overdue_instance_whose_bell_was_lost(sleeper):
     instance = workerflow.start(sleeper, key="k")
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
-    clock = VirtualClock(instance.alarm_at + runtime.SWEEP_GRACE + timedelta(seconds=1))
+    clock = VirtualClock(instance.alarm_at + verbs.SWEEP_GRACE + timedelta(seconds=1))
     previous = set_clock(clock)
     try:
-        assert runtime.sweep() == 1
+        assert verbs.sweep() == 1
     finally:
         set_clock(previous)
-    assert [args for args, _ in bells()] == [(instance.pk,)]
+    assert [args for args, _ in queued_bells()] == [(instance.pk,)]
 
 
 def test_harness__rings_no_bells(sleeper, workerflow_harness):
     workerflow.start(sleeper, key="k")
     workerflow_harness.drain()
-    assert bells() == []
+    assert queued_bells() == []
 
 
 def test_sweep__does_not_ring_an_overdue_instance_again_while_its_bell_may_be_queued(sleeper):
     instance = workerflow.start(sleeper, key="k")
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
-    overdue = instance.alarm_at + runtime.SWEEP_GRACE + timedelta(seconds=1)
+    overdue = instance.alarm_at + verbs.SWEEP_GRACE + timedelta(seconds=1)
     previous = set_clock(VirtualClock(overdue))
     try:
-        assert runtime.sweep() == 1
-        assert runtime.sweep() == 0
-        set_clock(VirtualClock(overdue + runtime.SWEEP_RERING + timedelta(seconds=1)))
-        assert runtime.sweep() == 1
+        assert verbs.sweep() == 1
+        assert verbs.sweep() == 0
+        set_clock(VirtualClock(overdue + verbs.SWEEP_RERING + timedelta(seconds=1)))
+        assert verbs.sweep() == 1
     finally:
         set_clock(previous)
-    assert len(bells()) == 2
+    assert len(queued_bells()) == 2

@@ -18,8 +18,8 @@ from django.test.utils import CaptureQueriesContext
 
 import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition, testing
+from django_workerflow.deploy.replay_check import CheckFilter, check_instances
 from django_workerflow.models import Step, StepEvent, WorkflowEvent, WorkflowInstance
-from django_workerflow.replay_check import CheckFilter, check_instances
 
 pytestmark = pytest.mark.django_db
 
@@ -111,7 +111,7 @@ def test_check_replay__reports_a_duplicate_step_id(sleeping):
 def test_check_replay__reports_a_version_that_is_not_registered(sleeping, define):
     workerflow.start(define(onboarding, name="onboarding", version="2"), key="v2")
     with testing.registered():
-        from django_workerflow import registry
+        from django_workerflow.definition import registry
 
         registry.unregister(registry.get("onboarding", "2"))
         output, code = check("--name", "onboarding", "--version", "2")

@@ -12,7 +12,6 @@ from django_workerflow import (
     WorkflowVersionConflictError,
 )
 from django_workerflow.conf import settings
-from django_workerflow.control import ExecutionStopped
 from django_workerflow.models import (
     Step,
     StepType,
@@ -20,7 +19,8 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.states import StopReason
+from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.states import StopReason
 
 from .factories import WorkflowInstanceFactory
 
@@ -330,9 +330,9 @@ def test_child__finishing_wakes_the_waiting_parent_in_the_same_transaction(
     workerflow_harness.drain()
     assert fresh(parent).alarm_at is None
     workerflow.send_event("p/ship", "shipped", "T")
-    from django_workerflow import runtime
+    from django_workerflow.runtime import verbs
 
-    runtime.tick(WorkflowInstance.objects.get(key="p/ship").pk)
+    verbs.tick(WorkflowInstance.objects.get(key="p/ship").pk)
     woken = fresh(parent)
     assert (woken.alarm_at, woken.wake_requested) == (workerflow_harness.now(), True)
 

@@ -14,7 +14,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 import django_workerflow as workerflow
-from django_workerflow import purge
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -23,6 +22,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.runtime import purge
 
 pytestmark = pytest.mark.django_db
 

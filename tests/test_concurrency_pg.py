@@ -15,7 +15,6 @@ import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
-from django_workerflow import runtime
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -24,6 +23,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.runtime import verbs
 from tests.threads import in_threads
 
 pytestmark = [
@@ -120,7 +120,7 @@ def test_send_event__racing_a_tick_that_creates_the_wait_is_never_lost(
         instance = workerflow.start(definition, key=key)
 
         def tick(pk: int = instance.pk) -> None:
-            runtime.tick(pk)
+            verbs.tick(pk)
 
         def send(key: str = key, iteration: int = iteration) -> InboundEvent:
             assert prepared[key].wait(THREAD_TIMEOUT)
@@ -190,7 +190,7 @@ def test_pause__racing_a_tick_leaves_a_paused_instance_with_a_consistent_history
         instance = workerflow.start(definition, key=key)
 
         def tick(pk: int = instance.pk) -> None:
-            runtime.tick(pk)
+            verbs.tick(pk)
 
         def pause(key: str = key) -> bool:
             assert started[key].wait(THREAD_TIMEOUT)
@@ -241,7 +241,7 @@ def test_cancel__racing_a_tick_means_no_step_starts_afterwards(
         instance = workerflow.start(definition, key=key)
 
         def tick(pk: int = instance.pk) -> None:
-            runtime.tick(pk)
+            verbs.tick(pk)
 
         def cancel(key: str = key) -> tuple[bool, int]:
             assert started[key].wait(THREAD_TIMEOUT)
@@ -283,7 +283,7 @@ def test_tick__two_racing_ticks_run_each_step_once(transactional_db, define, wor
 
         def tick(pk: int = instance.pk, barrier: threading.Barrier = barrier) -> str:
             barrier.wait()
-            return runtime.tick(pk).outcome
+            return verbs.tick(pk).outcome
 
         outcomes = in_threads(tick, tick)
         workerflow_harness.drain()

@@ -9,7 +9,6 @@ import pytest
 from django.db import connection, models
 
 import django_workerflow as workerflow
-from django_workerflow import clock
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -20,6 +19,7 @@ from django_workerflow.models import (
 )
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.testing import Harness
+from django_workerflow.values import clock
 
 T0 = datetime(2001, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
 ENGINE_MODELS = (WorkflowInstance, Step, StepEvent, WorkflowEvent, InboundEvent)

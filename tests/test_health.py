@@ -13,8 +13,9 @@ from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
 import django_workerflow as workerflow
-from django_workerflow import heartbeat, runtime
 from django_workerflow.models import WorkerHeartbeat, WorkflowInstance
+from django_workerflow.runtime import verbs
+from django_workerflow.workers import sweep_chain
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +40,7 @@ def links() -> list[str]:
     """The queued links of the sweeper chain (their due times)."""
     payloads = OrmQ.objects.order_by("id").values_list("payload", flat=True)
     tasks = [SignedPackage.loads(payload) for payload in payloads]
-    return [task["args"][0] for task in tasks if task["func"] == heartbeat.BEAT_TASK]
+    return [task["args"][0] for task in tasks if task["func"] == sweep_chain.BEAT_TASK]
 
 
 def test_health__passes_when_a_cluster_reported_and_no_bell_is_late(db):
@@ -88,22 +89,22 @@ def test_health__refuses_a_max_lag_that_is_not_a_positive_number(db, bad):
 
 
 def test_heartbeat__one_chain_per_queue(db):
-    assert heartbeat.beat(None) is True  # no chain yet: seeded
+    assert sweep_chain.beat(None) is True  # no chain yet: seeded
     row = WorkerHeartbeat.objects.get()
     assert links() == [row.next_beat_at.isoformat()]
-    assert heartbeat.beat(None) is False  # the chain is alive: a reseed does nothing
+    assert sweep_chain.beat(None) is False  # the chain is alive: a reseed does nothing
     assert len(links()) == 1
-    assert heartbeat.beat(row.next_beat_at - timedelta(seconds=1)) is False  # a stale link
+    assert sweep_chain.beat(row.next_beat_at - timedelta(seconds=1)) is False  # a stale link
     assert len(links()) == 1
-    assert heartbeat.beat(row.next_beat_at) is True  # the current link continues it
+    assert sweep_chain.beat(row.next_beat_at) is True  # the current link continues it
     assert len(links()) == 2
     assert WorkerHeartbeat.objects.get().next_beat_at > row.next_beat_at
 
 
 def test_heartbeat__a_broken_chain_is_reseeded(db):
-    heartbeat.beat(None)
+    sweep_chain.beat(None)
     WorkerHeartbeat.objects.update(next_beat_at=timezone.now() - timedelta(minutes=5))
-    assert heartbeat.beat(None) is True
+    assert sweep_chain.beat(None) is True
     assert len(links()) == 2
 
 
@@ -119,6 +120,6 @@ def test_sweep__rings_an_instance_whose_lease_expired_at_once(define):
         alarm_at=now - timedelta(seconds=1),
         bell_at=None,
     )
-    assert runtime.sweep() == 1
+    assert verbs.sweep() == 1
     # Not rung again while that bell may still wait in the queue.
-    assert runtime.sweep() == 0
+    assert verbs.sweep() == 0

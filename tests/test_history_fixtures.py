@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 
 import django_workerflow as workerflow
 from django_workerflow import NondeterminismError, WorkflowDefinition, WorkflowInputError, testing
-from django_workerflow.histories import HISTORY_FORMAT
-from django_workerflow.replay import ReplayOutcome
+from django_workerflow.deploy.histories import HISTORY_FORMAT
+from django_workerflow.deploy.replay import ReplayOutcome
 from tests.test_check_replay import WRITE
 
 pytestmark = pytest.mark.django_db

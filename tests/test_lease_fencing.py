@@ -13,18 +13,18 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 
-from django_workerflow import lease
-from django_workerflow.clock import now
-from django_workerflow.control import ExecutionStopped
-from django_workerflow.execution import (
+from django_workerflow.engine.execution import (
     INTERRUPTED_ERROR_NAME,
     INTERRUPTED_MESSAGE,
     Execution,
 )
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
-from django_workerflow.states import PassOutcome, StepState, StopReason, TickOutcome
-from django_workerflow.store import StepStore
-from django_workerflow.tick import PassResult, _settle
+from django_workerflow.runtime.tick import PassResult, _settle
+from django_workerflow.store import lease
+from django_workerflow.store.steps import StepStore
+from django_workerflow.values.clock import now
+from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.states import PassOutcome, StepState, StopReason, TickOutcome
 
 from .factories import WorkflowInstanceFactory
 

@@ -11,10 +11,10 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from django_workerflow import lease
-from django_workerflow.clock import now
-from django_workerflow.lease_heartbeat import LeaseHeartbeat, _renewer
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.store import lease
+from django_workerflow.values.clock import now
+from django_workerflow.workers.lease_renewal import LeaseHeartbeat, _renewer
 
 from .factories import WorkflowInstanceFactory
 

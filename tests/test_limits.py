@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowInputError, jsonvalue, storable
+from django_workerflow import WorkflowInputError
 from django_workerflow.conf import settings
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
+from django_workerflow.values import jsonvalue, storable
 
 pytestmark = pytest.mark.django_db
 

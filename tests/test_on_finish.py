@@ -8,9 +8,10 @@ import pytest
 from django.db import transaction
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, WorkflowStateError, deliveries
+from django_workerflow import WorkflowDefinition, WorkflowStateError
 from django_workerflow.conf import settings
 from django_workerflow.models import FinishDelivery
+from django_workerflow.runtime.composition import deliveries
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ import pytest
 
 import django_workerflow as workerflow
 from django_workerflow.conf import settings
-from django_workerflow.execution import INTERRUPTED_ERROR_NAME
+from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import Step, StepEvent, StepEventType, WorkflowStatus
 
 pytestmark = pytest.mark.django_db

@@ -94,15 +94,15 @@ def test_retry__records_a_retried_event_with_the_reason_and_rings_a_bell(
     instance = workerflow.start(define(execute))
     workerflow_harness.drain()
 
-    from django_workerflow import alarms
+    from django_workerflow.workers import bells
 
     rung = []
-    original = alarms.arm
-    alarms.arm = lambda pk, when: rung.append((pk, when)) or original(pk, when)
+    original = bells.arm
+    bells.arm = lambda pk, when: rung.append((pk, when)) or original(pk, when)
     try:
         workerflow.retry(instance, reason="deployed the fix")
     finally:
-        alarms.arm = original
+        bells.arm = original
 
     instance = refreshed(instance)
     assert rung == [(instance.pk, workerflow_harness.now())]

@@ -9,8 +9,8 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 import django_workerflow as workerflow
-from django_workerflow import cron_schedules
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule
+from django_workerflow.runtime.flow import schedules
 from django_workerflow.testing import Harness
 
 from . import flow_helpers
@@ -71,7 +71,7 @@ def test_run_now__needs_the_run_permission(client, django_user_model, nightly):
 def test_instance_changelist__filters_by_schedule(admin_client, nightly, define_with):
     other = define_with(lambda self: None, name="other")
     with Harness(start=T0 + timedelta(days=1)):
-        cron_schedules.run_now("nightly")
+        schedules.run_now("nightly")
         workerflow.start(other, key="nightly@not-a-schedule-run")
     page = text(admin_client.get(changelist_url(schedule="nightly")))
     assert "nightly@2026-12-01T03:00:00+00:00" in page

@@ -8,8 +8,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, WorkflowStateError, cron_schedules, registry
+from django_workerflow import WorkflowDefinition, WorkflowStateError
+from django_workerflow.definition import registry
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule, WorkflowStatus
+from django_workerflow.runtime.flow import schedules
 from django_workerflow.testing import Harness
 
 from . import flow_helpers
@@ -69,10 +71,10 @@ def test_schedule__fires_exactly_once_however_often_it_is_fired(define_with):
     with Harness(start=datetime(2026, 11, 30, 12, tzinfo=UTC), schedules=SCHEDULED) as harness:
         harness.drain()
         harness.clock.advance(timedelta(hours=15))
-        first = cron_schedules.fire_due(harness.now(), names=["nightly"])
-        again = cron_schedules.fire_due(harness.now(), names=["nightly"])
+        first = schedules.fire_due(harness.now(), names=["nightly"])
+        again = schedules.fire_due(harness.now(), names=["nightly"])
         assert (len(first), again) == (1, [])
-        cron_schedules.sweep(harness.now())  # the sweeper's pass fires nothing more
+        schedules.sweep(harness.now())  # the sweeper's pass fires nothing more
     assert WorkflowInstance.objects.filter(definition_name="nightly").count() == 1
 
 
@@ -106,7 +108,7 @@ def test_catch_up__is_bounded_to_the_latest_max_catch_up_occurrences(define_with
         harness.clock.advance(timedelta(minutes=250))
         harness.drain()
     started = keys("minutely")
-    assert len(started) == cron_schedules.MAX_CATCH_UP == 100
+    assert len(started) == schedules.MAX_CATCH_UP == 100
     assert started[0] == "minutely@2026-12-01T02:31:00+00:00"
     assert started[-1] == "minutely@2026-12-01T04:10:00+00:00"
 
@@ -153,17 +155,17 @@ def test_a_local_time_skipped_in_spring__runs_once_at_the_end_of_the_gap(define_
 def test_sync__creates_rows_and_disables_a_schedule_removed_from_the_code(define_with):
     definition = nightly(define_with)
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
-    cron_schedules.sync(now)
+    schedules.sync(now)
     row = WorkflowSchedule.objects.get(name="nightly")
     assert (row.cron, row.timezone, row.enabled, row.in_code) == ("0 3 * * *", "UTC", True, True)
     registry.unregister(definition)
-    cron_schedules.sync(now)
+    schedules.sync(now)
     row.refresh_from_db()
     assert (row.enabled, row.in_code) == (False, False)
     with pytest.raises(WorkflowStateError, match="no workflow definition declares it"):
-        cron_schedules.set_enabled("nightly", True, now)
+        schedules.set_enabled("nightly", True, now)
     registry.register(definition)
-    cron_schedules.sync(now)
+    schedules.sync(now)
     row.refresh_from_db()
     assert (row.enabled, row.in_code) == (True, True)
 
@@ -172,10 +174,10 @@ def test_a_disabled_schedule__starts_nothing_and_resumes_after_now_when_enabled(
     nightly(define_with)
     with Harness(start=datetime(2026, 11, 30, 12, tzinfo=UTC), schedules=SCHEDULED) as harness:
         harness.drain()
-        assert cron_schedules.set_enabled("nightly", False, harness.now()) is True
+        assert schedules.set_enabled("nightly", False, harness.now()) is True
         harness.advance(timedelta(days=2))
         assert WorkflowInstance.objects.count() == 0
-        assert cron_schedules.set_enabled("nightly", True, harness.now()) is True
+        assert schedules.set_enabled("nightly", True, harness.now()) is True
         row = WorkflowSchedule.objects.get(name="nightly")
         assert row.next_run_at == datetime(2026, 12, 3, 3, tzinfo=UTC)
 
@@ -184,7 +186,7 @@ def test_run_now__starts_a_manual_instance_with_its_own_key(define_with):
     nightly(define_with)
     now = datetime(2026, 12, 1, 14, 3, 7, tzinfo=UTC)
     with Harness(start=now, schedules=SCHEDULED) as harness:
-        instance = cron_schedules.run_now("nightly", harness.now())
+        instance = schedules.run_now("nightly", harness.now())
         harness.drain()
     assert instance.key == "nightly@manual-2026-12-01T14:03:07+00:00"
     assert instance.input == {"scheduled_at": "2026-12-01T14:03:07+00:00"}

@@ -8,8 +8,9 @@ import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
-from django_workerflow import alarms, instance_ids
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.store import instance_ids
+from django_workerflow.workers import bells
 
 from .test_statements import TRANSACTION_CONTROL
 
@@ -41,14 +42,14 @@ def test_start__of_a_new_instance_costs_at_most_three_statements_and_one_commit(
         assert control == ["BEGIN IMMEDIATE", "COMMIT"]
     stored = WorkflowInstance.objects.get(pk=instance.pk)
     assert (stored.key, stored.input, stored.status) == ("cheap", {"n": 1}, "pending")
-    if alarms.uses_delayed_bells():
+    if bells.uses_delayed_bells():
         from django_q.models import OrmQ
         from django_q.signing import SignedPackage
 
-        bells = [
+        queued = [
             SignedPackage.loads(p)["args"] for p in OrmQ.objects.values_list("payload", flat=True)
         ]
-        assert (instance.pk,) in [tuple(args) for args in bells]
+        assert (instance.pk,) in [tuple(args) for args in queued]
 
 
 def test_start__of_an_existing_key_returns_it_without_writing(define):

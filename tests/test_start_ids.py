@@ -14,8 +14,9 @@ import pytest
 from django.db import connection, transaction
 
 import django_workerflow as workerflow
-from django_workerflow import bell_rows, instance_ids
 from django_workerflow.models import WorkflowEvent, WorkflowInstance
+from django_workerflow.store import instance_ids
+from django_workerflow.workers import bell_rows
 
 
 def _postgresql_with_bells() -> None:

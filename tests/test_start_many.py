@@ -7,9 +7,10 @@ import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
-from django_workerflow import alarms, starting
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime import starting
+from django_workerflow.workers import bells
 
 pytestmark = pytest.mark.django_db
 
@@ -102,14 +103,14 @@ def test_start_many__writes_at_most_1000_rows_per_statement(workflow, monkeypatc
 
 
 def test_start_many__rings_a_bell_per_new_instance(workflow):
-    if not alarms.uses_delayed_bells():
+    if not bells.uses_delayed_bells():
         pytest.skip("bells are rows only with django-q2's ORM broker")
     from django_q.models import OrmQ
     from django_q.signing import SignedPackage
 
     instances = workerflow.start_many(workflow, [(f"k{n}", n) for n in range(5)])
 
-    bells = [SignedPackage.loads(p) for p in OrmQ.objects.values_list("payload", flat=True)]
-    assert sorted(task["args"][0] for task in bells) == sorted(i.pk for i in instances)
-    assert all(task["func"] == alarms.TICK_TASK for task in bells)
+    queued = [SignedPackage.loads(p) for p in OrmQ.objects.values_list("payload", flat=True)]
+    assert sorted(task["args"][0] for task in queued) == sorted(i.pk for i in instances)
+    assert all(task["func"] == bells.TICK_TASK for task in queued)
     assert {i.bell_at for i in WorkflowInstance.objects.all()} == {instances[0].alarm_at}

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, transaction
 
 import django_workerflow as workerflow
-from django_workerflow import runtime
+from django_workerflow.runtime import verbs
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ class StatementCounter:
 def count_tick(instance_pk: int) -> StatementCounter:
     counter = StatementCounter()
     with connection.execute_wrapper(counter):
-        runtime.tick(instance_pk)
+        verbs.tick(instance_pk)
     return counter
 
 

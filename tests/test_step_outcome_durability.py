@@ -12,10 +12,10 @@ import pytest
 from django.test import override_settings
 
 import django_workerflow as workerflow
-from django_workerflow import runtime
 from django_workerflow.conf import settings
-from django_workerflow.execution import INTERRUPTED_ERROR_NAME
+from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import Step, StepEvent, StepEventType, StepState, WorkflowStatus
+from django_workerflow.runtime import verbs
 
 pytestmark = pytest.mark.django_db
 
@@ -166,7 +166,7 @@ def test_outcome__is_durable_before_the_worker_yields(define, workerflow_harness
 
     instance = workerflow.start(define(execute))
     with override_settings(WORKERFLOW_TICK_BUDGET=0):
-        result = runtime.tick(instance.pk)
+        result = verbs.tick(instance.pk)
 
     assert result.outcome == "yielded"
     assert states(instance) == {"s0": StepState.SUCCEEDED}

@@ -20,14 +20,15 @@ import pytest
 from django.db import transaction
 
 import django_workerflow as workerflow
-from django_workerflow import lease, runtime
-from django_workerflow.clock import now
 from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
-from django_workerflow.records import StepRecord
-from django_workerflow.states import StepEventType, StepState, StepType
-from django_workerflow.store import StepStore
+from django_workerflow.runtime import verbs
+from django_workerflow.store import lease
+from django_workerflow.store.records import StepRecord
+from django_workerflow.store.steps import StepStore
 from django_workerflow.testing import Harness
+from django_workerflow.values.clock import now
+from django_workerflow.values.states import StepEventType, StepState, StepType
 
 from .factories import WorkflowInstanceFactory
 
@@ -632,7 +633,7 @@ def test_get_or_create_sleep_step__does_not_set_an_alarm_when_re_reading_an_elap
     workerflow_harness.advance(60)
     assert Step.objects.get(step_id="sleep-1").state == StepState.ELAPSED
 
-    runtime.wake(instance)
+    verbs.wake(instance)
     assert workerflow_harness.drain() == 1
 
     assert alarm_of(instance) is None
@@ -803,7 +804,7 @@ def test_get_or_create_wait_step__uses_the_stored_timeout_at_for_the_alarm_not_t
 
     # A replay 30 s later reaches the wait with the same timeout: the stored one stands.
     workerflow_harness.clock.advance(timedelta(seconds=30))
-    runtime.wake(instance)
+    verbs.wake(instance)
     assert workerflow_harness.drain() == 1
 
     assert alarm_of(instance) == original_timeout

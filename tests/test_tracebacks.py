@@ -8,7 +8,7 @@ import logging
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow.tracebacks import (
+from django_workerflow.values.tracebacks import (
     MAX_TRACEBACK_CHARS,
     bounded,
     format_user_traceback,
@@ -104,7 +104,7 @@ def test_storable_text__escapes_nul_and_lone_surrogates():
 
 
 def test_format_user_traceback__drops_the_engines_frames_even_without_user_frames():
-    from django_workerflow import jsonvalue
+    from django_workerflow.values import jsonvalue
 
     try:
         jsonvalue.dumps(object(), what="The value")

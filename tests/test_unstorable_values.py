@@ -11,11 +11,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import django_workerflow as workerflow
-from django_workerflow import (
-    NonRetryableStepError,
-    WorkflowDefinition,
-    WorkflowInputError,
-)
+from django_workerflow import NonRetryableStepError, WorkflowDefinition, WorkflowInputError
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -25,7 +21,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.storable import (
+from django_workerflow.values.storable import (
     MAX_ERROR_MESSAGE_LENGTH,
     MAX_ERROR_NAME_LENGTH,
     TRUNCATION_MARKER,

@@ -10,13 +10,9 @@ import pytest
 from django.db import transaction
 
 import django_workerflow as workerflow
-from django_workerflow import (
-    WorkflowCancelledError,
-    WorkflowFailedError,
-    WorkflowStateError,
-    alarms,
-    runtime,
-)
+from django_workerflow import WorkflowCancelledError, WorkflowFailedError, WorkflowStateError
+from django_workerflow.runtime import verbs
+from django_workerflow.workers import bells
 
 from .threads import in_threads
 
@@ -95,13 +91,13 @@ def test_wait_result__refuses_bad_timeouts(waiter, workerflow_harness):
 def _finish_later(key: str, delay: float) -> None:
     time.sleep(delay)
     workerflow.send_event(key, "go", "late")
-    runtime.tick(runtime._pk(key))
+    verbs.tick(verbs._pk(key))
 
 
 def test_wait_result__returns_when_another_worker_finishes(transactional_db, waiter):
-    with alarms.suppressed():
+    with bells.suppressed():
         instance = workerflow.start(waiter, key="rt-1")
-        runtime.tick(instance.pk)
+        verbs.tick(instance.pk)
 
     def wait() -> tuple[object, float]:
         began = time.monotonic()
@@ -114,7 +110,7 @@ def test_wait_result__returns_when_another_worker_finishes(transactional_db, wai
 
 
 def test_wait_result__times_out_with_a_timedelta(transactional_db, waiter):
-    with alarms.suppressed():
+    with bells.suppressed():
         instance = workerflow.start(waiter, key="rt-2")
     began = time.monotonic()
     with pytest.raises(TimeoutError):
@@ -123,7 +119,7 @@ def test_wait_result__times_out_with_a_timedelta(transactional_db, waiter):
 
 
 def test_wait_result__refuses_to_wait_inside_a_transaction(transactional_db, waiter):
-    with alarms.suppressed():
+    with bells.suppressed():
         instance = workerflow.start(waiter, key="rt-3")
     with transaction.atomic(), pytest.raises(WorkflowStateError, match="inside a transaction"):
         instance.wait_result(timeout=1)
@@ -155,9 +151,9 @@ def _tick_after_event_in_thread(key: str) -> None:
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            with alarms.suppressed():
-                runtime.tick(runtime._pk(key))
-            if runtime.WorkflowInstance.objects.get(key=key).is_terminal:
+            with bells.suppressed():
+                verbs.tick(verbs._pk(key))
+            if verbs.WorkflowInstance.objects.get(key=key).is_terminal:
                 return
             time.sleep(0.05)
     finally:
@@ -165,7 +161,7 @@ def _tick_after_event_in_thread(key: str) -> None:
 
 
 def test_await_result__times_out(transactional_db, waiter):
-    with alarms.suppressed():
+    with bells.suppressed():
         instance = workerflow.start(waiter, key="async-2")
 
     async def scenario() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import connection
 
-from django_workerflow import alarms
+from django_workerflow.workers import bells
 
 
 class ThreadTimeout(AssertionError):
@@ -26,7 +26,7 @@ def in_threads(*targets: Callable[[], Any], timeout: float = 60.0) -> list[Any]:
 
     def body(index: int, target: Callable[[], Any]) -> None:
         try:
-            with alarms.suppressed():
+            with bells.suppressed():
                 results[index] = target()
         except BaseException as exc:  # re-raised in the calling thread
             errors[index] = exc

@@ -13,9 +13,9 @@ from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from ..clock import now as clock_now
-from ..models import WorkflowInstance
-from . import describe, estimated_count
+from django_workerflow.console import describe, estimated_count
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.values.clock import now as clock_now
 
 
 class InstanceChangeList(ChangeList):

@@ -15,10 +15,11 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
-from .. import deliveries, registry
-from ..models import FinishDelivery, WorkflowInstance
-from .controls import admin_url, url_name
-from .describe import clock_text
+from django_workerflow.console.controls import admin_url, url_name
+from django_workerflow.console.describe import clock_text
+from django_workerflow.definition import registry
+from django_workerflow.models import FinishDelivery, WorkflowInstance
+from django_workerflow.runtime.composition import deliveries
 
 MAX_CHILDREN = 100
 DELIVER_NOW = "deliver-now"
@@ -68,7 +69,7 @@ def load_composition(instance: WorkflowInstance) -> Composition:
 
 def render_lines(composition: Composition) -> list[str]:
     """The ``show`` command's lines for the parent, the children and the delivery."""
-    from .terminal import safe
+    from django_workerflow.console.terminal import safe
 
     parent = composition.parent
     lines = [f"Parent: {safe(parent.key)} ({parent.status})" if parent else "Parent: none"]

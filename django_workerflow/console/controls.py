@@ -15,7 +15,7 @@ from django.contrib.admin import ModelAdmin
 from django.http import HttpRequest
 from django.urls import reverse
 
-from ..models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 
 UNFINISHED = frozenset(ACTIVE_STATUSES | {WorkflowStatus.PAUSED})
 

@@ -18,9 +18,9 @@ from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from .. import drift
-from ..clock import now as clock_now
-from ..models import (
+from django_workerflow.console.queue_words import is_queued, queued_words
+from django_workerflow.definition import drift
+from django_workerflow.models import (
     Step,
     StepState,
     StepType,
@@ -29,7 +29,7 @@ from ..models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from .queue_words import is_queued, queued_words
+from django_workerflow.values.clock import now as clock_now
 
 OPEN_STATES = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
 FAILED_STATES = frozenset({StepState.FAILED, StepState.TIMED_OUT})

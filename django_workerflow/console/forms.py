@@ -8,9 +8,10 @@ from typing import Any
 
 from django import forms
 
-from .. import drift, jsonvalue
-from ..exceptions import WorkflowInputError
-from ..models import WorkflowInstance
+from django_workerflow.definition import drift
+from django_workerflow.exceptions import WorkflowInputError
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.values import jsonvalue
 
 
 class CancelForm(forms.Form):

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..models import (
+from django_workerflow.console.describe import (
+    OPEN_STATES,
+    cancel_reason_of,
+    pretty_json,
+    waiting_on,
+)
+from django_workerflow.console.steptree import StepNode, step_tree
+from django_workerflow.console.timeline import Timeline, build_timeline
+from django_workerflow.models import (
     InboundEvent,
     Step,
     StepEvent,
@@ -14,9 +22,6 @@ from ..models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from .describe import OPEN_STATES, cancel_reason_of, pretty_json, waiting_on
-from .steptree import StepNode, step_tree
-from .timeline import Timeline, build_timeline
 
 # Steps shown on one page; an instance with more says how many it leaves out.
 MAX_STEPS = 500

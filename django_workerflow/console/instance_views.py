@@ -17,11 +17,11 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
-from ..models import WorkflowInstance
-from . import operations
-from .controls import ControlName, admin_url, may_use, url_name
-from .forms import CancelForm, SendEventForm, awaited_event_initial
-from .replies import confirmation_page, record
+from django_workerflow.console import operations
+from django_workerflow.console.controls import ControlName, admin_url, may_use, url_name
+from django_workerflow.console.forms import CancelForm, SendEventForm, awaited_event_initial
+from django_workerflow.console.replies import confirmation_page, record
+from django_workerflow.models import WorkflowInstance
 
 View = Callable[[HttpRequest, str], HttpResponse]
 

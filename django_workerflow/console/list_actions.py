@@ -16,7 +16,11 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
-from ..models import (
+from django_workerflow.console import operations
+from django_workerflow.console.controls import ControlName
+from django_workerflow.console.forms import CancelForm, SendEventForm, awaited_event_initial
+from django_workerflow.console.replies import confirm_then_apply, record, submitted
+from django_workerflow.models import (
     TERMINAL_STATUSES,
     InboundEvent,
     Step,
@@ -24,10 +28,6 @@ from ..models import (
     WorkflowEvent,
     WorkflowInstance,
 )
-from . import operations
-from .controls import ControlName
-from .forms import CancelForm, SendEventForm, awaited_event_initial
-from .replies import confirm_then_apply, record, submitted
 
 if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
     InstanceAdmin: TypeAlias = ModelAdmin[WorkflowInstance]

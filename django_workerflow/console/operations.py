@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import runtime
-from ..clock import now as clock_now
-from ..exceptions import WorkflowInputError, WorkflowStateError
-from ..models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
-from .describe import format_when
+from django_workerflow.console.describe import format_when
+from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
+from django_workerflow.models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime import verbs
+from django_workerflow.values.clock import now as clock_now
 
 
 @dataclass(slots=True)
@@ -69,7 +69,7 @@ def pause(instances: Iterable[WorkflowInstance]) -> Report:
     """Pause each running instance at its next step boundary."""
     report = Report()
     for instance in instances:
-        if runtime.pause(instance):
+        if verbs.pause(instance):
             report.add(instance, True, "paused", f"Paused '{instance.key}'.")
         else:
             report.add(instance, False, _why_not(instance, WorkflowStatus.RUNNING))
@@ -81,7 +81,7 @@ def resume(instances: Iterable[WorkflowInstance]) -> Report:
     report = Report()
     for instance in instances:
         try:
-            runtime.resume(instance)
+            verbs.resume(instance)
         except WorkflowStateError:
             report.add(instance, False, _why_not(instance, WorkflowStatus.PAUSED))
         else:
@@ -94,7 +94,7 @@ def cancel(instances: Iterable[WorkflowInstance], reason: str | None) -> Report:
     report = Report()
     because = f" Reason: {reason}" if reason else " No reason given."
     for instance in instances:
-        if runtime.cancel(instance, reason=reason):
+        if verbs.cancel(instance, reason=reason):
             report.add(instance, True, "cancelled", f"Cancelled '{instance.key}'.{because}")
         else:
             report.add(instance, False, _why_not(instance, "unfinished"))
@@ -107,7 +107,7 @@ def send_event(instances: Iterable[WorkflowInstance], event_name: str, payload: 
     sent = f"event '{event_name}'"
     for instance in instances:
         try:
-            event = runtime.send_event(instance, event_name, payload)
+            event = verbs.send_event(instance, event_name, payload)
         except WorkflowInputError as exc:
             report.add(instance, False, str(exc))
             continue
@@ -133,8 +133,8 @@ def wake(instances: Iterable[WorkflowInstance]) -> Report:
     for instance in instances:
         now = clock_now()
         sleeping, waiting = _waiting_steps(instance, now)
-        retried = runtime.retry_now(instance)
-        if not runtime.wake(instance):
+        retried = verbs.retry_now(instance)
+        if not verbs.wake(instance):
             report.add(instance, False, _why_not(instance, "pending or running"))
             continue
         key = f"'{instance.key}'"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from ..admission import queue_state
-from ..models import WorkflowInstance
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.runtime.flow.admission import queue_state
 
 PERIOD_WORDS = {
     timedelta(seconds=1): "second",
@@ -22,7 +22,9 @@ def is_queued(instance: WorkflowInstance) -> bool:
 
 def queued_words(instance: WorkflowInstance, now: datetime) -> str:
     """Say why the queued ``instance`` is not admitted yet (a few queries)."""
-    from .describe import format_when  # describe imports this module: import late
+    from django_workerflow.console.describe import (
+        format_when,
+    )  # describe imports this module: import late
 
     state = queue_state(instance.definition_name, instance.concurrency_key, now)
     if state is None:

@@ -13,9 +13,9 @@ from django.contrib.admin import ModelAdmin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from ..models import WorkflowInstance
-from .controls import CONTROLS, ControlName, admin_url
-from .operations import Report
+from django_workerflow.console.controls import CONTROLS, ControlName, admin_url
+from django_workerflow.console.operations import Report
+from django_workerflow.models import WorkflowInstance
 
 TITLES = {
     ControlName.CANCEL: "Cancel workflows",

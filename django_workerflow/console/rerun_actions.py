@@ -14,11 +14,11 @@ from django.contrib.admin import ModelAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from ..models import WorkflowInstance
-from . import reruns
-from .controls import ControlName, admin_url
-from .replies import confirm_then_apply, submitted
-from .rerun_forms import RetryForm
+from django_workerflow.console import reruns
+from django_workerflow.console.controls import ControlName, admin_url
+from django_workerflow.console.replies import confirm_then_apply, submitted
+from django_workerflow.console.rerun_forms import RetryForm
+from django_workerflow.models import WorkflowInstance
 
 if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
     InstanceAdmin: TypeAlias = ModelAdmin[WorkflowInstance]

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
-from ..models import WorkflowInstance
-from . import operations, reruns
-from .operations import Report
+from django_workerflow.console import operations, reruns
+from django_workerflow.console.operations import Report
+from django_workerflow.models import WorkflowInstance
 
 
 def add_arguments(sub: argparse._SubParsersAction) -> None:

@@ -6,10 +6,11 @@ from typing import Any, cast
 
 from django import forms
 
-from .. import jsonvalue, registry
-from ..exceptions import WorkflowInputError, WorkflowNotRegisteredError
-from ..models import Step, WorkflowInstance
-from .reruns import ForkRequest
+from django_workerflow.console.reruns import ForkRequest
+from django_workerflow.definition import registry
+from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
+from django_workerflow.models import Step, WorkflowInstance
+from django_workerflow.values import jsonvalue
 
 REASON_WIDGET = forms.Textarea(attrs={"rows": 3, "cols": 60})
 

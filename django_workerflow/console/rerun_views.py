@@ -10,11 +10,11 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 
-from . import reruns
-from .controls import ControlName, admin_url, url_name
-from .instance_views import ControlViews
-from .replies import confirmation_page, record
-from .rerun_forms import ForkForm, RetryForm
+from django_workerflow.console import reruns
+from django_workerflow.console.controls import ControlName, admin_url, url_name
+from django_workerflow.console.instance_views import ControlViews
+from django_workerflow.console.replies import confirmation_page, record
+from django_workerflow.console.rerun_forms import ForkForm, RetryForm
 
 
 class RerunViews(ControlViews):

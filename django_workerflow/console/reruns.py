@@ -11,10 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import django_workerflow as workerflow
-
-from ..exceptions import WorkerflowError, WorkflowStateError
-from ..models import WorkflowInstance, WorkflowStatus
-from .operations import Report
+from django_workerflow.console.operations import Report
+from django_workerflow.exceptions import WorkerflowError, WorkflowStateError
+from django_workerflow.models import WorkflowInstance, WorkflowStatus
 
 
 @dataclass(frozen=True, slots=True)

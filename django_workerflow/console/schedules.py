@@ -14,9 +14,9 @@ from django.contrib.admin import ModelAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .. import cron_schedules
-from ..exceptions import WorkerflowError
-from ..models import WorkflowInstance, WorkflowSchedule
+from django_workerflow.exceptions import WorkerflowError
+from django_workerflow.models import WorkflowInstance, WorkflowSchedule
+from django_workerflow.runtime.flow import schedules
 
 if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
     ScheduleAdminBase: TypeAlias = ModelAdmin[WorkflowSchedule]
@@ -48,7 +48,7 @@ def _set_enabled(request: HttpRequest, queryset: Schedules, enabled: bool) -> tu
     changed, refused = 0, []
     for name in queryset.order_by("name").values_list("name", flat=True):
         try:
-            changed += cron_schedules.set_enabled(name, enabled)
+            changed += schedules.set_enabled(name, enabled)
         except WorkerflowError as error:
             refused.append(str(error))
     return changed, refused
@@ -71,7 +71,7 @@ def enable_selected(model_admin: Any, request: HttpRequest, queryset: Schedules)
 @admin.action(permissions=["run"], description="Run selected scheduled workflows now")
 def run_now_selected(model_admin: Any, request: HttpRequest, queryset: Schedules) -> None:
     started = [
-        cron_schedules.run_now(name).key
+        schedules.run_now(name).key
         for name in queryset.filter(in_code=True).order_by("name").values_list("name", flat=True)
     ]
     model_admin.message_user(

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..models import Step, StepEvent, StepEventType, StepState, StepType
-from .describe import format_duration, pretty_json, short_time, step_error
+from django_workerflow.console.describe import format_duration, pretty_json, short_time, step_error
+from django_workerflow.models import Step, StepEvent, StepEventType, StepState, StepType
 
 
 @dataclass(slots=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .. import drift
-from ..models import StepEventType, WorkflowInstance
-from .describe import format_when, missing_definition
-from .history import History
+from django_workerflow.console.describe import format_when, missing_definition
+from django_workerflow.console.history import History
+from django_workerflow.definition import drift
+from django_workerflow.models import StepEventType, WorkflowInstance
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,15 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from ..models import StepState, StepType, WorkflowInstance, WorkflowStatus
-from .describe import cancel_reason_of, clock_text, format_when, waiting_on
-from .history import History
-from .summary import MISSING_DEFINITION_HINT, Traceback, build_summary
+from django_workerflow.console.describe import (
+    cancel_reason_of,
+    clock_text,
+    format_when,
+    waiting_on,
+)
+from django_workerflow.console.history import History
+from django_workerflow.console.summary import MISSING_DEFINITION_HINT, Traceback, build_summary
+from django_workerflow.models import StepState, StepType, WorkflowInstance, WorkflowStatus
 
 MAX_VALUE = 120
 MAX_ID_WIDTH = 40

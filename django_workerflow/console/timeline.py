@@ -11,7 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..models import (
+from django_workerflow.console.describe import clock_text, format_duration, short_time
+from django_workerflow.console.steptree import StepNode
+from django_workerflow.models import (
     StepState,
     StepType,
     WorkflowEvent,
@@ -19,8 +21,6 @@ from ..models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from .describe import clock_text, format_duration, short_time
-from .steptree import StepNode
 
 # Width, in percent of the track, under which a segment is drawn at the minimum width.
 MIN_WIDTH = 0.4

@@ -15,12 +15,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from .. import health as health_probe
-from .. import histories
-from ..console.terminal import safe
-from ..models import WorkflowInstance
-from ..replay import ReplayReport
-from ..replay_check import CheckFilter, check_instances
+from django_workerflow.console.terminal import safe
+from django_workerflow.deploy import health as health_probe
+from django_workerflow.deploy import histories
+from django_workerflow.deploy.replay import ReplayReport
+from django_workerflow.deploy.replay_check import CheckFilter, check_instances
+from django_workerflow.models import WorkflowInstance
 
 #: Exit status of a subcommand given arguments it cannot use.
 BAD_ARGUMENTS = 2

@@ -5,7 +5,13 @@ exactly its fields and records its :class:`WorkflowEvent`; only the runtime, the
 the lease call them, under the instance's row lock. The step store writes steps.
 """
 
-from ..states import (
+from django_workerflow.models.delivery import FinishDelivery
+from django_workerflow.models.fields import JSONTextField
+from django_workerflow.models.flow import AdmissionGate, WorkflowSchedule
+from django_workerflow.models.heartbeat import WorkerHeartbeat
+from django_workerflow.models.history import InboundEvent, Step, StepEvent, WorkflowEvent
+from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
+from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     StepEventType,
@@ -14,12 +20,6 @@ from ..states import (
     WorkflowEventType,
     WorkflowStatus,
 )
-from .delivery import FinishDelivery
-from .fields import JSONTextField
-from .flow import AdmissionGate, WorkflowSchedule
-from .heartbeat import WorkerHeartbeat
-from .history import InboundEvent, Step, StepEvent, WorkflowEvent
-from .instance import WorkflowInstance, WorkflowInstanceQuerySet
 
 __all__ = [
     "ACTIVE_STATUSES",

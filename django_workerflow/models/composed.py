@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from .instance import WorkflowInstance
+    from django_workerflow.models.instance import WorkflowInstance
 
 
 class ComposedInstance:
@@ -15,20 +15,24 @@ class ComposedInstance:
 
     def wait_result(self, timeout: float | timedelta | None = None) -> Any:
         """Block until the instance finishes; see :func:`django_workerflow.wait_result`."""
-        from .. import results  # results reads models: import at call time
+        from django_workerflow.runtime.composition import (
+            results,
+        )  # results reads models: import at call time
 
         return results.wait_result(_instance(self), timeout)
 
     async def await_result(self, timeout: float | timedelta | None = None) -> Any:
         """Await the instance's end without holding a thread for the whole wait."""
-        from .. import results
+        from django_workerflow.runtime.composition import results
 
         return await results.await_result(_instance(self), timeout)
 
     def _finished(self, now: datetime, reason: str | None) -> None:
         """The one hook point of the transitions that finish an instance (completed,
         failed, cancelled), inside their transaction: see :mod:`django_workerflow.finishing`."""
-        from ..finishing import instance_finished  # finishing reads models: import late
+        from django_workerflow.runtime.finishing import (
+            instance_finished,
+        )  # finishing reads models: import late
 
         instance_finished(_instance(self), now, reason)
 

@@ -7,8 +7,8 @@ from datetime import datetime
 from django.db import models
 from django.db.models import Q
 
-from .fields import JSONTextField
-from .instance import WorkflowInstance
+from django_workerflow.models.fields import JSONTextField
+from django_workerflow.models.instance import WorkflowInstance
 
 # The attempts a delivery row keeps in its history (the newest ones); the count is exact.
 KEPT_ATTEMPTS = 50

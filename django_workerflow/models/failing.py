@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from ..states import WorkflowEventType, WorkflowStatus
+from django_workerflow.values.states import WorkflowEventType, WorkflowStatus
 
 if TYPE_CHECKING:
-    from .instance import WorkflowInstance
+    from django_workerflow.models.instance import WorkflowInstance
 
 
 class FailureTransitions:
@@ -18,7 +18,7 @@ class FailureTransitions:
 
     def retry(self, reason: str | None = None) -> None:
         """Run a failed instance again from the step that failed it (see reruns.retry)."""
-        from .. import reruns
+        from django_workerflow.runtime import reruns
 
         reruns.retry(_instance(self), reason=reason)
 
@@ -33,7 +33,7 @@ class FailureTransitions:
     ) -> WorkflowInstance:
         """A new instance that keeps this one's settled steps before ``from_step`` (see
         reruns.fork)."""
-        from .. import reruns
+        from django_workerflow.runtime import reruns
 
         return reruns.fork(
             _instance(self),

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db import models
 
-from .. import jsonvalue
+from django_workerflow.values import jsonvalue
 
 
 class JSONTextField(models.TextField):

@@ -7,9 +7,9 @@ from datetime import datetime
 from django.db import models
 from django.db.models import Q
 
-from ..states import StepEventType, StepState, StepType, WorkflowEventType
-from .fields import JSONTextField
-from .instance import WorkflowInstance
+from django_workerflow.models.fields import JSONTextField
+from django_workerflow.models.instance import WorkflowInstance
+from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowEventType
 
 
 class Step(models.Model):

@@ -8,21 +8,21 @@ from typing import TYPE_CHECKING, Any
 from django.db import models, transaction
 from django.db.models import Q
 
-from .. import registry
-from ..signals import workflow_status_changed
-from ..states import (
+from django_workerflow.definition import registry
+from django_workerflow.models.composed import ComposedInstance
+from django_workerflow.models.failing import FailureTransitions
+from django_workerflow.models.fields import JSONTextField
+from django_workerflow.models.flow import FLOW_INDEXES
+from django_workerflow.signals import workflow_status_changed
+from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
     WorkflowEventType,
     WorkflowStatus,
 )
-from .composed import ComposedInstance
-from .failing import FailureTransitions
-from .fields import JSONTextField
-from .flow import FLOW_INDEXES
 
 if TYPE_CHECKING:
-    from .history import InboundEvent
+    from django_workerflow.models.history import InboundEvent
 
 
 class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
@@ -184,26 +184,26 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
 
     def pause(self) -> bool:
         """Pause a running instance at its next step boundary; False if nothing changed."""
-        from .. import runtime  # runtime imports models: import at call time
+        from django_workerflow.runtime import verbs  # runtime imports models: import at call time
 
-        return runtime.pause(self)
+        return verbs.pause(self)
 
     def resume(self) -> None:
         """Resume a paused instance; WorkflowStateError if it is not paused."""
-        from .. import runtime
+        from django_workerflow.runtime import verbs
 
-        runtime.resume(self)
+        verbs.resume(self)
 
     def cancel(self, reason: str | None = None) -> bool:
         """Cancel a non-terminal instance; False if it had already finished."""
-        from .. import runtime
+        from django_workerflow.runtime import verbs
 
-        return runtime.cancel(self, reason=reason)
+        return verbs.cancel(self, reason=reason)
 
     def send_event(self, event_name: str, payload: Any = None) -> InboundEvent | None:
-        from .. import runtime
+        from django_workerflow.runtime import verbs
 
-        return runtime.send_event(self, event_name, payload)
+        return verbs.send_event(self, event_name, payload)
 
     # Transitions: the caller holds the row lock (select_for_update) -------------------
 
@@ -346,7 +346,9 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     def _save_fields(self, fields: list[str]) -> None:
         """Write ``fields`` of this instance (``save(update_fields=...)`` without the query
         compiler; see :mod:`django_workerflow.instance_rows`)."""
-        from ..instance_rows import save_fields  # it reads models: import late
+        from django_workerflow.store.instance_rows import (
+            save_fields,
+        )  # it reads models: import late
 
         save_fields(self, fields)
 
@@ -362,7 +364,9 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
         self, event_type: str, now: datetime, *, previous: str | None, reason: str | None = None
     ) -> None:
         """Record the workflow event and announce the status after the commit."""
-        from ..instance_rows import record_event  # it reads models: import late
+        from django_workerflow.store.instance_rows import (
+            record_event,
+        )  # it reads models: import late
 
         record_event(self.pk, event_type, reason, now)
         sender = registry.lookup(self.definition_name, self.definition_version)

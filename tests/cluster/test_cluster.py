@@ -20,10 +20,8 @@ from django_q.models import OrmQ, Schedule
 from django_q.signing import SignedPackage
 from django_q.tasks import async_task
 
-from django_workerflow import runtime, send_event, start
-from django_workerflow.alarms import TICK_TASK
-from django_workerflow.clock import now
-from django_workerflow.execution import INTERRUPTED_ERROR_NAME, INTERRUPTED_MESSAGE
+from django_workerflow import send_event, start
+from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME, INTERRUPTED_MESSAGE
 from django_workerflow.models import (
     Step,
     StepEvent,
@@ -32,7 +30,14 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.schedules import SWEEPER_FUNC, SWEEPER_NAME, ensure_sweeper_schedule
+from django_workerflow.runtime import verbs
+from django_workerflow.values.clock import now
+from django_workerflow.workers.bells import TICK_TASK
+from django_workerflow.workers.sweeper_schedule import (
+    SWEEPER_FUNC,
+    SWEEPER_NAME,
+    ensure_sweeper_schedule,
+)
 
 from .conftest import ClusterRunner, wait_until
 
@@ -308,13 +313,13 @@ def test_lost_bell__is_rung_again_by_the_sweep(qcluster: ClusterRunner) -> None:
     assert nap.wake_at in locks
     sleep_until(nap.wake_at + timedelta(seconds=1.5))
     assert Step.objects.get(pk=nap.pk).state == StepState.WAITING
-    sleep_until(nap.wake_at + runtime.SWEEP_GRACE + timedelta(seconds=0.2))
-    assert runtime.sweep() >= 1
+    sleep_until(nap.wake_at + verbs.SWEEP_GRACE + timedelta(seconds=0.2))
+    assert verbs.sweep() >= 1
     finished = wait_finished(instance.pk, timeout=15)
     assert (finished.status, finished.result) == (WorkflowStatus.COMPLETED, "awake")
     nap.refresh_from_db()
     assert nap.state == StepState.ELAPSED
-    assert nap.resolved_at >= nap.wake_at + runtime.SWEEP_GRACE
+    assert nap.resolved_at >= nap.wake_at + verbs.SWEEP_GRACE
 
 
 # Bells and transactions ---------------------------------------------------------------

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from django_q.models import Schedule
 
-from django_workerflow import deliveries, start
-from django_workerflow.clock import now
+from django_workerflow import start
 from django_workerflow.models import FinishDelivery
-from django_workerflow.schedules import SWEEPER_NAME
+from django_workerflow.runtime.composition import deliveries
+from django_workerflow.values.clock import now
+from django_workerflow.workers.sweeper_schedule import SWEEPER_NAME
 
 from .conftest import ClusterRunner, wait_until
 

@@ -10,8 +10,8 @@ from datetime import datetime
 
 import pytest
 
-from django_workerflow import cron_schedules
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime.flow import schedules
 from tests import flow_helpers
 
 from .conftest import ClusterRunner, wait_until
@@ -28,7 +28,7 @@ def test_a_per_second_schedule__starts_each_occurrence_on_time(
     define_with(lambda self: self.input["scheduled_at"], name="cluster-every-second",
                 version="1", schedule="* * * * * *")  # fmt: skip
     qcluster.start(WORKERFLOW_TEST_EVERY_SECOND="1")
-    cron_schedules.sync()  # creates the row and queues the first bell, as migrate would
+    schedules.sync()  # creates the row and queues the first bell, as migrate would
     scheduled = WorkflowInstance.objects.filter(definition_name="cluster-every-second")
     wait_until(
         lambda: scheduled.filter(status=WorkflowStatus.COMPLETED).count() >= OCCURRENCES + 1,

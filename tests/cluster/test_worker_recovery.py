@@ -16,8 +16,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from django_workerflow import alarms, start
+from django_workerflow import start
 from django_workerflow.models import Step, WorkerHeartbeat, WorkflowInstance, WorkflowStatus
+from django_workerflow.workers import bells
 from tests.reliability.conftest import print_figures
 from tests.reliability.faults.conftest import worker_pids
 
@@ -83,8 +84,8 @@ def test_live_worker__a_callback_longer_than_several_leases_is_never_taken_over(
     deadline = time.monotonic() + 20
     while WorkflowInstance.objects.get(pk=instance.pk).status != WorkflowStatus.COMPLETED:
         assert time.monotonic() < deadline, "the long step did not complete"
-        alarms.arm(instance.pk, WorkflowInstance.objects.get(pk=instance.pk).alarm_at)
-        alarms._enqueue(instance.pk)
+        bells.arm(instance.pk, WorkflowInstance.objects.get(pk=instance.pk).alarm_at)
+        bells._enqueue(instance.pk)
         time.sleep(0.5)
     starts = [line for line in trace.read_text().splitlines() if line.startswith("start")]
     assert len(starts) == 1

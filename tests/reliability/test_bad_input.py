@@ -19,8 +19,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, registry, runtime
+from django_workerflow import WorkflowDefinition
+from django_workerflow.definition import registry
 from django_workerflow.models import Step, StepEvent, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime import verbs
 
 from ..bad_values import (
     DEADLINES,
@@ -581,7 +583,7 @@ def test_send_event__deeply_nested_payload_cannot_poison_the_instance(
         assert any(word in refusal for word in ("deep", "depth", "nest")), refusal
         assert table_counts() == before
         return
-    deeper_by(100, lambda: runtime.tick(waiting.pk))
+    deeper_by(100, lambda: verbs.tick(waiting.pk))
     waiting.refresh_from_db()
     assert waiting.status == WorkflowStatus.COMPLETED, (waiting.status, waiting.error_message)
 

@@ -43,7 +43,7 @@ from hypothesis.stateful import (
 )
 
 import django_workerflow as workerflow
-from django_workerflow import NonRetryableStepError, WorkflowStateError, alarms, clock, runtime
+from django_workerflow import NonRetryableStepError, WorkflowStateError
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -54,6 +54,9 @@ from django_workerflow.models import (
     WorkflowEvent,
     WorkflowInstance,
 )
+from django_workerflow.runtime import verbs
+from django_workerflow.values import clock
+from django_workerflow.workers import bells
 
 from .conftest import in_threads, print_figures
 
@@ -263,7 +266,7 @@ class ControlRaces(RuleBasedStateMachine):
 
     def start(self, fail_at: str | None) -> str:
         key = f"race-{next(_keys)}"
-        with alarms.suppressed():
+        with bells.suppressed():
             workerflow.start(self.definition, key=key, input={"fail_at": fail_at})
         self.keys.append(key)
         return key
@@ -338,7 +341,7 @@ class ControlRaces(RuleBasedStateMachine):
         if name == "send_event":
             return workerflow.send_event(key, "go", {"from": "race"}) is not None
         if name == "tick":
-            return runtime.tick(pk).outcome
+            return verbs.tick(pk).outcome
         if name == "start":
             return workerflow.start(self.definition, key=key).pk
         raise AssertionError(name)
@@ -356,7 +359,7 @@ class ControlRaces(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Drive every instance to a finish (nothing is left stuck), then check that every
         event sent to it was kept: claimed by one of its waits, or still queued."""
-        with alarms.suppressed():
+        with bells.suppressed():
             for key in self.keys:
                 status, sent = drive_to_finish(key)
                 self.sent[key] += sent
@@ -403,10 +406,10 @@ def drive_to_finish(key: str) -> tuple[str, int]:
         if not Step.objects.filter(
             instance=instance, type=StepType.WAIT, state=StepState.WAITING
         ).exists():
-            runtime.tick(instance.pk)
+            verbs.tick(instance.pk)
             continue
         sent += workerflow.send_event(instance, "go", {"from": "teardown"}) is not None
-        runtime.tick(instance.pk)
+        verbs.tick(instance.pk)
     instance.refresh_from_db()
     raise AssertionError(f"instance {key} did not finish: {instance.status}")
 

@@ -16,7 +16,6 @@ import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
-from django_workerflow import alarms, clock, runtime
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -27,6 +26,9 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.runtime import verbs
+from django_workerflow.values import clock
+from django_workerflow.workers import bells
 
 from .conftest import print_figures, requires_postgres
 
@@ -73,7 +75,7 @@ class Storm:
     def sender(self, number: int, plan: list[tuple[str, int]]) -> None:
         """Send this sender's events one after the other, as fast as they go."""
         try:
-            with alarms.suppressed():
+            with bells.suppressed():
                 for key, n in plan:
                     if self.stop.is_set():
                         return
@@ -92,7 +94,7 @@ class Storm:
         """Tick due instances until told to stop, like a worker woken by bells."""
         shuffle = random.Random(seed).shuffle
         try:
-            with alarms.suppressed():
+            with bells.suppressed():
                 while not self.stop.is_set():
                     due = list(
                         WorkflowInstance.objects.due(clock.now()).values_list("pk", flat=True)[:20]
@@ -102,7 +104,7 @@ class Storm:
                         continue
                     shuffle(due)  # workers contend for the same instances
                     for pk in due:
-                        runtime.tick(pk)
+                        verbs.tick(pk)
                         with self.lock:
                             self.ticks += 1
         except BaseException as exc:  # re-raised by run_storm
@@ -145,7 +147,7 @@ def test_event_storm__every_event_is_claimed_once_or_queued_and_claims_follow_se
     transactional_db, define, quiet_engine_logs
 ):
     definition = define(waiting_in_a_loop)
-    with alarms.suppressed():
+    with bells.suppressed():
         keys = [workerflow.start(definition, key=f"storm-{n}").key for n in range(INSTANCES)]
     storm = Storm(keys)
 

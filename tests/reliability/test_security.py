@@ -20,7 +20,7 @@ from django.urls import reverse
 from picklefield.fields import PickledObjectField
 
 import django_workerflow as workerflow
-from django_workerflow import NonRetryableStepError, alarms
+from django_workerflow import NonRetryableStepError
 from django_workerflow.models import (
     InboundEvent,
     JSONTextField,
@@ -28,6 +28,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.workers import bells
 
 from .conftest import ENGINE_MODELS, print_figures, table_counts
 
@@ -462,7 +463,7 @@ def test_storage__bells_carry_only_the_instance_pk_never_user_data(define):
     from django_q.models import OrmQ
     from django_q.signing import SignedPackage
 
-    if not alarms.uses_delayed_bells():
+    if not bells.uses_delayed_bells():
         pytest.skip("bells are queued in the database only with django-q2's ORM broker")
     instance = workerflow.start(define(waits_for_go), key="belled", input={"secret": SCRIPT})
     workerflow.send_event(instance, "go", {"secret": IMG})
@@ -473,7 +474,7 @@ def test_storage__bells_carry_only_the_instance_pk_never_user_data(define):
 
     assert tasks, "no bell was queued"
     for task in tasks:
-        assert task["func"] == alarms.TICK_TASK
+        assert task["func"] == bells.TICK_TASK
         assert tuple(task["args"]) == (instance.pk,)
         assert not task.get("kwargs")
         assert "secret" not in repr(task)

@@ -13,16 +13,17 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import alarms, runtime
-from ... import purge as purging
-from ...clock import now as clock_now
-from ...console import describe, rerun_commands
-from ...console.composition import load_composition, render_lines
-from ...console.history import load_history
-from ...console.terminal import render_list, render_show, safe
-from ...exceptions import WorkerflowError, WorkflowStateError
-from ...models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
-from .. import deploy
+from django_workerflow.console import describe, rerun_commands
+from django_workerflow.console.composition import load_composition, render_lines
+from django_workerflow.console.history import load_history
+from django_workerflow.console.terminal import render_list, render_show, safe
+from django_workerflow.exceptions import WorkerflowError, WorkflowStateError
+from django_workerflow.management import deploy
+from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime import purge as purging
+from django_workerflow.runtime import verbs
+from django_workerflow.values.clock import now as clock_now
+from django_workerflow.workers import bells
 
 
 class OneLineParser(CommandParser):
@@ -133,7 +134,7 @@ class Command(BaseCommand):
     ) -> None:
         value = _json(input, "--input")
         existed = key is not None and WorkflowInstance.objects.filter(key=key).exists()
-        instance = runtime.start(name, key=key, input=value, version=definition_version)
+        instance = verbs.start(name, key=key, input=value, version=definition_version)
         what = f"'{safe(instance.key)}' ({instance.definition_name} v{instance.definition_version})"
         if existed:
             self.stdout.write(
@@ -144,7 +145,7 @@ class Command(BaseCommand):
 
     def handle_send_event(self, *, key: str, event: str, payload: str, **_: Any) -> None:
         value = _json(payload, "--payload")
-        sent = runtime.send_event(key, event, value)
+        sent = verbs.send_event(key, event, value)
         if sent is None:
             raise CommandError(f"Instance {key!r} is {_status(key)}: the event was not delivered.")
         if sent.claimed_by_id is not None:
@@ -157,19 +158,19 @@ class Command(BaseCommand):
             )
 
     def handle_pause(self, *, key: str, **_: Any) -> None:
-        if not runtime.pause(key):
+        if not verbs.pause(key):
             raise CommandError(f"Instance {key!r} is {_status(key)}, not running: not paused.")
         self.stdout.write(f"Paused {key!r}: it stops at its next step boundary.")
 
     def handle_resume(self, *, key: str, **_: Any) -> None:
         try:
-            runtime.resume(key)
+            verbs.resume(key)
         except WorkflowStateError:
             raise CommandError(f"Instance {key!r} is {_status(key)}, not paused.") from None
         self.stdout.write(f"Resumed {key!r}.")
 
     def handle_cancel(self, *, key: str, reason: str | None, **_: Any) -> None:
-        if not runtime.cancel(key, reason=reason or None):
+        if not verbs.cancel(key, reason=reason or None):
             raise CommandError(f"Instance {key!r} is already {_status(key)}: not cancelled.")
         self.stdout.write(f"Cancelled {key!r}." + (f" Reason: {reason}" if reason else ""))
 
@@ -189,8 +190,8 @@ class Command(BaseCommand):
         self.stdout.write(render_list(page, clock_now()))
 
     def handle_sweep(self, **_: Any) -> None:
-        queued = runtime.sweep()
-        horizon = describe.format_duration(alarms.HORIZON)
+        queued = verbs.sweep()
+        horizon = describe.format_duration(bells.HORIZON)
         self.stdout.write(
             f"Queued {queued} bell{'s' if queued != 1 else ''}: overdue instances ring now, "
             f"alarms due within {horizon} that had no bell ring at their time."

@@ -21,13 +21,7 @@ import pytest
 from django.db import transaction
 
 from django_workerflow import start
-from django_workerflow.models import (
-    Step,
-    StepState,
-    StepType,
-    WorkflowInstance,
-    WorkflowStatus,
-)
+from django_workerflow.models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
 from tests.reliability.conftest import print_figures
 
 from .conftest import (

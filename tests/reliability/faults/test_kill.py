@@ -26,7 +26,7 @@ import pytest
 from django.db import transaction
 
 from django_workerflow import start
-from django_workerflow.execution import INTERRUPTED_ERROR_NAME
+from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import StepEventType, WorkflowInstance, WorkflowStatus
 from tests.reliability.conftest import print_figures
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from django_workerflow import runtime, start
+from django_workerflow import start
+from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME, INTERRUPTED_MESSAGE
 from django_workerflow.exceptions import MaxAttemptsExceededError
-from django_workerflow.execution import INTERRUPTED_ERROR_NAME, INTERRUPTED_MESSAGE
 from django_workerflow.models import (
     Step,
     StepEvent,
@@ -24,6 +24,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.runtime import verbs
 from tests.reliability.conftest import print_figures
 
 from .conftest import LEASE_SECONDS, ClusterRunner, Trace, drive, respawned_workers
@@ -80,7 +81,7 @@ def test_poison_step__fails_after_max_attempts_with_every_crash_recorded_and_nev
 
     # It never loops: past another lease and a sweep, nothing runs or changes.
     time.sleep(float(LEASE_SECONDS) + 1)
-    assert runtime.sweep() == 0
+    assert verbs.sweep() == 0
     time.sleep(1)
     assert trace.executions()[("poison", "poison")] == MAX_ATTEMPTS
     assert WorkflowInstance.objects.get(pk=failed.pk).updated_at == failed.updated_at

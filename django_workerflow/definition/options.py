@@ -1,0 +1,74 @@
+"""The schedule and flow-control settings of a definition, checked when it is declared."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from croniter import croniter
+
+if TYPE_CHECKING:
+    from django_workerflow.definition.workflow import WorkflowDefinition
+
+#: Five fields (minute hour day month weekday), or six with seconds last (croniter's form).
+CRON_FIELD_COUNTS = (5, 6)
+
+
+def cron_problem(expression: object) -> str | None:
+    """Why ``expression`` is not a cron string we accept (None: it is fine)."""
+    if not isinstance(expression, str):
+        return f"is a {type(expression).__name__}, not a cron string such as '0 3 * * *'"
+    fields = expression.split()
+    if len(fields) not in CRON_FIELD_COUNTS:
+        return (
+            f"has {len(fields)} fields; write five (minute hour day month weekday), e.g. "
+            "'0 3 * * *', or six with seconds last"
+        )
+    if not croniter.is_valid(expression):
+        return "is not a valid cron expression; e.g. '0 3 * * *' runs at 03:00 every day"
+    return None
+
+
+def timezone_problem(name: object) -> str | None:
+    """Why ``name`` is not an IANA time zone (None: it is one)."""
+    if not isinstance(name, str) or not name:
+        return "must be an IANA time zone name such as 'Europe/Paris'"
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return "is not a known IANA time zone name such as 'Europe/Paris'"
+    return None
+
+
+def problems(cls: type[WorkflowDefinition]) -> list[str]:
+    """Every problem with the schedule and flow-control settings of ``cls``."""
+    found = []
+    if cls.schedule is not None and (problem := cron_problem(cls.schedule)):
+        found.append(f"`schedule` = {cls.schedule!r} {problem}")
+    if cls.schedule_timezone is not None and (problem := timezone_problem(cls.schedule_timezone)):
+        found.append(f"`schedule_timezone` = {cls.schedule_timezone!r} {problem}")
+    if not isinstance(cls.schedule_catch_up, bool):
+        found.append("`schedule_catch_up` must be True or False")
+    limit = cls.max_concurrency
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        found.append(f"`max_concurrency` = {limit!r} must be a positive integer (or None)")
+    if cls.rate_limit is not None and not _valid_rate(cls.rate_limit):
+        found.append(
+            f"`rate_limit` = {cls.rate_limit!r} must be (count, period): a positive integer "
+            "and a positive timedelta, e.g. (10, timedelta(seconds=1))"
+        )
+    return found
+
+
+def _valid_rate(rate: object) -> bool:
+    if not isinstance(rate, tuple) or len(rate) != 2:
+        return False
+    count, period = rate
+    return (
+        isinstance(count, int)
+        and not isinstance(count, bool)
+        and count >= 1
+        and isinstance(period, timedelta)
+        and period > timedelta(0)
+    )

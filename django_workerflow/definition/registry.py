@@ -1,0 +1,100 @@
+"""Definitions by name and version, filled as definition classes are created."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ImproperlyConfigured
+
+from django_workerflow.exceptions import WorkflowNotRegisteredError
+
+if TYPE_CHECKING:
+    from django_workerflow.definition.workflow import WorkflowDefinition
+
+_definitions: dict[str, dict[str, type[WorkflowDefinition]]] = {}
+# Inside testing.registered(): a definition with a taken name and version replaces it.
+_replacing = 0
+
+
+def version_sort_key(version: str) -> tuple:
+    """Order versions naturally: "2" < "10", "2026-03-19" < "2026-03-20"."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part)
+        for part in re.findall(r"\d+|\D+", version)
+    )
+
+
+def register(definition: type[WorkflowDefinition]) -> None:
+    versions = _definitions.setdefault(definition.name, {})
+    existing = versions.get(definition.version)
+    if existing is not None and existing is not definition and not _replacing:
+        raise ImproperlyConfigured(
+            f"Workflow definition {definition.name!r} version {definition.version!r} is "
+            f"registered twice: by {existing.__module__}.{existing.__qualname__} and by "
+            f"{definition.__module__}.{definition.__qualname__}. Give one of them another "
+            "version."
+        )
+    versions[definition.version] = definition
+
+
+def unregister(definition: type[WorkflowDefinition]) -> None:
+    """Forget ``definition`` (for tests that define throwaway workflows)."""
+    versions = _definitions.get(definition.name, {})
+    if versions.get(definition.version) is definition:
+        del versions[definition.version]
+        if not versions:
+            del _definitions[definition.name]
+
+
+def get(name: str, version: str | None = None) -> type[WorkflowDefinition]:
+    """The definition registered as ``name`` at ``version`` (default: the highest)."""
+    versions = _definitions.get(name)
+    if not versions:
+        known = ", ".join(sorted(_definitions)) or "none"
+        raise WorkflowNotRegisteredError(
+            f"No workflow definition is registered under the name {name!r} (registered: "
+            f"{known}). Define it in a `workflows` module of an installed app."
+        )
+    if version is None:
+        return versions[max(versions, key=version_sort_key)]
+    try:
+        return versions[version]
+    except KeyError:
+        known = ", ".join(sorted(versions, key=version_sort_key))
+        raise WorkflowNotRegisteredError(
+            f"Workflow definition {name!r} has no version {version!r} (registered: {known})."
+        ) from None
+
+
+def lookup(name: str, version: str) -> type[WorkflowDefinition] | None:
+    return _definitions.get(name, {}).get(version)
+
+
+def names() -> list[str]:
+    return sorted(_definitions)
+
+
+def versions(name: str) -> list[str]:
+    return sorted(_definitions.get(name, {}), key=version_sort_key)
+
+
+def definitions() -> list[type[WorkflowDefinition]]:
+    """Every registered definition, by name and version."""
+    return [
+        versions[version]
+        for name in sorted(_definitions)
+        for versions in (_definitions[name],)
+        for version in sorted(versions, key=version_sort_key)
+    ]
+
+
+def snapshot() -> dict[str, dict[str, type[WorkflowDefinition]]]:
+    """A copy of the registry, for :func:`restore` (testing.registered uses both)."""
+    return {name: dict(versions) for name, versions in _definitions.items()}
+
+
+def restore(saved: dict[str, dict[str, type[WorkflowDefinition]]]) -> None:
+    """Put back the registry as :func:`snapshot` saw it."""
+    _definitions.clear()
+    _definitions.update({name: dict(versions) for name, versions in saved.items()})

@@ -1,0 +1,246 @@
+"""The base class users subclass to define a workflow, and its step helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
+
+from django_workerflow.definition import options, registry
+from django_workerflow.engine.execution import Execution, SettledResult
+from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
+from django_workerflow.values import jsonvalue, storable
+from django_workerflow.values.backoff import Backoff
+from django_workerflow.values.clock import now as clock_now
+
+
+class WorkflowDefinition:
+    """A workflow: subclass it, set ``name`` (and ``version``), and write ``execute()``.
+
+    ``execute()`` is replayed from the top after every suspension. Steps it has already
+    completed return their recorded outcome instead of running again, so everything that
+    has side effects or reads the outside world (the clock included) belongs in a step.
+    Subclasses register themselves when they are created; set ``abstract = True`` on a base
+    class that only shares code.
+    """
+
+    name: ClassVar[str]
+    version: ClassVar[str] = "1"
+    abstract: ClassVar[bool] = True
+    #: A cron string ("0 3 * * *") to start an instance at each occurrence; None: never.
+    schedule: ClassVar[str | None] = None
+    #: The time zone the cron is read in (None: settings.TIME_ZONE).
+    schedule_timezone: ClassVar[str | None] = None
+    #: After downtime, start every missed occurrence (bounded), not only the latest.
+    schedule_catch_up: ClassVar[bool] = False
+    #: At most this many instances of the workflow hold a slot at once; None: no limit.
+    max_concurrency: ClassVar[int | None] = None
+    #: ``(count, period)``: at most ``count`` admissions per ``period``; None: no limit.
+    rate_limit: ClassVar[tuple[int, timedelta] | None] = None
+
+    def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
+        # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered
+        # (tests register it for a while with testing.registered()).
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("abstract", False):
+            return
+        cls.abstract = False
+        problems = []
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name.strip():
+            problems.append("set `name` to a non-empty string (the name start() is called with)")
+        elif len(name) > 200:
+            problems.append("shorten `name` to at most 200 characters")
+        elif storable.problem(name):
+            problems.append(f"make `name` storable: it {storable.problem(name)}")
+        if not isinstance(cls.version, str) or not cls.version.strip():
+            problems.append("set `version` to a non-empty string such as '1' or '2026-03-19'")
+        elif len(cls.version) > 100:
+            problems.append("shorten `version` to at most 100 characters")
+        elif storable.problem(cls.version):
+            problems.append(f"make `version` storable: it {storable.problem(cls.version)}")
+        if cls.execute is WorkflowDefinition.execute:
+            problems.append("implement `execute(self)`")
+        if problems:
+            raise ImproperlyConfigured(
+                f"Workflow definition {cls.__module__}.{cls.__qualname__} is incomplete: "
+                + "; ".join(problems)
+                + ". Mark a base class that only shares code with `abstract = True`."
+            )
+        option_problems = options.problems(cls)
+        if option_problems:
+            raise ImproperlyConfigured(
+                f"Workflow definition {cls.__module__}.{cls.__qualname__} is misconfigured: "
+                + "; ".join(option_problems)
+                + "."
+            )
+        if register:
+            registry.register(cls)
+
+    def __init__(self, *, key: str, input: Any, execution: Execution | None = None) -> None:
+        self.key = key
+        self.input = input
+        self._execution = execution
+
+    def concurrency_key(self) -> str:
+        """The key ``max_concurrency`` and ``rate_limit`` count per (it may read
+        ``self.input``); the default "" makes them count per workflow name."""
+        return ""
+
+    def execute(self) -> Any:
+        """The workflow's body; its return value (JSON) becomes the instance's result."""
+        raise NotImplementedError
+
+    # Step helpers ----------------------------------------------------------------------
+
+    def run(
+        self,
+        step_id: str,
+        fn: Callable[[], Any],
+        *,
+        max_attempts: int = 3,
+        backoff: Backoff | None = None,
+        atomic: bool = False,
+    ) -> Any:
+        """Run ``fn`` once durably and return its (JSON round-tripped) result.
+
+        A failing ``fn`` is retried up to ``max_attempts`` attempts in all, waiting
+        ``backoff(attempt)`` between attempts (default 0.25 s doubling up to 10 s). Raise
+        :class:`NonRetryableStepError` to fail at once. Steps are at-least-once: a crash
+        after ``fn`` ran but before its result committed runs it again. With
+        ``atomic=True``, ``fn`` runs inside the transaction that records its result, so its
+        database writes happen exactly once.
+        """
+        return self._current().run(
+            step_id, fn, max_attempts=max_attempts, backoff=backoff, atomic=atomic
+        )
+
+    def sleep(self, step_id: str, duration: float | timedelta) -> None:
+        """Suspend for ``duration`` (seconds or a timedelta), measured from the first reach."""
+        self._current().sleep(step_id, duration)
+
+    def sleep_until(self, step_id: str, when: datetime) -> None:
+        """Suspend until ``when`` (a timezone-aware datetime)."""
+        self._current().sleep_until(step_id, when)
+
+    def wait(
+        self,
+        step_id: str,
+        event_name: str,
+        *,
+        timeout: float | timedelta | None = None,
+        timeout_at: datetime | None = None,
+    ) -> Any:
+        """Suspend until an event named ``event_name`` arrives and return its payload.
+
+        Raises :class:`WaitStepTimedOutError` once ``timeout`` (from the first reach) or
+        ``timeout_at`` passes first.
+        """
+        execution = self._current()
+        if timeout is not None and timeout_at is not None:
+            raise WorkflowInputError(
+                f"Wait step '{step_id}' got both timeout and timeout_at; pass only one."
+            )
+        if timeout is not None:
+            timeout_at = execution.wait_deadline(step_id, timeout)
+        elif timeout_at is not None:
+            jsonvalue.check_aware(timeout_at, what=f"The timeout_at of wait step '{step_id}'")
+        return execution.wait(step_id, event_name, timeout_at)
+
+    def all(self, *branches: Callable[[], Any]) -> list[Any]:
+        """Run every branch as far as it can go; return their results in order.
+
+        Raises the first branch failure; suspends while any branch still waits.
+        """
+        return self._current().all(branches)
+
+    def all_settled(self, *branches: Callable[[], Any]) -> list[SettledResult]:
+        """Like :meth:`all`, but return each branch's outcome (``ok``, ``value``, ``error``)
+        once every branch has settled."""
+        return self._current().all_settled(branches)
+
+    def child(
+        self,
+        step_id: str,
+        workflow: str | type[WorkflowDefinition],
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: str | None = None,
+    ) -> Any:
+        """Start the child workflow once, suspend until it finishes, return its result.
+
+        ``key`` defaults to ``f"{self.key}/{step_id}"``; starting follows ``start()``. A
+        child that failed raises :class:`WorkflowFailedError` (cancelled:
+        :class:`WorkflowCancelledError`).
+        """
+        return self._current().child(step_id, workflow, input=input, key=key, version=version)
+
+    def start_child(
+        self,
+        step_id: str,
+        workflow: str | type[WorkflowDefinition],
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: str | None = None,
+        detached: bool = False,
+    ) -> str:
+        """Start the child workflow once and return its key without waiting.
+
+        A ``detached`` child is not cancelled with its parent.
+        """
+        return self._current().start_child(
+            step_id, workflow, input=input, key=key, version=version, detached=detached
+        )
+
+    def wait_child(self, step_id: str, key: str) -> Any:
+        """Suspend until the instance ``key`` (a child or any other) finishes; return its
+        result, or raise as :meth:`child` does."""
+        return self._current().wait_child(step_id, key)
+
+    def patched(self, change_id: str) -> bool:
+        """True where this instance runs the code of change ``change_id`` for the first time,
+        False where its recorded history already went past this point without it.
+
+        The answer is recorded (a marker step), so every replay gets the same one:
+        ``if self.patched("new-fee"): new code, else: old code``. See
+        :mod:`django_workerflow.patching` for how the first answer is decided.
+        """
+        from django_workerflow.engine import (
+            patching,
+        )  # patching imports the replay helpers: import at call time
+
+        return patching.patched(self._current(), change_id)
+
+    def now(self) -> datetime:
+        """The engine's clock. It is not recorded: capture times you branch on in a step."""
+        return clock_now()
+
+    def _current(self) -> Execution:
+        if self._execution is None:
+            raise WorkflowStateError(
+                "Step helpers only work while the engine executes this definition; start "
+                "the workflow with django_workerflow.start() instead of calling execute()."
+            )
+        return self._execution
+
+
+def resolve(
+    definition: str | type[WorkflowDefinition], version: str | None, *, caller: str
+) -> tuple[str, str | None, type[WorkflowDefinition]]:
+    """The workflow name, the version asked for (None: the default) and the registered class
+    that ``caller`` was asked to start: a definition class (its own version unless
+    ``version`` is given) or a registered name."""
+    if isinstance(definition, type) and issubclass(definition, WorkflowDefinition):
+        name = definition.name
+        version = definition.version if version is None else version
+    elif isinstance(definition, str):
+        name = definition
+    else:
+        raise WorkflowInputError(
+            f"{caller} takes a definition name or class, not {type(definition).__name__}."
+        )
+    return name, version, registry.get(name, version)

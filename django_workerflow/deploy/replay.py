@@ -1,0 +1,268 @@
+"""Replay a recorded history against the code now registered, with no side effect.
+
+A check replay runs the definition's ``execute()`` over an in-memory copy of the recorded
+steps. Two things make it side-effect free by construction:
+
+* its step store (:class:`ReplayStore`) holds only that copy: every recorded step returns
+  its recorded outcome, and any write a tick would make (a new step, an attempt started,
+  a sleep elapsed, a wait resolved) ends the replay there instead, because that is where the
+  history ends;
+* its execution (:class:`ReplayExecution`) never calls a run step's callback: a run step
+  whose attempt is still in progress also ends the replay.
+
+Whatever ``execute()`` itself does outside steps is user code: the callers run each replay
+in a read-only transaction that is always rolled back (:mod:`.readonly`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+from django.db import models
+
+from django_workerflow.definition.workflow import WorkflowDefinition
+from django_workerflow.engine.execution import Execution, error_message
+from django_workerflow.exceptions import (
+    DuplicateStepIdError,
+    NondeterminismError,
+    StepOutcomeError,
+)
+from django_workerflow.store.records import RecordedSteps, StepRecord, unreached_steps
+from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.control import Suspension
+from django_workerflow.values.states import StepState, StepType
+
+if TYPE_CHECKING:
+    from django_workerflow.store.steps import StepStore
+
+
+class ReplayOutcome(models.TextChoices):
+    """How a check replay ended."""
+
+    COMPLETED = "completed", "execute() returned"
+    FAILED = "failed", "a recorded step failure ended execute()"
+    STOPPED = "stopped", "stopped where the history ends"
+
+
+class ProblemKind(models.TextChoices):
+    """What would break (or, for ``UNREACHED``, only warns) when the instance replays."""
+
+    KIND_CHANGED = "kind_changed", "a step reached as another kind"
+    DUPLICATE_STEP = "duplicate_step", "a duplicate step id"
+    UNREGISTERED = "unregistered", "a version that is not registered"
+    EXECUTE_RAISED = "execute_raised", "execute() raised outside a step"
+    UNREACHED = "unreached", "recorded steps no longer reached"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing a replay found; ``step_id`` names the step involved, if any."""
+
+    kind: ProblemKind
+    message: str
+    step_id: str | None = None
+
+    @property
+    def breaks(self) -> bool:
+        return self.kind != ProblemKind.UNREACHED
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """What one replay of a recorded history did."""
+
+    key: str
+    name: str
+    version: str
+    outcome: ReplayOutcome | None
+    steps_replayed: int = 0
+    first_new_step: str | None = None
+    unreached: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = field(default=())
+
+    @property
+    def breaks(self) -> bool:
+        """True when the code now registered would break this history."""
+        return any(problem.breaks for problem in self.problems)
+
+
+class HistoryEnd(Suspension):
+    """The replay reached a write: the recorded history ends here."""
+
+    def __init__(self, step_id: str | None) -> None:
+        super().__init__(step_id)
+        self.step_id = step_id
+
+
+class ReplayStore(RecordedSteps):
+    """Recorded steps held in memory; a write ends the replay instead of happening.
+
+    Only the reads of :class:`~.records.RecordedSteps` exist here. Every other store method
+    the execution calls is a write of the real store (``create_started_run_step``,
+    ``mark_attempt_started``, ``sleep_step`` ...), so ``__getattr__`` answers each of them
+    with :meth:`_end`: a write added to the engine later is covered too.
+    """
+
+    def __init__(self, records: Iterable[StepRecord]) -> None:
+        super().__init__(instance_pk=0)
+        self._by_id = {}
+        self.first_new_step: str | None = None
+        for record in records:
+            self._remember(record)
+
+    def load(self) -> dict[str, StepRecord]:
+        # The records are given: nothing to read.
+        assert self._by_id is not None
+        return self._by_id
+
+    def record_patch_marker(
+        self, step_id: str, *, applied: bool, parent_step_id: str | None
+    ) -> StepRecord:
+        """Decide a ``patched()`` marker in memory: the replay goes on past it."""
+        parent_pk = self.require(parent_step_id).pk if parent_step_id else None
+        record = StepRecord.new(
+            -len(self.steps) - 1,
+            step_id,
+            StepType.PATCH,
+            StepState.SUCCEEDED,
+            clock_now(),
+            parent_pk=parent_pk,
+            parent_step_id=parent_step_id,
+        )
+        record.result = applied
+        self._remember(record)
+        return record
+
+    # A replay holds no success to write (StepStore.defer_success): flushing writes nothing.
+    pending_success = None
+
+    def flush(self) -> None:
+        """Nothing held, nothing to write."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._end
+
+    def _end(self, step_id: Any = None, *args: Any, **kwargs: Any) -> NoReturn:
+        step = step_id if isinstance(step_id, str) else None
+        if self.first_new_step is None and step is not None and self.get(step) is None:
+            self.first_new_step = step
+        raise HistoryEnd(step)
+
+
+class ReplayExecution(Execution):
+    """An execution that never calls a run step's callback."""
+
+    def _attempt(self, record: StepRecord, fn: Any, backoff: Any, atomic: bool) -> Any:
+        # An attempt in progress: its outcome is not in the history yet.
+        raise HistoryEnd(record.step_id)
+
+
+def replay_records(
+    definition_class: type[WorkflowDefinition],
+    *,
+    key: str,
+    input: Any,
+    records: Iterable[StepRecord],
+) -> ReplayReport:
+    """Replay ``records`` (an instance's recorded steps) against ``definition_class``."""
+    store = ReplayStore(records)
+    execution = ReplayExecution(
+        instance_key=key,
+        # It has the reads of a StepStore and answers each of its writes by ending the replay.
+        store=cast("StepStore", store),
+        deadline=math.inf,
+        interrupted_suspects=set(),
+    )
+    definition = definition_class(key=key, input=input, execution=execution)
+    outcome: ReplayOutcome | None = None
+    problems: list[Problem] = []
+    try:
+        definition.execute()
+    except Suspension:
+        outcome = ReplayOutcome.STOPPED
+    except Exception as exc:
+        fatal = execution.fatal
+        if fatal is not None:
+            problems.append(_definition_problem(fatal))
+        elif isinstance(exc, StepOutcomeError) and _recorded_failure(store, exc):
+            outcome = ReplayOutcome.FAILED
+        else:
+            problems.append(
+                Problem(
+                    ProblemKind.EXECUTE_RAISED,
+                    f"Instance '{key}': execute() raised {error_message(exc)} outside a step "
+                    "on replay. The code must replay its recorded history without error; "
+                    "register a new version for a change that cannot.",
+                )
+            )
+    else:
+        if execution.fatal is not None:
+            problems.append(_definition_problem(execution.fatal))
+        else:
+            outcome = ReplayOutcome.STOPPED if execution.suspended else ReplayOutcome.COMPLETED
+    seen = execution.seen_step_ids
+    unreached: tuple[str, ...] = ()
+    if not problems:
+        unreached = tuple(unreached_steps(store.steps, seen))
+        if unreached:
+            problems.append(_unreached_problem(key, unreached, store.first_new_step))
+    return ReplayReport(
+        key=key,
+        name=definition_class.name,
+        version=definition_class.version,
+        outcome=outcome,
+        steps_replayed=sum(1 for step_id in store.steps if step_id in seen),
+        first_new_step=store.first_new_step,
+        unreached=unreached,
+        problems=tuple(problems),
+    )
+
+
+def unregistered_problem(key: str, name: str, version: str, known: list[str]) -> Problem:
+    listed = ", ".join(known) or "none"
+    return Problem(
+        ProblemKind.UNREGISTERED,
+        f"Instance '{key}' runs {name!r} version {version!r}, which is not registered "
+        f"(registered versions: {listed}). Keep that version's definition deployed until "
+        "its instances finish.",
+    )
+
+
+def _definition_problem(fatal: Exception) -> Problem:
+    kind = (
+        ProblemKind.DUPLICATE_STEP
+        if isinstance(fatal, DuplicateStepIdError)
+        else ProblemKind.KIND_CHANGED
+        if isinstance(fatal, NondeterminismError)
+        else ProblemKind.EXECUTE_RAISED
+    )
+    return Problem(kind, str(fatal), step_id=_quoted_step(str(fatal)))
+
+
+def _unreached_problem(key: str, unreached: tuple[str, ...], first_new: str | None) -> Problem:
+    names = ", ".join(f"'{step_id}'" for step_id in unreached)
+    message = f"Instance '{key}': recorded steps no longer reached on replay: {names}."
+    if first_new is not None:
+        message += (
+            f" The replay reaches the new step '{first_new}' instead, which would run as if "
+            "for the first time (a renamed step runs again)."
+        )
+    return Problem(ProblemKind.UNREACHED, message, step_id=unreached[0])
+
+
+def _recorded_failure(store: ReplayStore, exc: StepOutcomeError) -> bool:
+    """True if ``exc`` is the recorded failure of a step of this history."""
+    record = store.get(exc.step_id) if exc.step_id else None
+    return record is not None and record.state in (StepState.FAILED, StepState.TIMED_OUT)
+
+
+def _quoted_step(message: str) -> str | None:
+    """The step id an engine message names ("... reached step 'charge' as ...")."""
+    found = re.search(r"[Ss]tep(?: id)? '([^']*)'", message)
+    return found.group(1) if found else None

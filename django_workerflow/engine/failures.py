@@ -1,0 +1,91 @@
+"""How a run step's failure reads: recorded as a name and a message, raised again on replay."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django_workerflow.exceptions import (
+    MaxAttemptsExceededError,
+    NonRetryableStepError,
+    StepOutcomeError,
+    WaitStepTimedOutError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+)
+from django_workerflow.values import storable
+from django_workerflow.values.states import WorkflowStatus
+
+if TYPE_CHECKING:
+    from django_workerflow.store.records import StepRecord
+
+INTERRUPTED_ERROR_NAME = "StepInterruptedError"
+INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
+
+# Failures that replay identically, so retrying the step that saw them cannot help.
+REPLAYED_FAILURES: dict[str, type[StepOutcomeError]] = {
+    cls.__name__: cls
+    for cls in (NonRetryableStepError, MaxAttemptsExceededError, WaitStepTimedOutError)
+}
+
+
+def error_message(exc: BaseException) -> str:
+    """``"<ClassName>: <message>"``, or the class name alone when the message is empty."""
+    return storable.error_message(exc)
+
+
+def recorded_name(exc: BaseException) -> str:
+    """The error name a failed attempt records. A subclass of a failure that replays is
+    recorded under that failure's name (its message keeps the subclass's name): a class
+    cannot be rebuilt from its name on replay, and the replay must raise what the first run
+    raised."""
+    for name, replayed in REPLAYED_FAILURES.items():
+        if isinstance(exc, replayed):
+            return name
+    return storable.error_name(exc)
+
+
+def strip_name(message: str, name: str) -> str:
+    prefix = f"{name}: "
+    if message.startswith(prefix):
+        return message[len(prefix) :]
+    return "" if message == name else message
+
+
+def recorded_failure(record: StepRecord) -> StepOutcomeError:
+    """The exception a failed run step raises, the same on the first run and on replay."""
+    replayed = REPLAYED_FAILURES.get(record.error_name)
+    if replayed is not None:
+        return replayed(strip_name(record.error_message, record.error_name), step_id=record.step_id)
+    if record.attempt_count >= (record.max_attempts or 1):
+        return MaxAttemptsExceededError(
+            f"Run step '{record.step_id}' exhausted its configured attempts.",
+            step_id=record.step_id,
+        )
+    return NonRetryableStepError(
+        strip_name(record.error_message, record.error_name), step_id=record.step_id
+    )
+
+
+def failure(
+    details: dict[str, Any], *, child: bool, step_id: str | None = None
+) -> WorkflowFailedError:
+    """The error a failed or cancelled instance raises in whoever awaits it.
+
+    ``details`` holds ``key``, ``status``, ``error_name``, ``error_message`` and ``reason``.
+    """
+    noun = "Child workflow" if child else "Workflow"
+    key = details.get("key", "")
+    reason = details.get("reason")
+    fields = {
+        "key": key,
+        "status": details.get("status", ""),
+        "error_name": details.get("error_name", ""),
+        "error_message": details.get("error_message", ""),
+        "reason": reason,
+        "step_id": step_id,
+    }
+    if fields["status"] == WorkflowStatus.CANCELLED:
+        why = f": {reason}" if reason else ""
+        return WorkflowCancelledError(f"{noun} '{key}' was cancelled{why}", **fields)
+    error = fields["error_message"] or fields["error_name"] or "no error recorded"
+    return WorkflowFailedError(f"{noun} '{key}' failed: {error}", **fields)

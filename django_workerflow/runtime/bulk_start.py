@@ -1,0 +1,103 @@
+"""``start_many()``: start many instances of one definition, in batches.
+
+Every item is validated before anything is written (a bad one refuses the whole call, and
+the error names its position), and so are the existing instances whose keys are given
+again; then the new instances, their events and their bells are written in batches of at
+most :data:`~django_workerflow.runtime.starting.BATCH_ROWS` rows per statement.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django_workerflow.definition.workflow import WorkflowDefinition, resolve
+from django_workerflow.exceptions import WorkerflowError, WorkflowInputError
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.runtime import starting, verbs
+from django_workerflow.runtime.flow import admission
+from django_workerflow.values import jsonvalue
+from django_workerflow.values.clock import now as clock_now
+
+logger = logging.getLogger("django_workerflow.runtime")
+
+
+def start_many(
+    definition: str | type[WorkflowDefinition],
+    items: Iterable[tuple[str | None, Any]],
+    *,
+    version: str | None = None,
+) -> list[WorkflowInstance]:
+    """Start one instance of ``definition`` per ``(key, input)`` pair, in the items' order.
+
+    Idempotent by key like ``start()``: a key that exists returns the existing instance (a
+    key given twice, the same one). A ``None`` key gets a random one.
+    """
+    name, version, definition_class = resolve(definition, version, caller="start_many()")
+    entries = [_entry(position, item) for position, item in enumerate(items)]
+    existing = _existing(entries, name, version)
+    if admission.limits_for_name(name) is not None:
+        # A concurrency limit admits each start in its own transaction (admission.py).
+        return [
+            existing.get(entry.key)
+            or verbs.start(
+                name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
+            )
+            for entry in entries
+        ]
+    now = clock_now()
+    for batch in batched([e for e in entries if e.key not in existing], starting.BATCH_ROWS):
+        for instance in starting.insert_pending(name, definition_class.version, batch, now):
+            existing[instance.key] = instance
+    missing = {e.key for e in entries} - existing.keys()
+    if missing:  # created concurrently by another start: read back like start() does
+        existing.update(_existing([e for e in entries if e.key in missing], name, version))
+    logger.info("workflows started definition=%s count=%s", name, len(entries))
+    return [existing[entry.key] for entry in entries]
+
+
+def _start_one(name: str, entry: starting.NewInstance, version: str | None) -> WorkflowInstance:
+    return verbs.start(
+        name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
+    )
+
+
+def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
+    """``values`` in slices of at most ``size`` (itertools.batched is Python 3.12+)."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+def _entry(position: int, item: Any) -> starting.NewInstance:
+    """Validate one ``(key, input)`` item; errors name its position (from 0)."""
+    try:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise WorkflowInputError(f"expected a (key, input) pair, not {item!r:.80}")
+        key, value = item
+        key = str(uuid.uuid4()) if key is None else key
+        jsonvalue.check_identifier(key, what="its instance key", max_length=255)
+        return starting.NewInstance(key, jsonvalue.dumps(value, what="its input"))
+    except WorkflowInputError as exc:
+        raise WorkflowInputError(
+            f"Item {position} of start_many() is refused, nothing was started: {exc}"
+        ) from exc
+
+
+def _existing(
+    entries: list[starting.NewInstance], name: str, version: str | None
+) -> dict[str, WorkflowInstance]:
+    """The instances that already hold some of the keys, checked as ``start()`` checks them."""
+    found: dict[str, WorkflowInstance] = {}
+    keys = list(dict.fromkeys(entry.key for entry in entries))
+    for batch in batched(keys, starting.BATCH_ROWS):
+        for instance in WorkflowInstance.objects.filter(key__in=batch):
+            found[instance.key] = instance
+    for position, entry in enumerate(entries):
+        if entry.key in found:
+            try:
+                verbs.check_existing_start(found[entry.key], name, version)
+            except WorkerflowError as exc:
+                raise type(exc)(f"Item {position} of start_many(): {exc}") from exc
+    return found

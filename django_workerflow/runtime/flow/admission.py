@@ -1,0 +1,264 @@
+"""Flow control: concurrency limits, priorities and rate limits on starting instances.
+
+A definition with ``max_concurrency`` or ``rate_limit`` queues its instances: ``start()``
+creates them ``pending`` with no alarm and ``admitted_at`` unset. Admission sets
+``admitted_at`` and the alarm, and rings the bell, so the next tick starts the instance.
+An admitted instance holds a slot while it is pending, running or paused (a sleep or a
+wait keeps it); finishing, failing or being cancelled frees it.
+
+Every admission decision is taken under the lock of the :class:`AdmissionGate` row of the
+workflow name and concurrency key, in the transaction that changes the count: the start
+that finds a free slot, the finishing transition that frees one, or the tick of the queue
+head whose rate-limit bell rang. Counting the slots in use and taking one are therefore
+atomic under any number of workers, and nothing polls.
+
+Lock order: a finishing instance's row, then its gate, then the queued rows it admits.
+Nothing that holds a queued row waits for a gate (a tick of a queued instance releases
+its row before it asks for admission), so the order never cycles.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django_workerflow.definition import registry
+from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
+from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
+from django_workerflow.values.clock import now as clock_now
+from django_workerflow.workers import bells
+
+if TYPE_CHECKING:
+    from django_workerflow.definition.workflow import WorkflowDefinition
+
+logger = logging.getLogger(__name__)
+
+#: Statuses in which an admitted instance holds its slot.
+SLOT_STATUSES = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING, WorkflowStatus.PAUSED)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The flow-control settings of a definition."""
+
+    max_concurrency: int | None
+    rate_count: int | None
+    rate_period: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """Why the queue of one gate is not moving: slots in use, and the rate-limit window."""
+
+    in_use: int
+    max_concurrency: int | None
+    rate_count: int | None
+    rate_period: timedelta | None
+    next_rate_slot: datetime | None
+
+
+def limits_of(definition: type[WorkflowDefinition]) -> Limits | None:
+    """The definition's limits, or None when it has neither a concurrency nor a rate limit."""
+    rate = definition.rate_limit
+    if definition.max_concurrency is None and rate is None:
+        return None
+    return Limits(
+        max_concurrency=definition.max_concurrency,
+        rate_count=rate[0] if rate else None,
+        rate_period=rate[1] if rate else None,
+    )
+
+
+def limits_for_name(name: str) -> Limits | None:
+    """The limits of the highest registered version of ``name`` (None: unknown or none)."""
+    try:
+        return limits_of(registry.get(name))
+    except WorkflowNotRegisteredError:  # an unregistered name has no limits to apply
+        return None
+
+
+def check_priority(priority: int) -> None:
+    """Refuse a priority that is not an integer the database stores."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise WorkflowInputError(
+            f"start() takes an integer priority (lower is admitted first), not "
+            f"{type(priority).__name__}."
+        )
+    if not -(2**31) <= priority < 2**31:
+        raise WorkflowInputError(
+            f"The priority {priority} is out of range; use an integer between "
+            f"{-(2**31)} and {2**31 - 1}."
+        )
+
+
+def concurrency_key_for(definition: type[WorkflowDefinition], key: str, input: Any) -> str:
+    """The definition's ``concurrency_key()`` for an instance about to start."""
+    value = definition(key=key, input=input).concurrency_key()
+    if not isinstance(value, str) or len(value) > 255:
+        raise WorkflowInputError(
+            f"{definition.__qualname__}.concurrency_key() returned {value!r} for instance "
+            f"{key!r}; it must return a string of at most 255 characters."
+        )
+    return value
+
+
+def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
+    """Admit queued instances of the gate as far as its limits allow; return their pks.
+
+    Call inside a transaction: the gate stays locked until it commits. When the rate limit
+    holds the queue back, the head's alarm is set to the earliest time it allows.
+    """
+    limits = limits_for_name(name)
+    _lock_gate(name, concurrency_key, now)
+    # Read the clock again under the lock: admission times then follow admission order.
+    now = max(now, clock_now())
+    queue = WorkflowInstance.objects.filter(
+        definition_name=name,
+        concurrency_key=concurrency_key,
+        status=WorkflowStatus.PENDING,
+        admitted_at__isnull=True,
+    ).order_by("priority", "created_at", "id")
+    admitted: list[int] = []
+    while True:
+        free, next_slot = _free_slots(name, concurrency_key, limits, now)
+        if free <= 0:
+            break
+        # Locks the rows; a row cancelled meanwhile drops out once its lock is released.
+        pks = list(queue.select_for_update().values_list("pk", flat=True)[:free])
+        if not pks:
+            return admitted
+        WorkflowInstance.objects.filter(pk__in=pks).update(
+            admitted_at=now, alarm_at=now, updated_at=now
+        )
+        for pk in pks:
+            bells.arm(pk, now)
+        admitted.extend(pks)
+        if len(pks) == free and limits is not None and limits.rate_count is None:
+            break  # every slot taken: counting them again would only say so
+    if next_slot is not None:
+        head = queue.select_for_update().values_list("pk", "alarm_at").first()
+        if head is not None and head[1] != next_slot:
+            WorkflowInstance.objects.filter(pk=head[0]).update(alarm_at=next_slot)
+            bells.arm(head[0], next_slot)
+    if admitted:
+        logger.debug(
+            "admitted definition=%s concurrency_key=%s count=%s",
+            name,
+            concurrency_key,
+            len(admitted),
+        )
+    return admitted
+
+
+def admit_after_finish(instance: WorkflowInstance, now: datetime) -> None:
+    """``instance`` (locked) just finished: if it held a slot of a limited workflow (it was
+    admitted), admit the next in its queue. A queued instance that is cancelled held none:
+    nothing moves."""
+    if instance.admitted_at is None:
+        return
+    if limits_for_name(instance.definition_name) is None:
+        return
+    admit_waiting(instance.definition_name, instance.concurrency_key, now)
+
+
+def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
+    """A bell rang for a queued instance (its rate-limit slot came): run admission for its
+    gate; True if this instance was admitted."""
+    from django.db import transaction
+
+    row = (
+        WorkflowInstance.objects.filter(pk=instance_pk)
+        .values_list("definition_name", "concurrency_key")
+        .first()
+    )
+    if row is None:
+        return False
+    with transaction.atomic():
+        if instance_pk in admit_waiting(row[0], row[1], now):
+            return True
+        # Still queued and not the rate-limit head (whose alarm moved ahead): no alarm
+        # until a freed slot admits it (a fork is created due, for one look).
+        WorkflowInstance.objects.filter(
+            pk=instance_pk, admitted_at__isnull=True, alarm_at__lte=now
+        ).update(alarm_at=None)
+        return False
+
+
+def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | None:
+    """The slots in use and the rate-limit window of a gate (None: no limits)."""
+    limits = limits_for_name(name)
+    if limits is None:
+        return None
+    in_use = _in_use(name, concurrency_key)
+    next_slot = None
+    if limits.rate_count is not None and limits.rate_period is not None:
+        next_slot = _rate(name, concurrency_key, limits.rate_count, limits.rate_period, now)[1]
+    return QueueState(
+        in_use=in_use,
+        max_concurrency=limits.max_concurrency,
+        rate_count=limits.rate_count,
+        rate_period=limits.rate_period,
+        next_rate_slot=next_slot,
+    )
+
+
+def _lock_gate(name: str, concurrency_key: str, now: datetime) -> None:
+    """Lock the gate row, creating it on first use. An UPDATE takes the row lock on
+    PostgreSQL and the write lock on SQLite before anything is counted."""
+    gate = AdmissionGate.objects.filter(definition_name=name, concurrency_key=concurrency_key)
+    if gate.update(locked_at=now):
+        return
+    AdmissionGate.objects.bulk_create(
+        [AdmissionGate(definition_name=name, concurrency_key=concurrency_key, locked_at=now)],
+        ignore_conflicts=True,
+    )
+    gate.update(locked_at=now)
+
+
+def _free_slots(
+    name: str, concurrency_key: str, limits: Limits | None, now: datetime
+) -> tuple[int, datetime | None]:
+    """How many may be admitted now, and (when the rate limit is the bound) when next."""
+    if limits is None:
+        return 1_000, None
+    free = 1_000
+    if limits.max_concurrency is not None:
+        free = limits.max_concurrency - _in_use(name, concurrency_key)
+    if limits.rate_count is not None and limits.rate_period is not None:
+        rate_free, next_slot = _rate(
+            name, concurrency_key, limits.rate_count, limits.rate_period, now
+        )
+        if rate_free < free:
+            return rate_free, next_slot
+    return free, None
+
+
+def _in_use(name: str, concurrency_key: str) -> int:
+    return WorkflowInstance.objects.filter(
+        definition_name=name,
+        concurrency_key=concurrency_key,
+        admitted_at__isnull=False,
+        status__in=SLOT_STATUSES,
+    ).count()
+
+
+def _rate(
+    name: str, concurrency_key: str, count: int, period: timedelta, now: datetime
+) -> tuple[int, datetime | None]:
+    """Admissions still allowed in the window ending now, and when the next one is."""
+    window = list(
+        WorkflowInstance.objects.filter(
+            definition_name=name,
+            concurrency_key=concurrency_key,
+            admitted_at__gt=now - period,
+        )
+        .order_by("-admitted_at")
+        .values_list("admitted_at", flat=True)[:count]
+    )
+    if len(window) < count:
+        return count - len(window), None
+    oldest = window[-1]
+    assert oldest is not None  # filtered on admitted_at above
+    return 0, oldest + period

@@ -1,0 +1,391 @@
+"""Writing new instances: one instance for ``start()``, many for ``start_many()``.
+
+New instances, their 'created' workflow events and their bells are written by one
+statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round trip and
+one commit) and by one ``BEGIN IMMEDIATE`` transaction of three statements on SQLite. A
+bell names its instance's id, so on PostgreSQL the ids come from the table's sequence
+before the statement: a batch draws its own, a single start takes one from a block this
+process drew ahead (:class:`~.instance_ids.IdBlock`). Rows are inserted with ``ON CONFLICT
+DO NOTHING``, so a key that exists (or is created concurrently) writes nothing and is read
+back by the caller: starts stay idempotent by key.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.apps import apps
+from django.db import IntegrityError, connection, models, transaction
+
+from django_workerflow.definition import registry
+from django_workerflow.models import WorkflowInstance, WorkflowStatus
+from django_workerflow.models.history import WorkflowEvent
+from django_workerflow.signals import workflow_status_changed
+from django_workerflow.store.instance_ids import draw_ids, id_block
+from django_workerflow.store.transactions import write_transaction
+from django_workerflow.values import jsonvalue
+from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.states import WorkflowEventType
+from django_workerflow.workers import bell_rows, bells
+
+# The logger operators already configure (docs/operations.md lists its messages).
+logger = logging.getLogger("django_workerflow.runtime")
+
+#: The most rows one statement inserts.
+BATCH_ROWS = 1000
+# Draws of a fresh id for one start before giving up (see _insert_one).
+ID_ATTEMPTS = 3
+
+INSTANCE = WorkflowInstance._meta.db_table
+EVENT = WorkflowEvent._meta.db_table
+# Quoted as both databases quote identifiers ("key" and "lock" are SQL keywords).
+KEY = '"key"'
+QUEUE_COLUMNS = '("key", "payload", "lock")'
+EVENT_COLUMNS = "(instance_id, type, reason, recorded_at)"
+
+
+@dataclass(frozen=True, slots=True)
+class NewInstance:
+    """A validated instance to create: its key and the JSON text of its input."""
+
+    key: str
+    input_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """The instance table's columns (all but the id) and their fields, read once: the
+    model's metadata does not change while the process runs."""
+
+    columns: tuple[str, ...]
+    fields: tuple[Any, ...]
+    key_at: int
+    input_at: int
+    created_at: int
+    datetimes: frozenset[int]  # plain DateTimeFields: one preparation serves them all
+
+
+@functools.cache
+def _layout() -> _Layout:
+    fields = tuple(f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key)
+    columns = tuple(str(f.column) for f in fields)
+    names = [f.name for f in fields]
+    return _Layout(
+        columns=columns,
+        fields=fields,
+        key_at=names.index("key"),
+        input_at=names.index("input"),
+        created_at=names.index("created_at"),
+        datetimes=frozenset(
+            index for index, f in enumerate(fields) if type(f) is models.DateTimeField
+        ),
+    )
+
+
+def start_one(
+    name: str,
+    version: str,
+    entry: NewInstance,
+    priority: int,
+    parent_pk: int | None,
+    detached: bool,
+) -> WorkflowInstance | None:
+    """``start()`` of a definition without a concurrency limit: the new instance, or None
+    when its key is taken."""
+    created = insert_pending(
+        name,
+        version,
+        [entry],
+        clock_now(),
+        priority=priority,
+        parent_pk=parent_pk,
+        detached=detached,
+    )
+    if not created:
+        return None
+    logger.info("workflow created key=%s definition=%s version=%s", entry.key, name, version)
+    return created[0]
+
+
+def _chosen(
+    name: str,
+    version: str,
+    now: datetime,
+    bell: bool,
+    priority: int,
+    parent_pk: int | None,
+    detached: bool,
+) -> dict[str, Any]:
+    """A new pending instance's values by attribute name, but for its key and input; every
+    other column keeps its default. Admitted at once: starts of definitions with a
+    concurrency limit take admission's path."""
+    return {
+        "key": "",
+        "definition_name": name,
+        "definition_version": version,
+        "input": None,
+        "status": WorkflowStatus.PENDING,
+        "alarm_at": now,
+        "bell_at": now if bell else None,
+        "created_at": now,
+        "updated_at": now,
+        # A child workflow's parent (set by a parent's child step, see child_steps.py).
+        "parent_id": parent_pk,
+        "detached": detached,
+        "priority": priority,
+        "admitted_at": now,
+    }
+
+
+def _copy(instance: WorkflowInstance) -> WorkflowInstance:
+    # Positional arguments: Django's fast path, as when it loads a row.
+    values: Any = [getattr(instance, f.attname) for f in WorkflowInstance._meta.concrete_fields]
+    return WorkflowInstance(*values)
+
+
+def insert_pending(
+    name: str,
+    version: str,
+    entries: Sequence[NewInstance],
+    now: datetime,
+    *,
+    priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
+) -> list[WorkflowInstance]:
+    """Create pending instances (due at ``now``) for ``entries`` whose key is free, with
+    their 'created' events and bells; return the created ones (keys taken are left out).
+
+    At most :data:`BATCH_ROWS` entries; the caller splits larger sets.
+    """
+    if len(entries) > BATCH_ROWS:
+        raise ValueError(f"insert_pending writes at most {BATCH_ROWS} rows at a time.")
+    direct_bells = bell_rows.direct_orm_bells()
+    layout = _layout()
+    chosen = _chosen(name, version, now, direct_bells, priority, parent_pk, detached)
+    template = WorkflowInstance(**chosen)
+    values = _prepared(template, chosen, layout, now)
+    rows = []
+    for entry in entries:
+        row = list(values)
+        row[layout.key_at] = entry.key
+        # Already JSON text, validated by the caller: stored as is (a None input as NULL).
+        row[layout.input_at] = None if entry.input_json == "null" else entry.input_json
+        rows.append(row)
+    with write_transaction() as cursor:
+        created = _insert(cursor, layout.columns, rows, direct_bells, now)
+        if not direct_bells:
+            # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).
+            for created_pk in created.values():
+                bells.arm(created_pk, now)
+    armed = direct_bells or (not bells.is_suppressed() and apps.is_installed("django_q"))
+    template.bell_at = now if armed else None
+    result = []
+    for entry in entries:
+        pk = created.pop(entry.key, None)  # a key given twice is created once
+        if pk is None:
+            continue
+        # One entry: the template becomes the instance, no second model instance to build.
+        instance = template if len(entries) == 1 else _copy(template)
+        instance.key = entry.key
+        instance.input = None if entry.input_json == "null" else jsonvalue.loads(entry.input_json)
+        instance.pk = pk
+        instance._state.adding = False
+        instance._state.db = connection.alias
+        result.append(instance)
+    _announce(result)
+    return result
+
+
+def _prepared(
+    template: WorkflowInstance, chosen: dict[str, Any], layout: _Layout, now: datetime
+) -> list[Any]:
+    """The template's values as the database takes them. The defaults are prepared once per
+    process, and ``now`` (in up to five columns) once per call: preparing a datetime, with
+    its time zone checks, was the largest share of this."""
+    defaults = _prepared_defaults(connection.vendor)
+    prepared_now = layout.fields[layout.created_at].get_db_prep_save(now, connection)
+    values = []
+    for index, field in enumerate(layout.fields):
+        if field.attname not in chosen and index in defaults:
+            values.append(defaults[index])
+            continue
+        value = getattr(template, field.attname)
+        if value is now and index in layout.datetimes:
+            values.append(prepared_now)
+        else:
+            values.append(field.get_db_prep_save(value, connection))
+    return values
+
+
+@functools.cache
+def _prepared_defaults(vendor: str) -> dict[int, Any]:
+    """The prepared defaults of the columns whose default is a constant, by index
+    (``vendor`` keys the cache: preparing is the connection's)."""
+    fields = _layout().fields
+    return {
+        index: field.get_db_prep_save(field.get_default(), connection)
+        for index, field in enumerate(fields)
+        if not (field.has_default() and callable(field.default))
+    }
+
+
+def _insert(
+    cursor: Any, columns: tuple[str, ...], rows: list[list[Any]], bells: bool, now: datetime
+) -> dict[str, int]:
+    """Insert the rows, their events and (``bells``) their bells; return the created keys'
+    ids. A bell carries the instance id, so PostgreSQL draws the ids first."""
+    when = bell_rows.due(now)
+    created_event = [WorkflowEventType.CREATED, when]
+    if connection.vendor == "postgresql":
+        if bells and len(rows) == 1:
+            return _insert_one(cursor, columns, rows[0], when)
+        ids = draw_ids(cursor, len(rows)) if bells else []
+        if bells:
+            columns = ("id", *columns)
+            rows = [[pk, *row] for pk, row in zip(ids, rows, strict=True)]
+        select, params = _unnest_rows(columns, rows)
+        text = (
+            f"WITH new AS (INSERT INTO {INSTANCE} ({', '.join(columns)}) {select} "
+            f"ON CONFLICT ({KEY}) DO NOTHING RETURNING id, {KEY}), created AS (INSERT INTO "
+            f"{EVENT} {EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new)"
+        )
+        params += created_event
+        if bells:
+            text += (
+                f", bells AS (INSERT INTO {bell_rows.queue_table()} {QUEUE_COLUMNS} "
+                "SELECT %s, b.payload, %s::timestamptz FROM new JOIN "
+                "unnest(%s::bigint[], %s::text[]) AS b(instance_id, payload) "
+                "ON b.instance_id = new.id)"
+            )
+            params += [bell_rows.list_key(), when, ids, [bell_rows.payload(pk) for pk in ids]]
+        cursor.execute(text + f" SELECT id, {KEY} FROM new", params)
+        return {key: pk for pk, key in cursor.fetchall()}
+    cursor.execute(_insert_rows(columns, len(rows)), [value for row in rows for value in row])
+    created = {key: pk for pk, key in cursor.fetchall()}
+    if not created:
+        return created
+    cursor.execute(
+        f"INSERT INTO {EVENT} {EVENT_COLUMNS} VALUES "
+        + ", ".join(["(%s, %s, NULL, %s)"] * len(created)),
+        [value for pk in created.values() for value in (pk, *created_event)],
+    )
+    if bells:
+        list_key = bell_rows.list_key()
+        cursor.execute(
+            f"INSERT INTO {bell_rows.queue_table()} {QUEUE_COLUMNS} VALUES "
+            + ", ".join(["(%s, %s, %s)"] * len(created)),
+            [v for pk in created.values() for v in (list_key, bell_rows.payload(pk), when)],
+        )
+    return created
+
+
+def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any) -> dict[str, int]:
+    """PostgreSQL, one instance with its bell: one statement, its id from :data:`id_block`.
+
+    The statement answers whether it created the row and whether the key existed before it.
+    Neither means the id was taken (a block drawn before the sequence was reset, as by
+    ``TRUNCATE ... RESTART IDENTITY`` or a test case's ``reset_sequences``), or a concurrent
+    start of the same key committed while this one ran: a fresh block settles both. The
+    conflict target is left out so that a taken id writes nothing instead of raising, which
+    would abort the caller's transaction.
+    """
+    key = row[_layout().key_at]
+    text = _one_text(columns, bell_rows.queue_table())
+    for _attempt in range(ID_ATTEMPTS):
+        pk = id_block.take(cursor)
+        params = [pk, *row, WorkflowEventType.CREATED, when]
+        params += [bell_rows.list_key(), bell_rows.payload(pk), when, key]
+        cursor.execute(text, params)
+        created_pk, existed = cursor.fetchone()
+        if created_pk is not None:
+            return {key: created_pk}
+        if existed:
+            return {}
+        id_block.discard()
+    raise IntegrityError(
+        f"start() of key '{key}' wrote nothing {ID_ATTEMPTS} times, with fresh ids, and the "
+        f"key is not taken: does {INSTANCE} have another unique constraint?"
+    )
+
+
+@functools.cache
+def _one_text(columns: tuple[str, ...], queue_table: str) -> str:
+    marks = ", ".join(["%s"] * (len(columns) + 1))
+    return (
+        f"WITH new AS (INSERT INTO {INSTANCE} (id, {', '.join(columns)}) VALUES ({marks}) "
+        f"ON CONFLICT DO NOTHING RETURNING id), created AS (INSERT INTO {EVENT} "
+        f"{EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new), bells AS (INSERT INTO "
+        f"{queue_table} {QUEUE_COLUMNS} SELECT %s, %s, %s::timestamptz FROM new) "
+        f"SELECT (SELECT id FROM new), EXISTS (SELECT 1 FROM {INSTANCE} WHERE {KEY} = %s)"
+    )
+
+
+@functools.cache
+def _db_types(vendor: str) -> dict[str, str | None]:
+    """The instance table's column types (``vendor`` keys the cache: the types are the
+    connection's)."""
+    types = {str(f.column): f.db_type(connection) for f in WorkflowInstance._meta.concrete_fields}
+    types["id"] = "bigint"
+    return types
+
+
+def _unnest_rows(columns: Sequence[str], rows: list[list[Any]]) -> tuple[str, list[Any]]:
+    """PostgreSQL: a SELECT of ``rows`` with one parameter per column (an array where the
+    rows differ), so a batch's text and parameters stay small whatever its size."""
+    types = _db_types(connection.vendor)
+    outputs, arrays, params, array_params = [], [], [], []
+    for index, column in enumerate(columns):
+        values = [row[index] for row in rows]
+        if all(value == values[0] for value in values):
+            outputs.append(f"%s::{types[column]}")
+            params.append(values[0])
+        else:
+            outputs.append(f"v.c{index}")
+            arrays.append((index, column))
+            array_params.append(values)
+    select = f"SELECT {', '.join(outputs)}"
+    if arrays:  # else one row
+        unnest = ", ".join(f"%s::{types[column]}[]" for _index, column in arrays)
+        names = ", ".join(f"c{index}" for index, _column in arrays)
+        select += f" FROM unnest({unnest}) AS v({names})"
+    # The unnest's parameters come after the select list's in the text.
+    return select, params + array_params
+
+
+def _insert_rows(columns: Sequence[str], count: int) -> str:
+    marks = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    return (
+        f"INSERT INTO {INSTANCE} ({', '.join(columns)}) VALUES "
+        + ", ".join([marks] * count)
+        + f" ON CONFLICT ({KEY}) DO NOTHING RETURNING id, {KEY}"
+    )
+
+
+def _announce(instances: list[WorkflowInstance]) -> None:
+    """Send workflow_status_changed (None -> pending) for each, once committed."""
+
+    if not instances:
+        return
+    first = instances[0]  # a batch is of one definition and version
+    sender = registry.lookup(first.definition_name, first.definition_version)
+    if not workflow_status_changed.has_listeners(sender):
+        return
+    # Copies: the caller's objects may change before the commit (the signal reports this one).
+    snapshots = [_copy(instance) for instance in instances]
+
+    def send() -> None:
+        for instance in snapshots:
+            workflow_status_changed.send(
+                sender=sender,
+                instance=instance,
+                status=WorkflowStatus.PENDING,
+                previous_status=None,
+            )
+
+    transaction.on_commit(send)

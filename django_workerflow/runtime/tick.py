@@ -1,0 +1,326 @@
+"""The tick: claim an instance, replay ``execute()`` and keep executing, then settle.
+
+A tick claims the instance under its row lock and takes its lease (:mod:`.lease`), replays
+the definition once from the recorded steps and keeps executing new ones, each step write
+committing on its own (:mod:`.store`). The pass ends by completing, failing or suspending;
+settling it is the tick's last transaction: it sets the instance's single alarm and
+releases the lease. A pass that suspends with work already due replays again at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from django_workerflow.conf import settings
+from django_workerflow.definition import registry
+from django_workerflow.definition.drift import DEFINITIONS_HINT
+from django_workerflow.definition.workflow import WorkflowDefinition
+from django_workerflow.engine.execution import Execution, error_message
+from django_workerflow.exceptions import StepOutcomeError, WorkflowInputError
+from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime.flow import admission
+from django_workerflow.store import instance_rows, lease, recovery
+from django_workerflow.store.records import unreached_steps
+from django_workerflow.store.steps import StepStore
+from django_workerflow.values import jsonvalue, storable
+from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.control import ExecutionStopped, Suspension
+from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome
+from django_workerflow.values.tracebacks import format_user_traceback
+from django_workerflow.workers import bells
+from django_workerflow.workers.lease_renewal import LeaseHeartbeat
+
+# The logger operators already configure (docs/operations.md lists its messages).
+logger = logging.getLogger("django_workerflow.runtime")
+
+# How long an instance whose definition is not registered waits before it is looked at again.
+UNREGISTERED_RETRY = timedelta(minutes=1)
+# A pass that suspends with work already due replays at once; this many passes in one tick
+# means something keeps waking it, so the worker yields to others.
+MAX_REPLAYS_PER_TICK = 100
+
+
+@dataclass(frozen=True, slots=True)
+class TickResult:
+    """What a tick did, and the alarm it left."""
+
+    outcome: TickOutcome
+    alarm_at: datetime | None = None
+    replays: int = 0
+
+
+@dataclass(slots=True)
+class PassResult:
+    """How one replay pass ended, and what settling it needs."""
+
+    outcome: PassOutcome
+    result_json: str | None = None
+    error_name: str = ""
+    error_message: str = ""
+    error_traceback: str = ""
+    error_step_id: str = ""
+    exception: BaseException | None = None
+    due: datetime | None = None
+    stop_reason: StopReason | None = None
+    yielded: bool = False
+    unreached: list[str] | None = field(default=None)
+
+
+def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
+    """Execute the instance as far as it can go now. Safe to call at any time, any number
+    of times, from any worker: an instance that is not due, not active, or leased by a live
+    worker is left as it is (a live lease gets a request for one more pass).
+
+    ``heartbeat`` renews the lease from a background thread while callbacks run (workers
+    use it; it needs the tick to run outside any transaction).
+    """
+    token = uuid.uuid4().hex
+    claimed = _claim(instance_pk, token)
+    # A queued instance's rate-limit bell rang: admission runs with its row released.
+    if (
+        isinstance(claimed, TickResult)
+        and claimed.outcome == TickOutcome.QUEUED
+        and admission.admit_queued_instance(instance_pk, clock_now())
+    ):
+        claimed = _claim(instance_pk, token)
+    if isinstance(claimed, TickResult):
+        return claimed
+    instance, definition_class, recovering = claimed
+    with LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
+        return _execute(instance, definition_class, token, recovering)
+
+
+def _claim(
+    instance_pk: int, token: str
+) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool]:
+    """Lock the instance and take its lease, or say why this tick has nothing to do."""
+    with transaction.atomic():
+        instance = instance_rows.read_instance(instance_pk, lock=True)
+        if instance is None:
+            return TickResult(TickOutcome.MISSING)
+        if instance.status not in ACTIVE_STATUSES:
+            return TickResult(TickOutcome.INACTIVE, alarm_at=instance.alarm_at)
+        now = clock_now()
+        if instance.alarm_at is None or instance.alarm_at > now:
+            return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
+        if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
+            return TickResult(TickOutcome.QUEUED, alarm_at=instance.alarm_at)
+        if lease.is_live(instance, now):
+            if instance.found_leased():
+                bells.arm(instance.pk, instance.alarm_at)
+            return TickResult(TickOutcome.BUSY, alarm_at=instance.alarm_at)
+        definition_class = registry.lookup(instance.definition_name, instance.definition_version)
+        if definition_class is None:
+            logger.warning(
+                "definition not registered key=%s definition=%s version=%s: the instance "
+                "waits untouched until a worker has it; %s",
+                instance.key,
+                instance.definition_name,
+                instance.definition_version,
+                DEFINITIONS_HINT,
+            )
+            instance.defer(now + UNREGISTERED_RETRY)
+            bells.arm(instance.pk, instance.alarm_at)
+            return TickResult(TickOutcome.UNREGISTERED, alarm_at=instance.alarm_at)
+        # A lease still set here has expired: the tick that held it died mid-work.
+        recovering = lease.claim(instance, token, now)
+        if recovering:
+            logger.warning("taking over an expired lease key=%s", instance.key)
+    return instance, definition_class, recovering
+
+
+def _execute(
+    instance: WorkflowInstance,
+    definition_class: type[WorkflowDefinition],
+    token: str,
+    recovering: bool,
+) -> TickResult:
+    deadline = time.monotonic() + settings.TICK_BUDGET
+    suspects: set[str] | None = None if recovering else set()
+    replays = 0
+    while True:
+        replays += 1
+        store = StepStore(instance.pk, lease_token=token)
+        steps = store.load()
+        if suspects is None:
+            suspects = recovery.interrupted_run_steps(steps)
+        execution, passed = _replay(instance, definition_class, store, deadline, suspects)
+        result = _settle(instance, token, execution, passed, replays)
+        if result is not None:
+            return result
+
+
+def _replay(
+    instance: WorkflowInstance,
+    definition_class: type[WorkflowDefinition],
+    store: StepStore,
+    deadline: float,
+    suspects: set[str],
+) -> tuple[Execution, PassResult]:
+    """One pass of ``execute()``; a success it holds in memory is written by the settle."""
+    execution = Execution(
+        instance_key=instance.key,
+        store=store,
+        deadline=deadline,
+        interrupted_suspects=suspects,
+    )
+    # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
+    pinned_input = jsonvalue.fresh_copy(instance.input)
+    definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
+    result = _run_pass(definition, execution)
+    if not (result.stop_reason or result.yielded):
+        result.unreached = unreached_steps(store.steps, execution.seen_step_ids)
+    return execution, result
+
+
+def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResult:
+    try:
+        value = definition.execute()
+    except ExecutionStopped:
+        return PassResult(
+            PassOutcome.SUSPENDED, stop_reason=execution.stop_reason or StopReason.STOPPED
+        )
+    except Suspension:
+        return _suspended(execution)
+    except Exception as exc:
+        return _failed(execution.fatal or exc)
+    if execution.fatal is not None:
+        return _failed(execution.fatal)
+    if execution.suspended:
+        # User code swallowed a suspension: a step still waits, so the workflow goes on.
+        return _suspended(execution)
+    try:
+        result_json = jsonvalue.dumps(value, what="The workflow's return value")
+    except WorkflowInputError as exc:
+        return _failed(exc)
+    return PassResult(PassOutcome.COMPLETED, result_json=result_json)
+
+
+def _flush(execution: Execution, result: PassResult) -> PassResult:
+    """Write the success held in memory in the settle's transaction, so it is durable
+    before (and with) the suspension or the finish; a lost lease or a stopped instance
+    found by that write ends the pass as stopped."""
+    try:
+        execution.flush()
+    except ExecutionStopped:
+        return PassResult(PassOutcome.SUSPENDED, stop_reason=execution.stop_reason)
+    return result
+
+
+def _failed(exc: BaseException) -> PassResult:
+    """A failed pass; the step whose failure escaped ``execute()`` is what a retry reopens."""
+    step_id = exc.step_id if isinstance(exc, StepOutcomeError) else None
+    return PassResult(
+        PassOutcome.FAILED,
+        error_name=storable.error_name(exc),
+        error_message=error_message(exc),
+        error_traceback=format_user_traceback(exc),
+        error_step_id=step_id or "",
+        exception=exc,
+    )
+
+
+def _suspended(execution: Execution) -> PassResult:
+    return PassResult(
+        PassOutcome.SUSPENDED,
+        due=execution.next_due(),
+        stop_reason=execution.stop_reason,
+        yielded=execution.yielded,
+    )
+
+
+# Settling -----------------------------------------------------------------------------
+
+
+def _settle(
+    instance: WorkflowInstance,
+    token: str,
+    execution: Execution,
+    result: PassResult,
+    replays: int,
+) -> TickResult | None:
+    """Commit the pass's outcome and release the lease, or return None to replay again.
+
+    The pass's last success commits in this transaction, whatever the lease's fate (the
+    step row fences it), so a short workflow's tick ends in one commit, not two."""
+    with transaction.atomic():
+        locked = instance_rows.read_instance(instance.pk, lock=True)
+        result = _flush(execution, result)
+        if locked is None:
+            # Deleted mid-tick (a purge, an admin's delete): nothing is left to settle.
+            return TickResult(TickOutcome.MISSING, replays=replays)
+        now = clock_now()
+        if not lease.is_held(locked, token):
+            logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
+            return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        if locked.status != WorkflowStatus.RUNNING:
+            # Paused or cancelled during the pass: leave the state the operator set.
+            locked.release_lease(None, now)
+            return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        _note_unreached(locked, result.unreached)
+        match result.outcome:
+            case PassOutcome.COMPLETED:
+                locked.set_completed(jsonvalue.loads(result.result_json), now)
+                logger.info("workflow completed key=%s replays=%s", locked.key, replays)
+                return TickResult(TickOutcome.COMPLETED, replays=replays)
+            case PassOutcome.FAILED:
+                locked.set_failed(
+                    result.error_name,
+                    result.error_message,
+                    now,
+                    traceback=result.error_traceback,
+                    step_id=result.error_step_id,
+                )
+                logger.info(
+                    "workflow failed key=%s error=%s step=%s",
+                    locked.key,
+                    result.error_name,
+                    result.error_step_id or "-",
+                    exc_info=result.exception,
+                )
+                return TickResult(TickOutcome.FAILED, replays=replays)
+            case PassOutcome.SUSPENDED:
+                return _settle_suspended(locked, result, replays, now)
+
+
+def _settle_suspended(
+    locked: WorkflowInstance, result: PassResult, replays: int, now: datetime
+) -> TickResult | None:
+    """Yield the worker, pass again at once (something is due or changed), or sleep until
+    the earliest due time (None: until an event arrives)."""
+    if result.yielded or replays >= MAX_REPLAYS_PER_TICK:
+        locked.release_lease(now, now)
+        bells.arm(locked.pk, now)
+        return TickResult(TickOutcome.YIELDED, alarm_at=now, replays=replays)
+    ready = result.due is not None and result.due <= now
+    if locked.wake_requested or ready or result.stop_reason == StopReason.NOT_RUNNING:
+        if locked.wake_requested:
+            locked.clear_wake_request()
+        return None
+    locked.release_lease(result.due, now)
+    if result.due is not None:
+        bells.arm(locked.pk, result.due)
+    return TickResult(TickOutcome.SUSPENDED, alarm_at=result.due, replays=replays)
+
+
+def _note_unreached(locked: WorkflowInstance, unreached: list[str] | None) -> None:
+    """Keep (and log once) the recorded steps a whole replay pass no longer reached: the
+    definition changed under the instance."""
+    if unreached is None or (unreached or None) == locked.unreached_step_ids:
+        return
+    if unreached:
+        logger.warning(
+            "replay no longer reaches recorded steps key=%s version=%s steps=%s: the "
+            "definition changed under a running instance; register a new version instead",
+            locked.key,
+            locked.definition_version,
+            ",".join(unreached),
+        )
+    locked.note_unreached(unreached or None)

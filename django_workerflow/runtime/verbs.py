@@ -1,0 +1,396 @@
+"""The public verbs: start, send_event, pause, resume, cancel, wake, retry_now, sweep.
+
+Every operation locks the instance row with ``select_for_update`` in a short transaction, so
+concurrent workers, events and operators serialise on it, and changes the instance through
+its transition methods. The tick lives in :mod:`django_workerflow.tick`; ``runtime.tick``
+stays importable for the tasks, the harness and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+
+from django_workerflow.conf import settings
+from django_workerflow.definition.drift import awaited_event_names
+from django_workerflow.definition.workflow import WorkflowDefinition, resolve
+from django_workerflow.exceptions import (
+    WorkflowInputError,
+    WorkflowStateError,
+    WorkflowVersionConflictError,
+)
+from django_workerflow.models import (
+    ACTIVE_STATUSES,
+    InboundEvent,
+    Step,
+    StepState,
+    StepType,
+    WorkflowInstance,
+    WorkflowStatus,
+)
+from django_workerflow.runtime import starting
+from django_workerflow.runtime.flow import admission
+from django_workerflow.runtime.tick import (
+    MAX_REPLAYS_PER_TICK,
+    UNREGISTERED_RETRY,
+    TickResult,
+    tick,
+)
+from django_workerflow.store import lease
+from django_workerflow.store.transactions import satisfy_wait
+from django_workerflow.values import jsonvalue, storable
+from django_workerflow.values.clock import now as clock_now
+from django_workerflow.workers import bells
+
+__all__ = [
+    "MAX_REPLAYS_PER_TICK",
+    "SWEEP_GRACE",
+    "SWEEP_RERING",
+    "UNREGISTERED_RETRY",
+    "TickResult",
+    "cancel",
+    "pause",
+    "resume",
+    "retry_now",
+    "send_event",
+    "start",
+    "sweep",
+    "tick",
+    "wake",
+]
+
+logger = logging.getLogger(__name__)
+
+# An alarm this far overdue has lost its bell (or its worker): the sweeper rings it again.
+SWEEP_GRACE = timedelta(seconds=15)
+# How long the sweeper waits before ringing the same overdue instance again.
+SWEEP_RERING = timedelta(minutes=2)
+
+
+# Start --------------------------------------------------------------------------------
+
+
+def start(
+    definition: str | type[WorkflowDefinition],
+    *,
+    key: str | None = None,
+    input: Any = None,
+    version: str | None = None,
+    priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
+) -> WorkflowInstance:
+    """Create an instance of ``definition`` under ``key``, or return the existing one.
+
+    Idempotent on ``key``: the first call pins the input and the definition version. A
+    different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
+    ``parent_pk`` and ``detached`` are set by a parent's child step (:mod:`.child_steps`).
+    A workflow with ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until
+    admitted, in order of ``priority`` (lower first), then creation; in the same
+    transaction when a slot is free.
+    """
+    name, version, definition_class = resolve(definition, version, caller="start()")
+    key = str(uuid.uuid4()) if key is None else key
+    jsonvalue.check_identifier(key, what="An instance key", max_length=255)
+    input_json = jsonvalue.dumps(input, what="The workflow input")
+    admission.check_priority(priority)
+
+    if admission.limits_for_name(name) is None:
+        # No concurrency limit: instance, event and bell in one statement (starting.py).
+        entry = starting.NewInstance(key, input_json)
+        created = starting.start_one(
+            name, definition_class.version, entry, priority, parent_pk, detached
+        )
+        return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
+    existing = WorkflowInstance.objects.filter(key=key).first()
+    if existing is None:
+        now = clock_now()
+        limited = admission.limits_for_name(name) is not None
+        concurrency_key = (
+            admission.concurrency_key_for(definition_class, key, jsonvalue.loads(input_json))
+            if limited
+            else ""
+        )
+        try:
+            with transaction.atomic():
+                instance = WorkflowInstance.objects.create_pending(
+                    key=key,
+                    definition_name=name,
+                    definition_version=definition_class.version,
+                    input=jsonvalue.loads(input_json),
+                    now=now,
+                    priority=priority,
+                    concurrency_key=concurrency_key,
+                    queued=limited,
+                    parent_pk=parent_pk,
+                    detached=detached,
+                )
+                if not limited:
+                    bells.arm(instance.pk, now)
+                elif instance.pk in admission.admit_waiting(name, concurrency_key, now):
+                    instance.admitted_at = instance.alarm_at = now
+        except IntegrityError:
+            existing = WorkflowInstance.objects.filter(key=key).first()
+            if existing is None:
+                raise
+        else:
+            logger.info(
+                "workflow created key=%s definition=%s version=%s",
+                key,
+                name,
+                instance.definition_version,
+            )
+            return instance
+    return check_existing_start(existing, name, version)
+
+
+def check_existing_start(
+    instance: WorkflowInstance, name: str, version: str | None
+) -> WorkflowInstance:
+    """The existing ``instance`` a start of ``name`` (at ``version``) under its key returns,
+    or the error that start raises."""
+    if instance.definition_name != name:
+        raise WorkflowInputError(
+            f"Instance key '{instance.key}' already belongs to a '{instance.definition_name}' "
+            f"workflow, not '{name}'. Use another key."
+        )
+    if version is not None and version != instance.definition_version and not instance.is_terminal:
+        raise WorkflowVersionConflictError(
+            f"Workflow definition version is already pinned to '{instance.definition_version}' "
+            f"and cannot be changed to '{version}'."
+        )
+    return instance
+
+
+# Events -------------------------------------------------------------------------------
+
+
+def send_event(
+    instance: WorkflowInstance | str,
+    event_name: str,
+    payload: Any = None,
+    *,
+    missing_ok: bool = False,
+) -> InboundEvent | None:
+    """Deliver an event: it satisfies the earliest waiting step of that name, or is queued.
+
+    A paused instance only queues it; a finished one ignores it and None is returned, and
+    so is an unknown key with ``missing_ok`` (for signal handlers). A queued event's
+    ``waiting_for`` lists the names the instance's waiting steps wait for.
+    """
+    jsonvalue.check_identifier(event_name, what="An event name")
+    payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
+    try:
+        pk = _pk(instance)
+    except WorkflowInstance.DoesNotExist:
+        if missing_ok:
+            logger.info("event dropped key=%s event=%s: no such instance", instance, event_name)
+            return None
+        raise
+    with transaction.atomic():
+        locked = _lock(pk)
+        if locked.is_terminal:
+            return None
+        now = clock_now()
+        event = InboundEvent.objects.create(
+            instance=locked,
+            event_name=event_name,
+            payload=jsonvalue.loads(payload_json),
+            created_at=now,
+        )
+        if locked.status in ACTIVE_STATUSES:
+            step_pk = (
+                Step.objects.filter(
+                    instance_id=pk,
+                    type=StepType.WAIT,
+                    state=StepState.WAITING,
+                    event_name=event_name,
+                )
+                # At its deadline a wait has timed out, as a tick at the same instant finds.
+                .exclude(timeout_at__lte=now)
+                .order_by("created_at", "id")
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if step_pk is not None:
+                with connection.cursor() as cursor:
+                    satisfy_wait(cursor, pk, step_pk, event.pk, payload_json, now)
+                event.claimed_by_id = step_pk
+                event.claimed_at = now
+                _wake(locked, now)
+        if event.claimed_by_id is None:
+            event.waiting_for = awaited_event_names(pk)
+    if event.waiting_for is not None and event_name not in event.waiting_for:
+        logger.info(
+            "event queued key=%s event=%s: no step waits for it; waiting_for=%s",
+            locked.key,
+            event_name,
+            ",".join(event.waiting_for) or "-",
+        )
+    logger.info(
+        "event sent key=%s event=%s claimed=%s%s",
+        locked.key,
+        event_name,
+        event.claimed_by_id is not None,
+        f" payload={payload_json}" if settings.LOG_PAYLOADS else "",
+    )
+    return event
+
+
+# Control ------------------------------------------------------------------------------
+
+
+def pause(instance: WorkflowInstance | str) -> bool:
+    """Pause a running instance; it stops at its next step boundary. False: nothing to do."""
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status != WorkflowStatus.RUNNING:
+            return False
+        locked.set_paused(clock_now())
+    _refresh(instance, locked)
+    return True
+
+
+def resume(instance: WorkflowInstance | str) -> None:
+    """Resume a paused instance at once; WorkflowStateError if it is not paused."""
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status != WorkflowStatus.PAUSED:
+            raise WorkflowStateError(
+                f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'."
+            )
+        now = clock_now()
+        locked.set_resumed(now)
+        bells.arm(locked.pk, now)
+    _refresh(instance, locked)
+
+
+def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
+    """Cancel an unfinished instance; no step starts after this. False: already finished."""
+    if reason is not None and not isinstance(reason, str):
+        raise WorkflowInputError(f"A cancel reason must be a string, not {type(reason).__name__}.")
+    if reason is not None:
+        storable.check_text(reason, what="The cancel reason")
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.is_terminal:
+            return False
+        locked.set_cancelled(clock_now(), reason or None)
+    _refresh(instance, locked)
+    return True
+
+
+def wake(instance: WorkflowInstance | str) -> bool:
+    """Ring the instance's alarm now (re-drive it). False if it is not pending or running."""
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status not in ACTIVE_STATUSES:
+            return False
+        _wake(locked, clock_now())
+    return True
+
+
+def retry_now(instance: WorkflowInstance | str) -> list[str]:
+    """Bring the pending retries of an active instance forward to now; return their step ids.
+
+    Only a run step's backoff is shortened: a sleep or a wait keeps its time, which is part
+    of the workflow. Call :func:`wake` afterwards so that a worker picks the retry up.
+    """
+    with transaction.atomic():
+        locked = _lock(_pk(instance))
+        if locked.status not in ACTIVE_STATUSES:
+            return []
+        now = clock_now()
+        retrying = Step.objects.filter(
+            instance_id=locked.pk,
+            type=StepType.RUN,
+            state=StepState.PENDING,
+            next_attempt_at__gt=now,
+        )
+        step_ids = list(retrying.order_by("created_at", "id").values_list("step_id", flat=True))
+        if step_ids:
+            retrying.update(next_attempt_at=now)
+            logger.info("retry brought forward key=%s steps=%s", locked.key, len(step_ids))
+    return step_ids
+
+
+def sweep(*, limit: int = 1000) -> int:
+    """Ring the bells that are missing; return how many rang. Safe to run concurrently.
+
+    Overdue active instances (a lost bell, or a worker that died holding the lease: its
+    lease expiry is the alarm) are rung now; alarms coming due within the bell horizon get
+    their precise bell if none is queued for that time yet.
+    """
+    now = clock_now()
+    active = WorkflowInstance.objects.active()
+    overdue = list(
+        active.filter(alarm_at__lte=now - SWEEP_GRACE)
+        # Not again while the sweep's own bell may still be waiting in a busy queue.
+        .filter(
+            Q(bell_at__isnull=True)
+            | Q(bell_at__lte=F("alarm_at"))
+            | Q(bell_at__lte=now - SWEEP_RERING)
+        )
+        .order_by("alarm_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    upcoming = list(
+        active.filter(alarm_at__gt=now - SWEEP_GRACE, alarm_at__lte=now + bells.HORIZON)
+        .exclude(bell_at=F("alarm_at"))
+        # A leased instance's alarm is its lease expiry: its tick is still at work.
+        .exclude(lease_expires_at__gt=now)
+        .order_by("alarm_at")
+        .values_list("pk", "alarm_at")[:limit]
+    )
+    with transaction.atomic():
+        for pk in overdue:
+            bells.arm(pk, now)
+        for pk, alarm_at in upcoming:
+            if alarm_at is not None:  # always set (filtered above); this tells mypy
+                bells.arm(pk, alarm_at)
+    if overdue or upcoming:
+        logger.info("sweep overdue=%s upcoming=%s", len(overdue), len(upcoming))
+    return len(overdue) + len(upcoming)
+
+
+# Helpers ------------------------------------------------------------------------------
+
+
+def _pk(instance: WorkflowInstance | str) -> int:
+    if isinstance(instance, WorkflowInstance):
+        return instance.pk
+    if isinstance(instance, str):
+        storable.check_text(instance, what="The instance key")
+        try:
+            return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
+        except WorkflowInstance.DoesNotExist:
+            raise WorkflowInstance.DoesNotExist(
+                f"No workflow instance has the key {instance!r}."
+            ) from None
+    raise WorkflowInputError(
+        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
+    )
+
+
+def _lock(pk: int) -> WorkflowInstance:
+    return WorkflowInstance.objects.select_for_update().get(pk=pk)
+
+
+def _refresh(target: WorkflowInstance | str, source: WorkflowInstance) -> None:
+    """Copy the committed state onto the caller's object, so ``instance.status`` is current."""
+    if isinstance(target, WorkflowInstance) and target is not source:
+        for field in WorkflowInstance._meta.concrete_fields:
+            setattr(target, field.attname, getattr(source, field.attname))
+
+
+def _wake(locked: WorkflowInstance, now: datetime) -> None:
+    """Ask for a tick now; a tick in progress sees ``wake_requested`` and passes again."""
+    leased = lease.is_live(locked, now)
+    if not leased:
+        bells.arm(locked.pk, now)
+    locked.request_wake(now, leased=leased)

@@ -1,0 +1,65 @@
+"""Running the named statements of :mod:`.sql`: on PostgreSQL as server-side prepared
+statements (``PREPARE`` once per connection, then ``EXECUTE``), elsewhere as they are.
+
+Django opens psycopg connections with ``prepare_threshold=None``, which disables the
+driver's own preparing; SQL-level ``PREPARE`` works through Django's cursor all the same.
+PgBouncer in transaction mode needs ``max_prepared_statements``; or turn this off with
+``WORKERFLOW_PREPARED_STATEMENTS = False``.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from functools import cache
+from typing import Any
+
+from django_workerflow.conf import settings
+from django_workerflow.store.sql import statement
+
+
+@cache
+def _names(name: str) -> tuple[str, ...]:
+    """The parameters the statement ``name`` names, each once."""
+    return tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement("postgresql", name))))
+
+
+@cache
+def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
+    """PostgreSQL: (statement name, PREPARE text, parameter names in $n order).
+
+    Parameters carry explicit casts, so the server knows every type when preparing.
+    """
+    names: list[str] = []
+
+    def positional(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    body = re.sub(r"%\((\w+)\)s", positional, statement("postgresql", name))
+    name_in_server = f"workerflow_{name}"
+    return name_in_server, f"PREPARE {name_in_server} AS {body}", tuple(names)
+
+
+# The statements already prepared on each PostgreSQL connection (they live as long as the
+# server session, and survive rollbacks).
+_prepared_on: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
+    """Run the statement ``name``; on PostgreSQL as a server-side prepared statement
+    (planned once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
+    vendor = cursor.db.vendor
+    if vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
+        # Only the parameters the statement names: the driver binds (and Django's SQLite
+        # wrapper rewrites) every key it is given.
+        cursor.execute(statement(vendor, name), {key: values[key] for key in _names(name)})
+        return
+    server_name, prepare, names = prepared(name)
+    done = _prepared_on.setdefault(cursor.db.connection, set())
+    if server_name not in done:
+        cursor.execute(prepare)
+        done.add(server_name)
+    placeholders = ", ".join(["%s"] * len(names))
+    cursor.execute(f"EXECUTE {server_name}({placeholders})", [values[n] for n in names])

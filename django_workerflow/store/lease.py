@@ -1,0 +1,127 @@
+"""The lease: which worker may execute an instance, and the fence its writes check.
+
+A tick claims the instance under its row lock: it takes the lease (a fresh token and an
+expiry ``WORKERFLOW_LEASE_SECONDS`` ahead) unless a live lease is held, taking over a lease
+that expired (its tick died). While the lease is held the instance's alarm is the lease
+expiry, so an instance whose worker died comes due again by itself.
+
+The fencing invariant (``docs/concepts.md`` states the same):
+
+* **Starting an attempt or creating a step** needs the live lease *and* the status
+  ``running``, checked by the statement (or in the transaction) that writes
+  (:data:`~django_workerflow.store.sql.LEASE_HELD_RUNNING`). A pause or a cancel therefore takes
+  effect at the next step boundary, and a worker whose lease was taken over starts nothing.
+* **Recording the success of an attempt already started** is fenced by the step row (still
+  ``running``, same attempt number), not by the lease. A worker that lost its lease still
+  records the success of the attempt it started, unless the new owner already recorded that
+  attempt as interrupted: both writes carry the same condition, so exactly one of the two
+  lands. When the success rides with the next step's start (one statement), the start is
+  fenced as above and only written if the success landed; a refused start (paused,
+  cancelled, lease lost) still leaves the success recorded.
+* **Recording a failed attempt** carries the same step-row condition, and also needs the
+  lease (its retry schedule belongs to the owner); so does resolving a sleep or a wait.
+* **Settling the tick** (status, alarm, release) needs the lease, checked on the locked
+  instance row.
+
+A renewal moves the lease expiry, and the alarm only while the instance is ``running``: a
+paused or cancelled instance keeps the alarm its operator set. Renewals happen at claim, on
+step writes (the hot path's every quarter lease) and from the heartbeat thread.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django_workerflow.conf import settings
+from django_workerflow.store import sql
+from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.states import StopReason, WorkflowStatus
+
+if TYPE_CHECKING:
+    from django_workerflow.models import WorkflowInstance
+
+
+def expiry(now: datetime) -> datetime:
+    """When a lease taken or renewed at ``now`` runs out."""
+    return now + timedelta(seconds=settings.LEASE_SECONDS)
+
+
+def is_live(instance: WorkflowInstance, now: datetime) -> bool:
+    """True while a worker holds an unexpired lease on the (locked) instance."""
+    expires = instance.lease_expires_at
+    return bool(instance.lease_token) and expires is not None and expires > now
+
+
+def is_held(instance: WorkflowInstance, token: str) -> bool:
+    """The python side of :data:`~django_workerflow.store.sql.LEASE_HELD`, on a locked row."""
+    return instance.lease_token == token
+
+
+def claim(instance: WorkflowInstance, token: str, now: datetime) -> bool:
+    """Take the lease of the locked ``instance`` for ``token``; True if it was a take-over.
+
+    The caller checked that no live lease is held. A pending instance starts running here.
+    """
+    taking_over = instance.lease_token is not None
+    if instance.status == WorkflowStatus.PENDING:
+        instance.start_running(token, expiry(now), now)
+    else:
+        instance.claim_lease(token, expiry(now))
+    return taking_over
+
+
+class Lease:
+    """A tick's lease on one instance, as the step store's writes check and renew it."""
+
+    def __init__(self, instance_pk: int, token: str) -> None:
+        self.instance_pk = instance_pk
+        self.token = token
+        # The hot path renews every quarter lease, not on every write.
+        self._renew_due = 0.0
+
+    def params(self, adapt: Any, now: datetime) -> dict[str, Any]:
+        """The fence's statement parameters; ``renew`` says whether this write renews."""
+        renew = time.monotonic() >= self._renew_due
+        if renew:
+            self._renew_due = time.monotonic() + settings.LEASE_SECONDS / 4
+        return sql.params(
+            instance=self.instance_pk,
+            token=self.token,
+            expires=adapt(expiry(now)),
+            renew=renew,
+        )
+
+    def fence(self, cursor: Any, adapt: Any, now: datetime, *, require_running: bool) -> None:
+        """Renew the lease (locking the instance row) or raise ExecutionStopped."""
+        name = "renew_lease_running" if require_running else "renew_lease"
+        cursor.execute(sql.statement(connection_vendor(cursor), name), self._renewal(adapt, now))
+        if cursor.rowcount != 1:
+            raise ExecutionStopped(self.stop_reason(cursor))
+
+    def renew(self, cursor: Any, adapt: Any, now: datetime) -> bool:
+        """Renew the lease; False once it is lost."""
+        cursor.execute(
+            sql.statement(connection_vendor(cursor), "renew_lease"), self._renewal(adapt, now)
+        )
+        return cursor.rowcount == 1
+
+    def stop_reason(self, cursor: Any) -> StopReason:
+        """Why a fenced write matched nothing: the lease is gone, or the status changed."""
+        cursor.execute(
+            sql.statement(connection_vendor(cursor), "lease_token"),
+            {"instance": self.instance_pk},
+        )
+        row = cursor.fetchone()
+        if row is None or row[0] != self.token:
+            return StopReason.LEASE_LOST
+        return StopReason.NOT_RUNNING
+
+    def _renewal(self, adapt: Any, now: datetime) -> dict[str, Any]:
+        return sql.params(instance=self.instance_pk, token=self.token, expires=adapt(expiry(now)))
+
+
+def connection_vendor(cursor: Any) -> str:
+    """The vendor of the connection a Django cursor wrapper belongs to."""
+    return cursor.db.vendor

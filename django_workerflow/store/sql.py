@@ -1,0 +1,379 @@
+"""Every hand-written SQL statement of the engine, by name.
+
+Each statement is written once, with ``%(name)s`` parameters and PostgreSQL casts
+(``::bigint``); the SQLite text is the same with the casts removed. States, statuses and
+event types are parameters too (:data:`STATE_PARAMS`), never literals. Where the two
+databases need different statements (PostgreSQL's data-modifying CTEs do in one round trip
+what SQLite does in two statements), the name says which.
+
+The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`RENEW_LEASE_SET`)
+are written here once and used by every statement that checks or renews a lease; see
+:mod:`django_workerflow.lease` for the invariant they enforce. :mod:`.run_sql` runs them
+(prepared on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
+from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowStatus
+
+INSTANCE = WorkflowInstance._meta.db_table
+STEP = Step._meta.db_table
+STEP_EVENT = StepEvent._meta.db_table
+INBOUND = InboundEvent._meta.db_table
+WORKFLOW_EVENT = WorkflowEvent._meta.db_table
+
+#: Every column of an instance, in the model's field order (a read builds the model from it).
+INSTANCE_COLUMNS = tuple(str(f.column) for f in WorkflowInstance._meta.concrete_fields)
+#: The columns of a step the tick reads, in :class:`~.records.StepRecord`'s field order.
+STEP_COLUMNS = tuple(
+    [
+        "id",
+        "step_id",
+        "type",
+        "state",
+        "parent_id",
+        "attempt_count",
+        "max_attempts",
+        "next_attempt_at",
+        "result",
+        "error_name",
+        "error_message",
+        "wake_at",
+        "event_name",
+        "timeout_at",
+        "payload",
+        "resolved_at",
+        "created_at",
+        "child_instance_id",
+    ]
+)
+
+#: The states, statuses and event types the statements compare with or write.
+STATE_PARAMS: dict[str, str] = {
+    "status_running": WorkflowStatus.RUNNING,
+    "status_completed": WorkflowStatus.COMPLETED,
+    "status_failed": WorkflowStatus.FAILED,
+    "status_cancelled": WorkflowStatus.CANCELLED,
+    "type_child": StepType.CHILD,
+    "type_run": StepType.RUN,
+    "state_pending": StepState.PENDING,
+    "state_running": StepState.RUNNING,
+    "state_succeeded": StepState.SUCCEEDED,
+    "state_waiting": StepState.WAITING,
+    "state_satisfied": StepState.SATISFIED,
+    "event_attempt_started": StepEventType.ATTEMPT_STARTED,
+    "event_attempt_succeeded": StepEventType.ATTEMPT_SUCCEEDED,
+    "event_wait_satisfied": StepEventType.WAIT_SATISFIED,
+}
+
+# The fence --------------------------------------------------------------------------------
+
+#: The instance row is leased by this token.
+LEASE_HELD = "id = %(instance)s::bigint AND lease_token = %(token)s::varchar"
+#: ... and the instance is running: starting an attempt or creating a step needs both.
+LEASE_HELD_RUNNING = f"{LEASE_HELD} AND status = %(status_running)s::varchar"
+#: A renewal moves the lease expiry, and the alarm only while the instance is running (a
+#: paused or cancelled instance keeps the alarm its operator set).
+RENEW_LEASE_SET = (
+    "lease_expires_at = %(expires)s::timestamptz, alarm_at = CASE WHEN status = "
+    "%(status_running)s::varchar THEN %(expires)s::timestamptz ELSE alarm_at END"
+)
+
+# The step event, written once -------------------------------------------------------------
+
+#: The columns of a step event, in the order every insert gives them.
+STEP_EVENT_COLUMNS = (
+    "instance_id",
+    "step_id",
+    "type",
+    "recorded_at",
+    "attempt_number",
+    "result",
+    "error_name",
+    "error_message",
+    "next_attempt_at",
+    "wake_at",
+    "event_name",
+    "timeout_at",
+    "payload",
+)
+_INSERT_STEP_EVENT = f"INSERT INTO {STEP_EVENT} ({', '.join(STEP_EVENT_COLUMNS)})"
+
+
+def _event_from(source: str, event_type: str, attempt: str, result: str) -> str:
+    """A step event selected from the CTE ``source`` (its ``id`` is the step)."""
+    return (
+        f"{_INSERT_STEP_EVENT} SELECT %(instance)s::bigint, id, {event_type}, "
+        f"%(now)s::timestamptz, {attempt}, {result}, '', '', NULL, NULL, '', NULL, NULL "
+        f"FROM {source}"
+    )
+
+
+_STEP_COLUMNS = (
+    "instance_id, step_id, type, state, parent_id, attempt_count, max_attempts, error_name, "
+    "error_message, wake_at, event_name, timeout_at, created_at"
+)
+
+_STARTED_EVENT = _event_from("new_step", "%(event_attempt_started)s::varchar", "1", "NULL")
+_SUCCEEDED_EVENT = _event_from(
+    "done", "%(event_attempt_succeeded)s::varchar", "%(attempt)s::integer", "%(result)s::text"
+)
+
+# The statements ---------------------------------------------------------------------------
+
+_START_NEW_RUN_TAIL = f"""
+        new_step AS (
+            INSERT INTO {STEP} ({_STEP_COLUMNS})
+            SELECT id, %(step_id)s::varchar, %(type_run)s::varchar, %(state_running)s::varchar,
+                %(parent)s::bigint, 1, %(max_attempts)s::integer, '', '', NULL, '',
+                NULL, %(now)s::timestamptz
+            FROM fence
+            RETURNING id
+        ), started AS (
+            {_STARTED_EVENT}
+        )"""
+# The start marker need not wait for its WAL flush: the outcome's synchronous commit hardens
+# it, and only a server crash in between can lose it. set_config(..., true) lasts until the
+# end of the transaction, so only the autocommit variants use it (see store._hot_write).
+_NO_FLUSH = """, no_flush AS (
+            SELECT set_config('synchronous_commit', 'off', true)
+        )
+        SELECT id FROM new_step, no_flush"""
+_FLUSH = """
+        SELECT id FROM new_step"""
+_RENEWING_FENCE = f"""
+        WITH fence AS (
+            UPDATE {INSTANCE} SET {RENEW_LEASE_SET}
+            WHERE {LEASE_HELD_RUNNING}
+            RETURNING id
+        ),"""
+# Only checks the lease: the share lock still waits for a pause or cancel holding the row,
+# but writes no new version of the instance row and none of its index entries.
+_CHECKING_FENCE = f"""
+        WITH fence AS (
+            SELECT id FROM {INSTANCE} WHERE {LEASE_HELD_RUNNING} FOR SHARE
+        ),"""
+
+# Step N's success and step N+1's start in one statement (one commit): the success is fenced
+# by the step row alone, the start also by the lease and the status, and only if the success
+# landed. A pause or a lost lease therefore still records the success and starts nothing.
+_FUSED_SUCCESS = f"""
+        WITH done AS (
+            UPDATE {STEP}
+            SET state = %(state_succeeded)s::varchar, result = %(result)s::text,
+                resolved_at = %(now)s::timestamptz
+            WHERE id = %(step)s::bigint AND state = %(state_running)s::varchar
+                AND attempt_count = %(attempt)s::integer
+            RETURNING id
+        ), succeeded AS (
+            {_SUCCEEDED_EVENT}
+        ),"""
+_FUSED_RENEWING_FENCE = f"""
+        fence AS (
+            UPDATE {INSTANCE} SET {RENEW_LEASE_SET}
+            WHERE {LEASE_HELD_RUNNING} AND EXISTS (SELECT 1 FROM done)
+            RETURNING id
+        ),"""
+_FUSED_CHECKING_FENCE = f"""
+        fence AS (
+            SELECT id FROM {INSTANCE}
+            WHERE {LEASE_HELD_RUNNING} AND EXISTS (SELECT 1 FROM done) FOR SHARE
+        ),"""
+_FUSED_RESULT = """
+        SELECT (SELECT count(*) FROM done), (SELECT id FROM new_step)"""
+
+_READ_INSTANCE = (
+    f"SELECT {', '.join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
+)
+# Whether an instance that just finished has unfinished children to cancel, and instances
+# whose child step waits for it (each an index lookup; the rare yes takes the ORM's path).
+_FINISH_FOLLOWUPS = f"""
+        EXISTS (
+            SELECT 1 FROM {INSTANCE} WHERE parent_id = %(instance)s::bigint AND NOT detached
+            AND status NOT IN (
+                %(status_completed)s::varchar, %(status_failed)s::varchar,
+                %(status_cancelled)s::varchar)
+        ),
+        EXISTS (
+            SELECT 1 FROM {STEP} WHERE child_instance_id = %(instance)s::bigint
+            AND type = %(type_child)s::varchar AND state = %(state_waiting)s::varchar
+        )"""
+
+_STATEMENTS: dict[str, str] = {
+    # An instance row, every column (the tick's claim and settle build the model from it).
+    "read_instance": _READ_INSTANCE,
+    # ... under its row lock (PostgreSQL; SQLite's IMMEDIATE transaction holds the database's).
+    "lock_instance": _READ_INSTANCE + " FOR UPDATE",
+    # A workflow event (a status change of the instance).
+    "insert_workflow_event": f"""
+        INSERT INTO {WORKFLOW_EVENT} (instance_id, type, reason, recorded_at)
+        VALUES (%(instance)s::bigint, %(type)s::varchar, %(reason)s::text,
+                %(now)s::timestamptz)""",
+    # Every step of an instance, oldest first (a replay pass reads them once).
+    "read_steps": f"""
+        SELECT {", ".join(STEP_COLUMNS)} FROM {STEP}
+        WHERE instance_id = %(instance)s::bigint ORDER BY created_at, id""",
+    # What a finish must follow up (see finishing.py).
+    "finish_followups": f"SELECT {_FINISH_FOLLOWUPS}",
+    # PostgreSQL: the same, waking the wait_result callers listening (on commit).
+    "finish_followups_notify": f"SELECT {_FINISH_FOLLOWUPS}, pg_notify(%(channel)s::text, '')",
+    # Renew the lease (and a running instance's alarm); matches nothing once it is lost.
+    "renew_lease": f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD}",
+    # Renew the lease of a running instance, locking its row; nothing if lost or not running.
+    "renew_lease_running": (f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD_RUNNING}"),
+    # The current lease token of an instance: why a fenced write matched nothing.
+    "lease_token": f"SELECT lease_token FROM {INSTANCE} WHERE id = %(instance)s::bigint",
+    # PostgreSQL: renew the lease, create a run step with attempt 1 started, and its event.
+    "start_new_run_renewing": _RENEWING_FENCE + _START_NEW_RUN_TAIL + _FLUSH,
+    # ... the same, committed without waiting for the WAL flush (autocommit only).
+    "start_new_run_renewing_no_flush": _RENEWING_FENCE + _START_NEW_RUN_TAIL + _NO_FLUSH,
+    # PostgreSQL: check the lease, create a run step with attempt 1 started, and its event.
+    "start_new_run_checked": _CHECKING_FENCE + _START_NEW_RUN_TAIL + _FLUSH,
+    # ... the same, committed without waiting for the WAL flush (autocommit only).
+    "start_new_run_checked_no_flush": _CHECKING_FENCE + _START_NEW_RUN_TAIL + _NO_FLUSH,
+    # PostgreSQL: record a running attempt's success and start the next run step (renewing
+    # the lease), in one synchronous commit; returns (successes recorded, new step or NULL).
+    "succeed_and_start_renewing": (
+        _FUSED_SUCCESS + _FUSED_RENEWING_FENCE + _START_NEW_RUN_TAIL + _FUSED_RESULT
+    ),
+    # ... the same, only checking the lease.
+    "succeed_and_start_checked": (
+        _FUSED_SUCCESS + _FUSED_CHECKING_FENCE + _START_NEW_RUN_TAIL + _FUSED_RESULT
+    ),
+    # SQLite: create a run step with attempt 1 started if the lease is held and running.
+    "start_new_run_sqlite": f"""
+        INSERT INTO {STEP} ({_STEP_COLUMNS})
+        SELECT %(instance)s, %(step_id)s, %(type_run)s, %(state_running)s, %(parent)s, 1,
+            %(max_attempts)s, '', '', NULL, '', NULL, %(now)s
+        WHERE EXISTS (SELECT 1 FROM {INSTANCE} WHERE {LEASE_HELD_RUNNING})
+        RETURNING id""",
+    # PostgreSQL: record the success of a running attempt and its event; fenced by the step
+    # row (still running, same attempt), not by the lease. Returns how many rows changed.
+    "succeed_run_with_event": _FUSED_SUCCESS.rstrip(",") + " SELECT count(*) FROM done",
+    # SQLite: record the success of a running attempt (its event is a second statement).
+    "succeed_run": f"""
+        UPDATE {STEP} SET state = %(state_succeeded)s, result = %(result)s,
+            resolved_at = %(now)s
+        WHERE id = %(step)s AND state = %(state_running)s AND attempt_count = %(attempt)s""",
+    # Start the next attempt of a pending run step whose retry time has come.
+    "start_attempt": f"""
+        UPDATE {STEP} SET state = %(state_running)s, attempt_count = %(attempt)s
+        WHERE id = %(step)s AND state = %(state_pending)s AND attempt_count = %(previous)s
+            AND (next_attempt_at IS NULL OR next_attempt_at <= %(now)s)""",
+    # Record a failed attempt: back to pending (a retry) or failed; fenced by the step row.
+    "fail_attempt": f"""
+        UPDATE {STEP} SET state = %(state)s, error_name = %(error_name)s,
+            error_message = %(error_message)s, next_attempt_at = %(next_attempt_at)s,
+            resolved_at = %(resolved_at)s
+        WHERE id = %(step)s AND state = %(state_running)s AND attempt_count = %(attempt)s""",
+    # Resolve a waiting sleep or wait step (elapsed, timed out).
+    "resolve_waiting": f"""
+        UPDATE {STEP} SET state = %(state)s, resolved_at = %(now)s
+        WHERE id = %(step)s AND state = %(state_waiting)s""",
+    # Create a sleep or wait step, waiting.
+    "insert_step": f"""
+        INSERT INTO {STEP} ({_STEP_COLUMNS})
+        VALUES (%(instance)s, %(step_id)s, %(type)s, %(state_waiting)s, %(parent)s, 0, NULL,
+            '', '', %(wake_at)s, %(event_name)s, %(timeout_at)s, %(now)s)
+        RETURNING id""",
+    # SQLite: the success and attempt-started events of a fused write, in one insert.
+    "insert_two_step_events": f"""
+        {_INSERT_STEP_EVENT} VALUES
+            (%(instance)s, %(step)s, %(event_attempt_succeeded)s, %(now)s, %(attempt)s,
+                %(result)s, '', '', NULL, NULL, '', NULL, NULL),
+            (%(instance)s, %(new_step)s, %(event_attempt_started)s, %(now)s, 1, NULL, '', '',
+                NULL, NULL, '', NULL, NULL)""",
+    # Append one step event (with a failed attempt's traceback; the CTEs leave it blank).
+    "insert_step_event": f"""
+        INSERT INTO {STEP_EVENT} ({", ".join(STEP_EVENT_COLUMNS)}, traceback)
+        VALUES (%(instance)s, %(step)s, %(type)s, %(now)s,
+            %(attempt_number)s, %(result)s, %(error_name)s, %(error_message)s,
+            %(next_attempt_at)s, %(wake_at)s, %(event_name)s, %(timeout_at)s, %(payload)s,
+            %(traceback)s)""",
+    # The state of one step (has an event satisfied a waiting wait meanwhile?).
+    "step_state": f"SELECT state FROM {STEP} WHERE id = %(step)s",
+    # The oldest unclaimed event of a name, sent before a wait's deadline (if it has one);
+    # strictly before: at its deadline a wait has timed out.
+    "oldest_queued_event": f"""
+        SELECT id, payload FROM {INBOUND}
+        WHERE instance_id = %(instance)s AND event_name = %(event_name)s
+            AND claimed_at IS NULL
+            AND (%(deadline)s IS NULL OR created_at < %(deadline)s)
+        ORDER BY created_at, id LIMIT 1""",
+    # Satisfy a waiting wait step with an event's payload.
+    "satisfy_wait": f"""
+        UPDATE {STEP} SET state = %(state_satisfied)s, payload = %(payload)s,
+            resolved_at = %(now)s
+        WHERE id = %(step)s""",
+    # Mark an inbound event claimed by the wait step it satisfied.
+    "claim_event": f"""
+        UPDATE {INBOUND} SET claimed_by_id = %(step)s, claimed_at = %(now)s
+        WHERE id = %(event)s""",
+}
+
+
+# django-q2's queue table (the ORM broker's), named at call time: django-q2 may not be
+# installed where this module is imported. "key" and "lock" are SQL keywords: quoted.
+_QUEUE_STATEMENTS: dict[str, str] = {
+    # The earliest-due bells, up to a limit (SQLite: read first, so an empty queue's poll
+    # takes no write lock).
+    "due_bells": """
+        SELECT id, payload FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
+        ORDER BY "lock", id LIMIT %(limit)s""",
+    # SQLite: claim the bells just read that no other cluster claimed meanwhile.
+    "claim_bells": """
+        UPDATE {queue} SET "lock" = %(until)s
+        WHERE id IN ({ids}) AND "lock" < %(now)s RETURNING id""",
+    # PostgreSQL: claim the earliest-due bells in one statement; rows another cluster is
+    # claiming are skipped, not waited for.
+    "claim_due_bells": """
+        UPDATE {queue} AS q SET "lock" = %(until)s
+        FROM (
+            SELECT id, "lock" AS due FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
+            ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ) AS d
+        WHERE q.id = d.id RETURNING q.id, q.payload, d.due""",
+    # A bell handled (acknowledged) or unreadable (failed).
+    "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
+}
+
+
+def queue_statement(name: str, table: str, ids: int = 0) -> str:
+    """The queue statement ``name`` on django-q2's queue ``table`` (``ids``: how many ids
+    ``claim_bells`` names, as the parameters ``id_0``, ``id_1``, ...)."""
+    marks = ", ".join(f"%(id_{index})s" for index in range(ids))
+    return _QUEUE_STATEMENTS[name].format(queue=table, ids=marks)
+
+
+def purge_statement(table: str, count: int) -> str:
+    """Delete the rows of ``table`` that belong to ``count`` instances (their ids as %s).
+
+    ``table`` is the instance table itself (rows by id) or one that points at instances.
+    """
+    column = "id" if table == INSTANCE else "instance_id"
+    marks = ", ".join(["%s"] * count)
+    return f"DELETE FROM {table} WHERE {column} IN ({marks})"
+
+
+@cache
+def update_instance(columns: tuple[str, ...]) -> str:
+    """Set ``columns`` of one instance (parameters: their values in order, then its id)."""
+    assignments = ", ".join(f"{column} = %s" for column in columns)
+    return f"UPDATE {INSTANCE} SET {assignments} WHERE id = %s"
+
+
+@cache
+def statement(vendor: str, name: str) -> str:
+    """The statement ``name`` for the database ``vendor`` (postgresql, or sqlite)."""
+    text = _STATEMENTS[name]
+    return text if vendor == "postgresql" else re.sub(r"::\w+", "", text)
+
+
+def params(**values: Any) -> dict[str, Any]:
+    """``values`` with the states every statement may compare with."""
+    return {**STATE_PARAMS, **values}

@@ -1,0 +1,173 @@
+"""The transactions step writes run in, and the rows every kind of step write appends.
+
+Two shapes: a *fenced* transaction (renew the lease first, which also locks the instance
+row against a concurrent pause or cancel) for the rarer transitions, and a *hot* write for
+the two writes every run step makes (start, success): on PostgreSQL one self-contained
+statement, on SQLite a short ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from django_workerflow.exceptions import StepStateError
+from django_workerflow.models import Step
+from django_workerflow.store import executor, sql
+from django_workerflow.store.lease import Lease
+from django_workerflow.values.states import StepEventType
+
+
+def adapt(value: datetime | None) -> Any:
+    """A datetime as the connection's driver takes it."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def execute(cursor: Any, name: str, values: dict[str, Any], now: datetime) -> None:
+    """Run the (not prepared) statement ``name`` with ``values`` and ``now``."""
+    cursor.execute(sql.statement(connection.vendor, name), {"now": adapt(now), **values})
+
+
+@contextmanager
+def fenced(lease: Lease, now: datetime, *, require_running: bool) -> Iterator[Any]:
+    """A transaction that first renews the lease (locking the instance row)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        lease.fence(cursor, adapt, now, require_running=require_running)
+        yield cursor
+
+
+@contextmanager
+def write_transaction() -> Iterator[Any]:
+    """PostgreSQL: a cursor, whose one self-contained statement is its own transaction (or
+    part of the caller's). SQLite: a short ``BEGIN IMMEDIATE`` transaction, or a savepoint
+    of the caller's atomic block."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    if connection.in_atomic_block:
+        # SQLite cannot open a transaction inside another (BEGIN IMMEDIATE fails there), so
+        # inside a caller's atomic block, a django_db test's wrapping transaction among them,
+        # the write is a savepoint of that transaction. Tests that must see the production
+        # path run without a wrapping transaction (transactional_db).
+        with transaction.atomic(), connection.cursor() as cursor:
+            yield cursor
+        return
+    # Outside any atomic block no on-commit hook can be pending, so the transaction is plain
+    # SQL: Django's savepoint and autocommit bookkeeping cost a third of a step.
+    with connection.cursor() as cursor:
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            yield cursor
+        except BaseException:
+            cursor.execute("ROLLBACK")
+            raise
+        cursor.execute("COMMIT")
+
+
+@contextmanager
+def hot_write(values: dict[str, Any]) -> Iterator[Any]:
+    """The transaction of the two writes every run step makes (start, success): see
+    :func:`write_transaction`; on SQLite it renews the lease first when that is due
+    (``values["renew"]``; PostgreSQL's statements renew it themselves)."""
+    with write_transaction() as cursor:
+        if connection.vendor != "postgresql" and values["renew"]:
+            executor.execute(cursor, "renew_lease", values)
+        yield cursor
+
+
+def start_new_run_statement(renew: bool) -> str:
+    """Which statement starts a new run step.
+
+    PostgreSQL: the fence renews the lease or only checks it, and the start marker skips its
+    WAL flush only in autocommit, where nothing else shares its transaction (a
+    ``synchronous_commit`` set for the transaction would otherwise last until the caller's
+    commit and weaken it).
+    """
+    if connection.vendor != "postgresql":
+        return "start_new_run_sqlite"
+    name = "start_new_run_renewing" if renew else "start_new_run_checked"
+    return name if connection.in_atomic_block else f"{name}_no_flush"
+
+
+def insert_event(
+    cursor: Any,
+    instance_pk: int,
+    step_pk: int,
+    now: datetime,
+    event_type: str,
+    **fields: Any,
+) -> None:
+    """Append one step event; ``fields`` are its optional columns."""
+    values = {
+        "instance": instance_pk,
+        "step": step_pk,
+        "type": event_type,
+        "now": adapt(now),
+        "attempt_number": fields.get("attempt_number"),
+        "result": fields.get("result"),
+        "error_name": fields.get("error_name") or "",
+        "error_message": fields.get("error_message") or "",
+        "next_attempt_at": adapt(fields.get("next_attempt_at")),
+        "wake_at": adapt(fields.get("wake_at")),
+        "event_name": fields.get("event_name") or "",
+        "timeout_at": adapt(fields.get("timeout_at")),
+        "payload": fields.get("payload"),
+        "traceback": fields.get("traceback") or "",
+    }
+    cursor.execute(sql.statement(connection.vendor, "insert_step_event"), values)
+
+
+def satisfy_wait(
+    cursor: Any,
+    instance_pk: int,
+    step_pk: int,
+    event_pk: int,
+    payload_json: str | None,
+    now: datetime,
+) -> None:
+    """Mark a waiting wait step satisfied by an inbound event, and the event claimed by it."""
+    vendor = connection.vendor
+    values = sql.params(step=step_pk, event=event_pk, payload=payload_json, now=adapt(now))
+    cursor.execute(sql.statement(vendor, "satisfy_wait"), values)
+    cursor.execute(sql.statement(vendor, "claim_event"), values)
+    insert_event(
+        cursor, instance_pk, step_pk, now, StepEventType.WAIT_SATISFIED, payload=payload_json
+    )
+
+
+def explain_refusal(
+    instance_pk: int,
+    step_id: str,
+    expected_state: str,
+    expected_attempt: int | None,
+    now: datetime,
+) -> StepStateError:
+    """Why a step transition matched no row (read after the fact, off the common path)."""
+    row = (
+        Step.objects.filter(instance_id=instance_pk, step_id=step_id)
+        .values("state", "attempt_count", "next_attempt_at")
+        .first()
+    )
+    if row is None:
+        return StepStateError(f"Step '{step_id}' not found in this workflow instance.")
+    if row["state"] != expected_state:
+        return StepStateError(
+            f"Step '{step_id}' is in the wrong state: Expected '{expected_state}' but got "
+            f"{row['state']}."
+        )
+    if expected_attempt is not None and row["attempt_count"] != expected_attempt:
+        return StepStateError(
+            f"Unexpected attempt count for step '{step_id}': Expected {expected_attempt} "
+            f"but got {row['attempt_count']}."
+        )
+    if row["next_attempt_at"] is not None and row["next_attempt_at"] > now:
+        return StepStateError(
+            f"Step '{step_id}' cannot start before its next attempt at "
+            f"{row['next_attempt_at'].isoformat()}."
+        )
+    return StepStateError(f"Step '{step_id}' changed concurrently; try again.")

@@ -1,0 +1,94 @@
+"""Statuses, step states and event types (a leaf: importable before apps are ready)."""
+
+from django.db import models
+
+
+class WorkflowStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset(
+    {WorkflowStatus.COMPLETED, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED}
+)
+ACTIVE_STATUSES = frozenset({WorkflowStatus.PENDING, WorkflowStatus.RUNNING})
+
+
+class StepType(models.TextChoices):
+    RUN = "run"
+    SLEEP = "sleep"
+    WAIT = "wait"
+    CHILD = "child"
+    PATCH = "patch"
+
+
+class StepState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    WAITING = "waiting"
+    ELAPSED = "elapsed"
+    SATISFIED = "satisfied"
+    TIMED_OUT = "timed_out"
+
+
+class StepEventType(models.TextChoices):
+    ATTEMPT_STARTED = "attempt_started"
+    ATTEMPT_SUCCEEDED = "attempt_succeeded"
+    ATTEMPT_FAILED = "attempt_failed"
+    SLEEP_WAITING = "sleep_waiting"
+    SLEEP_ELAPSED = "sleep_elapsed"
+    WAIT_WAITING = "wait_waiting"
+    WAIT_SATISFIED = "wait_satisfied"
+    WAIT_TIMED_OUT = "wait_timed_out"
+    CHILD_WAITING = "child_waiting"
+    CHILD_FINISHED = "child_finished"
+
+
+class WorkflowEventType(models.TextChoices):
+    CREATED = "created"
+    STARTED = "started"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    RETRIED = "retried"
+    FORKED = "forked"
+
+
+class TickOutcome(models.TextChoices):
+    """What a tick did (:attr:`~django_workerflow.runtime.tick.TickResult.outcome`)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+    YIELDED = "yielded"
+    STOPPED = "stopped"
+    BUSY = "busy"
+    NOT_DUE = "not_due"
+    INACTIVE = "inactive"
+    UNREGISTERED = "unregistered"
+    MISSING = "missing"
+    QUEUED = "queued"
+
+
+class PassOutcome(models.TextChoices):
+    """How one replay pass of ``execute()`` ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+
+
+class StopReason(models.TextChoices):
+    """Why a tick had to stop (:class:`~django_workerflow.values.control.ExecutionStopped`)."""
+
+    NOT_RUNNING = "not_running"
+    LEASE_LOST = "lease_lost"
+    STOPPED = "stopped"

@@ -1,0 +1,138 @@
+"""The bell: tells a django-q2 worker when an instance's alarm comes due.
+
+``WorkflowInstance.alarm_at`` is the truth; a bell only prompts a tick, and every tick
+re-reads the instance under a lock, so a late, early, duplicate or stale bell is harmless.
+
+With django-q2's ORM broker a bell is an ``OrmQ`` row whose ``lock`` is the due time: the
+pusher never hands a row out before its lock, so the row is a precise delayed task, and it
+is inserted in the same transaction as the state change (a rolled-back change rings
+nothing). Bells further ahead than :data:`HORIZON` are not queued at all: the sweeper queues
+them when they come near, which keeps the queue short however many instances sleep. Other
+brokers cannot delay a task: due bells go out when the transaction commits and later ones
+are rung by the sweeper once overdue.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.apps import apps
+from django.db import connections, transaction
+
+from django_workerflow.values.clock import now as clock_now
+
+#: Bells further ahead than this are left to the sweeper (it runs about once a minute).
+HORIZON = timedelta(minutes=5)
+#: The django-q2 task a bell runs.
+TICK_TASK = "django_workerflow.tasks.tick"
+
+_state = threading.local()
+
+
+@contextmanager
+def suppressed() -> Iterator[None]:
+    """Ring no bells (the test harness drives ticks itself)."""
+    previous = getattr(_state, "suppressed", False)
+    _state.suppressed = True
+    try:
+        yield
+    finally:
+        _state.suppressed = previous
+
+
+def is_suppressed() -> bool:
+    return getattr(_state, "suppressed", False)
+
+
+def arm(instance_pk: int, when: datetime) -> None:
+    """Ring for ``instance_pk`` at ``when``; call inside the transaction that set the alarm."""
+    if is_suppressed() or not apps.is_installed("django_q"):
+        return
+    if when > clock_now() + HORIZON:
+        return
+    from django_q.conf import Conf
+
+    from django_workerflow.models import WorkflowInstance
+
+    WorkflowInstance.objects.filter(pk=instance_pk).update(bell_at=when)
+    if Conf.ORM:
+        _enqueue(instance_pk, broker=_delayed_orm_broker(when))
+    elif when <= clock_now():
+        transaction.on_commit(lambda: _enqueue(instance_pk))
+
+
+def _enqueue(instance_pk: int, broker: Any = None) -> None:
+    from django_q.tasks import async_task
+
+    options: dict[str, Any] = {"task_name": f"workerflow tick {instance_pk}", "save": False}
+    if broker is not None:
+        options["broker"] = broker
+    async_task(TICK_TASK, instance_pk, **options)
+
+
+def _delayed_orm_broker_class() -> type:
+    from django_q.brokers.orm import ORM
+    from django_q.conf import Conf
+    from django_q.models import OrmQ
+
+    class DelayedOrmBroker(ORM):
+        """The ORM broker, but the row's lock (when it may be handed out) is the due time.
+
+        Relies on django-q2 1.11's ORM broker dequeuing only rows whose ``lock`` has passed
+        (tests/test_alarms.py keeps a contract test on it).
+        """
+
+        def __init__(self, when: datetime) -> None:
+            super().__init__()
+            self.when = when
+
+        def enqueue(self, task: str) -> int:
+            row = OrmQ.objects.using(Conf.ORM).create(
+                key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=self.when
+            )
+            return row.pk
+
+    return DelayedOrmBroker
+
+
+_broker_class: type | None = None
+
+
+def _delayed_orm_broker(when: datetime) -> Any:
+    global _broker_class
+    if _broker_class is None:
+        _broker_class = _delayed_orm_broker_class()
+    return _broker_class(when)
+
+
+def uses_delayed_bells() -> bool:
+    """True when bells are precise (django-q2's ORM broker on our database)."""
+    if not apps.is_installed("django_q"):
+        return False
+    from django_q.conf import Conf
+
+    return bool(Conf.ORM) and Conf.ORM in connections
+
+
+def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
+    """Queue the django-q2 ``task`` to run at ``when`` (precisely with the ORM broker;
+    otherwise at once if due, else left to the sweeper); call inside the transaction that
+    made it due. True if a bell was queued."""
+    if is_suppressed() or not apps.is_installed("django_q") or when > clock_now() + HORIZON:
+        return False
+    from django_q.conf import Conf
+    from django_q.tasks import async_task
+
+    options: dict[str, Any] = {"task_name": name, "save": False}
+    if Conf.ORM:
+        options["broker"] = _delayed_orm_broker(when)
+        async_task(task, *args, **options)
+    elif when <= clock_now():
+        transaction.on_commit(lambda: async_task(task, *args, **options))
+    else:
+        return False
+    return True

@@ -1,0 +1,79 @@
+"""The sweeper's fast chain: a sweep every ``WORKERFLOW_SWEEP_SECONDS``, which is also the
+workers' heartbeat.
+
+django-q2's scheduler looks at its schedules only about every 30 s, so the once-a-minute
+schedule alone rings the instance of a dead worker up to 90 s after its lease expired. With
+precise bells (the ORM broker) each sweep task instead queues the next one, due
+``SWEEP_SECONDS`` later, in the same transaction that records its beat. One chain per queue:
+the row's ``next_beat_at`` names the link that may continue it, so a duplicate link (a
+redelivered task, a reseed racing a late link) records its beat and ends. The schedule, and
+every worker as it spawns, reseed a chain that broke (its next link is long overdue).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DatabaseError, transaction
+
+from django_workerflow.conf import settings
+from django_workerflow.values.clock import now as clock_now
+from django_workerflow.workers import bells
+
+logger = logging.getLogger(__name__)
+
+#: The django-q2 task of one link of the chain.
+BEAT_TASK = "django_workerflow.tasks.sweep_and_beat"
+
+
+def queue_name() -> str:
+    """The task queue this process's workers take tasks from."""
+    from django_q.conf import Conf
+
+    return str(Conf.CLUSTER_NAME or Conf.PREFIX)[:100]
+
+
+def beat(link: datetime | None) -> bool:
+    """Record that a worker of this queue runs tasks, and queue the chain's next link if
+    ``link`` is the current one (None: a reseed, which continues only a broken chain).
+    Return True if the chain continues from here."""
+    from django_workerflow.models import WorkerHeartbeat
+
+    now = clock_now()
+    interval = timedelta(seconds=settings.SWEEP_SECONDS)
+    with transaction.atomic():
+        row, _ = WorkerHeartbeat.objects.select_for_update().get_or_create(
+            queue=queue_name(), defaults={"beat_at": now}
+        )
+        row.beat_at = now
+        expected = row.next_beat_at
+        broken = expected is None or expected < now - max(3 * interval, timedelta(seconds=15))
+        chained = bells.uses_delayed_bells() and interval.total_seconds() > 0
+        continues = chained and (broken or (link is not None and link == expected))
+        if continues:
+            row.next_beat_at = now + interval
+            _enqueue(row.next_beat_at)
+        row.save(update_fields=["beat_at", "next_beat_at"])
+    return continues
+
+
+def seed_on_spawn(**_: Any) -> None:
+    """django-q2's ``post_spawn``: a new worker restarts a broken chain (and reports)."""
+    try:
+        beat(None)
+    except DatabaseError:
+        logger.warning("heartbeat seed failed queue=%s", queue_name(), exc_info=True)
+
+
+def _enqueue(when: datetime) -> None:
+    from django_q.tasks import async_task
+
+    async_task(
+        BEAT_TASK,
+        when.isoformat(),
+        task_name="workerflow sweep",
+        save=False,
+        broker=bells._delayed_orm_broker(when),
+    )
