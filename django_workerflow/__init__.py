@@ -6,10 +6,9 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import SettledResult
-from django_workerflow.engine.outcomes import Outcome
 from django_workerflow.exceptions import (
     DuplicateStepIdError,
     MaxAttemptsExceededError,
@@ -25,6 +24,7 @@ from django_workerflow.exceptions import (
     WorkflowStateError,
     WorkflowVersionConflictError,
 )
+from django_workerflow.store.outcomes import Outcome
 
 if TYPE_CHECKING:
     from django_workerflow.models import InboundEvent, WorkflowInstance

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS
 from django.test import TestCase
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.exceptions import NondeterminismError
 from django_workerflow.harness_walk import walk_to
 from django_workerflow.runtime.composition.results import set_drainer

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from django_workerflow import WorkflowDefinition
-from django_workerflow.definition import registry
+from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.signals import workflow_status_changed
 

@@ -111,7 +111,7 @@ def test_check_replay__reports_a_duplicate_step_id(sleeping):
 def test_check_replay__reports_a_version_that_is_not_registered(sleeping, define):
     workerflow.start(define(onboarding, name="onboarding", version="2"), key="v2")
     with testing.registered():
-        from django_workerflow.definition import registry
+        from django_workerflow import registry
 
         registry.unregister(registry.get("onboarding", "2"))
         output, code = check("--name", "onboarding", "--version", "2")

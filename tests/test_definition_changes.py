@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 
 pytestmark = pytest.mark.django_db

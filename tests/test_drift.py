@@ -13,9 +13,8 @@ from django import conf as django_conf
 from django.test import override_settings
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition
+from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.checks import check_definition_modules, check_worker_settings
-from django_workerflow.definition import registry
 from django_workerflow.definition.drift import (
     awaited_event_names,
     missing_definition,

@@ -19,6 +19,7 @@ from django_workerflow.engine.execution import (
     Execution,
 )
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime.starting import start
 from django_workerflow.runtime.tick import PassResult, _settle
 from django_workerflow.store import lease
 from django_workerflow.store.steps import StepStore
@@ -37,7 +38,7 @@ def claim(instance: WorkflowInstance) -> StepStore:
     with transaction.atomic():
         locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
         lease.claim(locked, token, now())
-    return StepStore(instance.pk, lease_token=token)
+    return StepStore(instance.pk, lease_token=token, start_child=start)
 
 
 def take_over(instance: WorkflowInstance) -> StepStore:

@@ -8,8 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, WorkflowStateError
-from django_workerflow.definition import registry
+from django_workerflow import WorkflowDefinition, WorkflowStateError, registry
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule, WorkflowStatus
 from django_workerflow.runtime.flow import schedules
 from django_workerflow.testing import Harness

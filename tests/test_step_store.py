@@ -23,6 +23,7 @@ import django_workerflow as workerflow
 from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
+from django_workerflow.runtime.starting import start
 from django_workerflow.store import lease
 from django_workerflow.store.records import StepRecord
 from django_workerflow.store.steps import StepStore
@@ -47,7 +48,7 @@ def store(instance: WorkflowInstance) -> StepStore:
     with transaction.atomic():
         locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
         lease.claim(locked, token, now())
-    return StepStore(instance.pk, lease_token=token)
+    return StepStore(instance.pk, lease_token=token, start_child=start)
 
 
 # Helpers -------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ def store(instance: WorkflowInstance) -> StepStore:
 
 def fresh_store(store: StepStore) -> StepStore:
     """Another store of the same tick: it reads the steps from the database."""
-    return StepStore(store.instance_pk, lease_token=store.lease.token)
+    return StepStore(store.instance_pk, lease_token=store.lease.token, start_child=start)
 
 
 def assert_matches(obj: Any, **expected: Any) -> None:

@@ -15,9 +15,9 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
+from django_workerflow import registry
 from django_workerflow.console.controls import admin_url, url_name
 from django_workerflow.console.describe import clock_text
-from django_workerflow.definition import registry
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries
 

@@ -6,8 +6,8 @@ from typing import Any, cast
 
 from django import forms
 
+from django_workerflow import registry
 from django_workerflow.console.reruns import ForkRequest
-from django_workerflow.definition import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from django_workerflow.models import Step, WorkflowInstance
 from django_workerflow.values import jsonvalue

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.apps import apps
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:

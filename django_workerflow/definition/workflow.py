@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from django_workerflow.definition import options, registry
+from django_workerflow import registry
+from django_workerflow.definition import options
 from django_workerflow.engine.execution import Execution, SettledResult
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.values import jsonvalue, storable
@@ -207,13 +208,10 @@ class WorkflowDefinition:
 
         The answer is recorded (a marker step), so every replay gets the same one:
         ``if self.patched("new-fee"): new code, else: old code``. See
-        :mod:`django_workerflow.patching` for how the first answer is decided.
+        :meth:`Execution.patched <django_workerflow.engine.execution.Execution.patched>` for how the
+        first answer is decided.
         """
-        from django_workerflow.engine import (
-            patching,
-        )  # patching imports the replay helpers: import at call time
-
-        return patching.patched(self._current(), change_id)
+        return self._current().patched(change_id)
 
     def now(self) -> datetime:
         """The engine's clock. It is not recorded: capture times you branch on in a step."""

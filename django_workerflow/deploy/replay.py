@@ -31,7 +31,8 @@ from django_workerflow.exceptions import (
     NondeterminismError,
     StepOutcomeError,
 )
-from django_workerflow.store.records import RecordedSteps, StepRecord, unreached_steps
+from django_workerflow.store.records import StepRecord, unreached_steps
+from django_workerflow.store.steps import RecordedSteps
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control import Suspension
 from django_workerflow.values.states import StepState, StepType

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.deploy.replay import ReplayReport, replay_records, unregistered_problem
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.store.readonly import read_only_transaction, savepoint_if_used

@@ -16,7 +16,7 @@ from typing import Any
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.runtime import starting, verbs
+from django_workerflow.runtime import starting
 from django_workerflow.runtime.flow import admission
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now as clock_now
@@ -42,7 +42,7 @@ def start_many(
         # A concurrency limit admits each start in its own transaction (admission.py).
         return [
             existing.get(entry.key)
-            or verbs.start(
+            or starting.start(
                 name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
             )
             for entry in entries
@@ -56,12 +56,6 @@ def start_many(
         existing.update(_existing([e for e in entries if e.key in missing], name, version))
     logger.info("workflows started definition=%s count=%s", name, len(entries))
     return [existing[entry.key] for entry in entries]
-
-
-def _start_one(name: str, entry: starting.NewInstance, version: str | None) -> WorkflowInstance:
-    return verbs.start(
-        name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
-    )
 
 
 def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -97,7 +91,7 @@ def _existing(
     for position, entry in enumerate(entries):
         if entry.key in found:
             try:
-                verbs.check_existing_start(found[entry.key], name, version)
+                starting.check_existing_start(found[entry.key], name, version)
             except WorkerflowError as exc:
                 raise type(exc)(f"Item {position} of start_many(): {exc}") from exc
     return found

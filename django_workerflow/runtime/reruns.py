@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
 

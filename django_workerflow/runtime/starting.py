@@ -1,4 +1,9 @@
-"""Writing new instances: one instance for ``start()``, many for ``start_many()``.
+"""Starting instances: the one start path of ``start()``, and the writes of new instances
+for it and for ``start_many()``.
+
+A definition without flow control starts in one statement (:func:`start_one`); one with
+``max_concurrency`` or ``rate_limit`` is created queued and admitted under its gate
+(:func:`_start_queued`).
 
 New instances, their 'created' workflow events and their bells are written by one
 statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round trip and
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,9 +28,12 @@ from typing import Any
 from django.apps import apps
 from django.db import IntegrityError, connection, models, transaction
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
+from django_workerflow.definition.workflow import WorkflowDefinition, resolve
+from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.models.history import WorkflowEvent
+from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store.instance_ids import draw_ids, id_block
 from django_workerflow.store.transactions import write_transaction
@@ -85,6 +94,107 @@ def _layout() -> _Layout:
             index for index, f in enumerate(fields) if type(f) is models.DateTimeField
         ),
     )
+
+
+# The start path ------------------------------------------------------------------------
+
+
+def start(
+    definition: str | type[WorkflowDefinition],
+    *,
+    key: str | None = None,
+    input: Any = None,
+    version: str | None = None,
+    priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
+) -> WorkflowInstance:
+    """Create an instance of ``definition`` under ``key``, or return the existing one.
+
+    Idempotent on ``key``: the first call pins the input and the definition version. A
+    different ``version`` for a non-terminal instance raises WorkflowVersionConflictError;
+    a key of another workflow, bad input, key or priority raise WorkflowInputError.
+    ``parent_pk`` and ``detached`` are set by a parent's child step. A workflow with
+    ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until admitted, in order
+    of ``priority`` (lower first), then creation; in the same transaction when a slot is
+    free.
+    """
+    name, version, definition_class = resolve(definition, version, caller="start()")
+    key = str(uuid.uuid4()) if key is None else key
+    jsonvalue.check_identifier(key, what="An instance key", max_length=255)
+    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
+    admission.check_priority(priority)
+    if admission.limits_for_name(name) is None:
+        # Instance, event and bell in one statement.
+        created = start_one(name, definition_class.version, entry, priority, parent_pk, detached)
+    else:
+        created = _start_queued(definition_class, entry, priority, parent_pk, detached)
+    return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
+
+
+def check_existing_start(
+    instance: WorkflowInstance, name: str, version: str | None
+) -> WorkflowInstance:
+    """The existing ``instance`` a start of ``name`` (at ``version``) under its key returns,
+    or the error that start raises."""
+    if instance.definition_name != name:
+        raise WorkflowInputError(
+            f"Instance key '{instance.key}' already belongs to a '{instance.definition_name}' "
+            f"workflow, not '{name}'. Use another key."
+        )
+    if version is not None and version != instance.definition_version and not instance.is_terminal:
+        raise WorkflowVersionConflictError(
+            f"Workflow definition version is already pinned to '{instance.definition_version}' "
+            f"and cannot be changed to '{version}'."
+        )
+    return instance
+
+
+def _start_queued(
+    definition_class: type[WorkflowDefinition],
+    entry: NewInstance,
+    priority: int,
+    parent_pk: int | None,
+    detached: bool,
+) -> WorkflowInstance | None:
+    """A limited workflow's start: created queued, and admitted at once under its gate if
+    a slot is free. None: the key exists (the caller reads it back)."""
+    if WorkflowInstance.objects.filter(key=entry.key).exists():
+        return None
+    now = clock_now()
+    name = definition_class.name
+    input = jsonvalue.loads(entry.input_json)
+    concurrency_key = admission.concurrency_key_for(definition_class, entry.key, input)
+    try:
+        with transaction.atomic():
+            instance = WorkflowInstance.objects.create_pending(
+                key=entry.key,
+                definition_name=name,
+                definition_version=definition_class.version,
+                input=input,
+                now=now,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                queued=True,
+                parent_pk=parent_pk,
+                detached=detached,
+            )
+            if instance.pk in admission.admit_waiting(name, concurrency_key, now):
+                instance.admitted_at = instance.alarm_at = now
+    except IntegrityError:
+        if not WorkflowInstance.objects.filter(key=entry.key).exists():
+            raise
+        return None  # created concurrently under the same key
+    logger.info(
+        "workflow created key=%s definition=%s version=%s",
+        entry.key,
+        name,
+        instance.definition_version,
+    )
+    return instance
+
+
+# Writing new instances ------------------------------------------------------------------
 
 
 def start_one(

@@ -18,13 +18,14 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
+from django_workerflow import registry
 from django_workerflow.conf import settings
-from django_workerflow.definition import registry
 from django_workerflow.definition.drift import DEFINITIONS_HINT
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
 from django_workerflow.exceptions import StepOutcomeError, WorkflowInputError
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
 from django_workerflow.store import instance_rows, lease, recovery
 from django_workerflow.store.records import unreached_steps
@@ -147,7 +148,7 @@ def _execute(
     replays = 0
     while True:
         replays += 1
-        store = StepStore(instance.pk, lease_token=token)
+        store = StepStore(instance.pk, lease_token=token, start_child=starting.start)
         steps = store.load()
         if suspects is None:
             suspects = recovery.interrupted_run_steps(steps)
@@ -250,7 +251,10 @@ def _settle(
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
     step row fences it), so a short workflow's tick ends in one commit, not two."""
+    finishes = result.outcome in (PassOutcome.COMPLETED, PassOutcome.FAILED)
     with transaction.atomic():
+        # The lock order (runtime/finishing.py): whoever waits for this instance first.
+        followups = finishing.lock_waiters(instance.pk) if finishes else None
         locked = instance_rows.read_instance(instance.pk, lock=True)
         result = _flush(execution, result)
         if locked is None:
@@ -267,7 +271,9 @@ def _settle(
         _note_unreached(locked, result.unreached)
         match result.outcome:
             case PassOutcome.COMPLETED:
+                assert followups is not None  # taken above for every finishing outcome
                 locked.set_completed(jsonvalue.loads(result.result_json), now)
+                finishing.instance_finished(locked, now, None, followups)
                 logger.info("workflow completed key=%s replays=%s", locked.key, replays)
                 return TickResult(TickOutcome.COMPLETED, replays=replays)
             case PassOutcome.FAILED:
@@ -278,6 +284,8 @@ def _settle(
                     traceback=result.error_traceback,
                     step_id=result.error_step_id,
                 )
+                assert followups is not None  # taken above for every finishing outcome
+                finishing.instance_finished(locked, now, None, followups)
                 logger.info(
                     "workflow failed key=%s error=%s step=%s",
                     locked.key,

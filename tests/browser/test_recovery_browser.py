@@ -19,7 +19,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 
 import django_workerflow as workerflow
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 
 sync_api = pytest.importorskip(

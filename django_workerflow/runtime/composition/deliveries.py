@@ -17,12 +17,12 @@ from typing import Any
 
 from django.db import transaction
 
+from django_workerflow import registry
 from django_workerflow.conf import settings
-from django_workerflow.definition import registry
 from django_workerflow.engine.failures import error_message
-from django_workerflow.engine.outcomes import Outcome, cancel_reasons
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.models.delivery import KEPT_ATTEMPTS
+from django_workerflow.store.outcomes import Outcome, cancel_reasons
 from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells

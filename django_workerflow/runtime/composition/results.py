@@ -19,8 +19,8 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from django_workerflow.engine.failures import failure
-from django_workerflow.engine.outcomes import Outcome, read_outcome
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
+from django_workerflow.store.outcomes import Outcome, read_outcome
 from django_workerflow.values import jsonvalue
 
 if TYPE_CHECKING:

@@ -8,13 +8,16 @@ wait keeps it); finishing, failing or being cancelled frees it.
 
 Every admission decision is taken under the lock of the :class:`AdmissionGate` row of the
 workflow name and concurrency key, in the transaction that changes the count: the start
-that finds a free slot, the finishing transition that frees one, or the tick of the queue
-head whose rate-limit bell rang. Counting the slots in use and taking one are therefore
-atomic under any number of workers, and nothing polls.
+that finds a free slot, the finish that frees one (:mod:`django_workerflow.runtime.finishing`
+admits last, once every instance row of its transaction is locked), or the tick of the
+queue head whose rate-limit bell rang. Counting the slots in use and taking one are
+therefore atomic under any number of workers, and nothing polls.
 
-Lock order: a finishing instance's row, then its gate, then the queued rows it admits.
-Nothing that holds a queued row waits for a gate (a tick of a queued instance releases
-its row before it asks for admission), so the order never cycles.
+The lock order is the engine's (docs/concepts.md#the-lock-order): a gate after every
+instance row its transaction locks, and the queued rows after their gate, taken with
+``SKIP LOCKED``. A queued row that another transaction holds is left for the next
+admission: whoever holds it is cancelling it, or is its own tick or an event, which asks
+for admission again once it lets the row go.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
 from django_workerflow.values.clock import now as clock_now
@@ -125,8 +128,9 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
         free, next_slot = _free_slots(name, concurrency_key, limits, now)
         if free <= 0:
             break
-        # Locks the rows; a row cancelled meanwhile drops out once its lock is released.
-        pks = list(queue.select_for_update().values_list("pk", flat=True)[:free])
+        # Never waits for a queued row (the lock order's rule 3); a row cancelled meanwhile
+        # is skipped, or drops out once its lock is released.
+        pks = list(queue.select_for_update(skip_locked=True).values_list("pk", flat=True)[:free])
         if not pks:
             return admitted
         WorkflowInstance.objects.filter(pk__in=pks).update(
@@ -138,7 +142,7 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
         if len(pks) == free and limits is not None and limits.rate_count is None:
             break  # every slot taken: counting them again would only say so
     if next_slot is not None:
-        head = queue.select_for_update().values_list("pk", "alarm_at").first()
+        head = queue.select_for_update(skip_locked=True).values_list("pk", "alarm_at").first()
         if head is not None and head[1] != next_slot:
             WorkflowInstance.objects.filter(pk=head[0]).update(alarm_at=next_slot)
             bells.arm(head[0], next_slot)
@@ -152,15 +156,12 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     return admitted
 
 
-def admit_after_finish(instance: WorkflowInstance, now: datetime) -> None:
-    """``instance`` (locked) just finished: if it held a slot of a limited workflow (it was
-    admitted), admit the next in its queue. A queued instance that is cancelled held none:
-    nothing moves."""
-    if instance.admitted_at is None:
-        return
-    if limits_for_name(instance.definition_name) is None:
-        return
-    admit_waiting(instance.definition_name, instance.concurrency_key, now)
+def holds_slot(instance: WorkflowInstance) -> bool:
+    """Whether ``instance`` (just finished) held a slot of a limited workflow: it was
+    admitted. A queued instance that is cancelled held none: nothing moves."""
+    return (
+        instance.admitted_at is not None and limits_for_name(instance.definition_name) is not None
+    )
 
 
 def admit_queued_instance(instance_pk: int, now: datetime) -> bool:

@@ -23,7 +23,7 @@ from django.conf import settings as django_settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule
