@@ -5,6 +5,7 @@ from django.utils.module_loading import autodiscover_modules
 
 def sync_workflow_schedules(using: str = "default", **_: object) -> None:
     """post_migrate: keep the WorkflowSchedule rows in sync with the definitions."""
+    # An AppConfig module is imported before the models are.
     from django_workerflow.runtime.flow.schedules import sync_after_migrate
 
     sync_after_migrate(using)
@@ -18,6 +19,8 @@ class WorkerflowConfig(AppConfig):
 
     def ready(self) -> None:
         from django_workerflow import checks  # noqa: F401 - registers the system checks
+
+        # An AppConfig module is imported before the models are.
         from django_workerflow.workers.sweeper_schedule import ensure_sweeper_schedule
 
         # Import every installed app's `workflows` module so its definitions register.
@@ -27,6 +30,7 @@ class WorkerflowConfig(AppConfig):
         if apps.is_installed("django_q"):
             from django_q.signals import post_spawn
 
+            # An AppConfig module is imported before the models are.
             from django_workerflow.workers.sweep_chain import seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")

@@ -64,6 +64,7 @@ from django.apps import apps
 from django.core.checks import Tags, Warning, register
 
 from django_workerflow.conf import settings
+from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
 
 # Appended to every hint: documentation that ships with the package. (Django's settings are
 # reached through django.conf, not imported: pydoc can then read this module without them.)
@@ -218,8 +219,6 @@ def check_sqlite_database(database: dict[str, Any]) -> list[Warning]:
 @register(Tags.compatibility)
 def check_definition_modules(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """W011: definitions registered from a module that workers do not import."""
-    from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
-
     return [
         Warning(
             f"Workflow definition {definition.name!r} version {definition.version!r} is "

@@ -5,9 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from django.core.exceptions import ImproperlyConfigured
-
-from django_workerflow.exceptions import WorkflowNotRegisteredError
+from django_workerflow.exceptions import WorkflowDefinitionError, WorkflowNotRegisteredError
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -29,7 +27,7 @@ def register(definition: type[WorkflowDefinition]) -> None:
     versions = _definitions.setdefault(definition.name, {})
     existing = versions.get(definition.version)
     if existing is not None and existing is not definition and not _replacing:
-        raise ImproperlyConfigured(
+        raise WorkflowDefinitionError(
             f"Workflow definition {definition.name!r} version {definition.version!r} is "
             f"registered twice: by {existing.__module__}.{existing.__qualname__} and by "
             f"{definition.__module__}.{definition.__qualname__}. Give one of them another "

@@ -98,6 +98,7 @@ class Harness:
     def drain(self) -> int:
         """Tick every instance whose alarm is due and deliver the due ``on_finish`` hooks,
         until nothing is due; return the ticks run."""
+        # Models need the app registry; the pytest plugin imports this before Django's setup.
         from django_workerflow.models import WorkflowInstance
         from django_workerflow.runtime import verbs
         from django_workerflow.runtime.composition import deliveries
@@ -138,6 +139,7 @@ class Harness:
         """Start the due occurrences of the schedules the harness runs, at the virtual time.
         At the first drain the schedule rows are synced with the definitions and start from
         the virtual now."""
+        # Models need the app registry; the pytest plugin imports this before Django's setup.
         from django_workerflow.runtime.flow import schedules
 
         if self.schedules is not None and not self.schedules:
@@ -211,6 +213,7 @@ def replay(
     ``unreached`` for recorded steps the code no longer reaches). Runs in a read-only
     transaction that is rolled back, so the test needs database access (``django_db``).
     """
+    # Models need the app registry; the pytest plugin imports this before Django's setup.
     from django_workerflow.deploy import histories
     from django_workerflow.deploy.replay import replay_records, unregistered_problem
     from django_workerflow.store.readonly import read_only_transaction

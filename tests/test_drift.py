@@ -57,7 +57,7 @@ def test_unregistered_instance__log_hint_says_where_definitions_must_live(
         input=None,
         now=workerflow_harness.now(),
     )
-    with caplog.at_level(logging.WARNING, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.WARNING, logger="django_workerflow"):
         workerflow_harness.drain()
 
     [record] = [r for r in caplog.records if "definition not registered" in r.getMessage()]
@@ -140,7 +140,7 @@ def test_send_event__under_a_name_no_step_waits_for_says_which_names_are_awaited
     workerflow_harness.drain()
     assert awaited_event_names(instance) == ["order.approved", "order.paid"]
 
-    with caplog.at_level(logging.INFO, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.INFO, logger="django_workerflow"):
         event = workerflow.send_event("waits", "order.aproved")
 
     assert event is not None

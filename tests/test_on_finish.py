@@ -184,8 +184,20 @@ def test_on_finish__deliver_now_makes_a_waiting_retry_due(define, workerflow_har
     assert deliveries.deliver_now(delivery) is False
 
 
-def test_on_finish__is_optional_on_the_base_class():
-    assert not hasattr(WorkflowDefinition, "on_finish")
+def test_on_finish__is_declared_on_the_base_class_and_a_definition_that_keeps_it_is_not_delivered(
+    define, workerflow_harness
+):
+    assert WorkflowDefinition.on_finish.__doc__
+    assert not WorkflowDefinition.hears_finish()
+    plain = define(lambda self: "done")
+    assert not plain.hears_finish()
+
+    instance = workerflow.start(plain, key="plain")
+    workerflow_harness.drain()
+
+    instance.refresh_from_db()
+    assert instance.status == "completed"
+    assert not FinishDelivery.objects.filter(instance=instance).exists()
 
 
 def test_on_finish__a_retried_instance_that_finishes_again_is_delivered_again(

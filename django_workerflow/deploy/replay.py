@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import models
 
@@ -31,6 +31,7 @@ from django_workerflow.exceptions import (
     NondeterminismError,
     StepOutcomeError,
 )
+from django_workerflow.store.ledger import StepLedger
 from django_workerflow.store.records import StepRecord, unreached_steps
 from django_workerflow.store.steps import RecordedSteps
 from django_workerflow.values.clock import now as clock_now
@@ -38,7 +39,10 @@ from django_workerflow.values.control import Suspension
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:
-    from django_workerflow.store.steps import StepStore
+    from datetime import datetime
+
+    from django_workerflow.store.outcomes import Outcome
+    from django_workerflow.values.backoff import Backoff
 
 
 class ReplayOutcome(models.TextChoices):
@@ -99,13 +103,12 @@ class HistoryEnd(Suspension):
         self.step_id = step_id
 
 
-class ReplayStore(RecordedSteps):
+class ReplayStore(RecordedSteps, StepLedger):
     """Recorded steps held in memory; a write ends the replay instead of happening.
 
-    Only the reads of :class:`~.records.RecordedSteps` exist here. Every other store method
-    the execution calls is a write of the real store (``create_started_run_step``,
-    ``mark_attempt_started``, ``sleep_step`` ...), so ``__getattr__`` answers each of them
-    with :meth:`_end`: a write added to the engine later is covered too.
+    The reads are :class:`~django_workerflow.store.steps.RecordedSteps`'; every write of
+    :class:`~django_workerflow.store.ledger.StepLedger` ends the replay (:meth:`_end`), and
+    a write added to the protocol later must be added here, or mypy says so.
     """
 
     def __init__(self, records: Iterable[StepRecord]) -> None:
@@ -144,10 +147,82 @@ class ReplayStore(RecordedSteps):
     def flush(self) -> None:
         """Nothing held, nothing to write."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._end
+    # Every write of the real store ends the replay at the step it would write.
+
+    def mark_sleep_elapsed(self, step_id: str) -> NoReturn:
+        self._end(step_id)
+
+    def mark_wait_timed_out(self, step_id: str) -> NoReturn:
+        self._end(step_id)
+
+    def sleep_step(
+        self, step_id: str, *, wake_at: datetime, parent_step_id: str | None
+    ) -> NoReturn:
+        self._end(step_id)
+
+    def wait_step(
+        self,
+        step_id: str,
+        *,
+        event_name: str,
+        timeout_at: datetime | None,
+        parent_step_id: str | None,
+    ) -> NoReturn:
+        self._end(step_id)
+
+        self._end(step_id)
+
+        self._end(step_id)
+
+    def start_child_step(
+        self,
+        step_id: str,
+        *,
+        parent_step_id: str | None,
+        workflow: str | type[WorkflowDefinition],
+        key: str,
+        input: Any,
+        version: str | None,
+        detached: bool,
+        waits: bool,
+    ) -> NoReturn:
+        self._end(step_id)
+
+    def wait_instance_step(self, step_id: str, *, parent_step_id: str | None, key: str) -> NoReturn:
+        self._end(step_id)
+
+    def awaited_outcome(self, record: StepRecord) -> NoReturn:
+        self._end(record)
+
+    def resolve_child_step(self, step_id: str, outcome: Outcome | None) -> NoReturn:
+        self._end(step_id)
+
+    def defer_success(self, step_id: str, attempt: int, result_json: str) -> NoReturn:
+        self._end(step_id)
+
+    def create_started_run_step(
+        self, step_id: str, *, parent_step_id: str | None, max_attempts: int
+    ) -> NoReturn:
+        self._end(step_id)
+
+    def mark_attempt_started(self, step_id: str, attempt: int) -> NoReturn:
+        self._end(step_id)
+
+    def mark_attempt_succeeded(self, step_id: str, attempt: int, result_json: str) -> NoReturn:
+        self._end(step_id)
+
+    def mark_attempt_failed(
+        self,
+        step_id: str,
+        attempt: int,
+        *,
+        error_name: str,
+        error_message: str,
+        non_retryable: bool = False,
+        backoff: Backoff | None = None,
+        traceback: str = "",
+    ) -> NoReturn:
+        self._end(step_id)
 
     def _end(self, step_id: Any = None, *args: Any, **kwargs: Any) -> NoReturn:
         step = step_id if isinstance(step_id, str) else None
@@ -175,8 +250,7 @@ def replay_records(
     store = ReplayStore(records)
     execution = ReplayExecution(
         instance_key=key,
-        # It has the reads of a StepStore and answers each of its writes by ending the replay.
-        store=cast("StepStore", store),
+        store=store,
         deadline=math.inf,
         interrupted_suspects=set(),
     )

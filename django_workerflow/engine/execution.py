@@ -55,11 +55,10 @@ __all__ = [
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
+    from django_workerflow.store.ledger import StepLedger
     from django_workerflow.store.records import StepRecord
-    from django_workerflow.store.steps import StepStore
 
-# The logger operators already configure (docs/operations.md lists its messages).
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +112,7 @@ class Execution:
         self,
         *,
         instance_key: str,
-        store: StepStore,
+        store: StepLedger,
         deadline: float,
         interrupted_suspects: set[str] | None = None,
     ) -> None:

@@ -21,7 +21,7 @@ from django_workerflow.runtime.flow import admission
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now as clock_now
 
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 
 def start_many(

@@ -167,6 +167,6 @@ def _wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
 def _create_finish_delivery(instance: WorkflowInstance, now: datetime) -> None:
     """A delivery row for the definition's ``on_finish``, if it overrides the base's."""
     definition = registry.lookup(instance.definition_name, instance.definition_version)
-    if definition is None or not callable(getattr(definition, "on_finish", None)):
+    if definition is None or not definition.hears_finish():
         return
     deliveries.create(instance, now)

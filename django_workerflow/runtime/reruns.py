@@ -25,7 +25,7 @@ from django_workerflow.workers import bells
 
 __all__ = ["SETTLED_STATES", "fork", "retry"]
 
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 #: The settled outcome of each kind of step: what a fork copies.
 SETTLED_STATES = {

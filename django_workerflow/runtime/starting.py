@@ -42,8 +42,7 @@ from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.states import WorkflowEventType
 from django_workerflow.workers import bell_rows, bells
 
-# The logger operators already configure (docs/operations.md lists its messages).
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 #: The most rows one statement inserts.
 BATCH_ROWS = 1000

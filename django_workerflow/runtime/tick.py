@@ -38,8 +38,7 @@ from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
 from django_workerflow.workers.lease_renewal import LeaseHeartbeat
 
-# The logger operators already configure (docs/operations.md lists its messages).
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 # How long an instance whose definition is not registered waits before it is looked at again.
 UNREGISTERED_RETRY = timedelta(minutes=1)

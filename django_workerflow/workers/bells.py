@@ -23,6 +23,7 @@ from typing import Any
 from django.apps import apps
 from django.db import connections, transaction
 
+from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
 #: Bells further ahead than this are left to the sweeper (it runs about once a minute).
@@ -54,9 +55,7 @@ def arm(instance_pk: int, when: datetime) -> None:
         return
     if when > clock_now() + HORIZON:
         return
-    from django_q.conf import Conf
-
-    from django_workerflow.models import WorkflowInstance
+    from django_q.conf import Conf  # django-q2 reads its settings when imported
 
     WorkflowInstance.objects.filter(pk=instance_pk).update(bell_at=when)
     if Conf.ORM:

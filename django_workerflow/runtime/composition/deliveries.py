@@ -134,7 +134,7 @@ def _call_hook(claim: _Claim) -> BaseException | None:
                 f"'{instance.definition_version}' is not registered in this process."
             )
         definition = definition_class(key=instance.key, input=instance.input)
-        definition.on_finish(_outcome(claim))  # type: ignore[attr-defined]  # optional hook
+        definition.on_finish(_outcome(claim))
     except Exception as exc:
         logger.warning(
             "on_finish failed key=%s attempt=%s error=%s",

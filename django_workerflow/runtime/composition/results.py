@@ -13,18 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection
 
 from django_workerflow.engine.failures import failure
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
+from django_workerflow.models import WorkflowInstance
 from django_workerflow.store.outcomes import Outcome, read_outcome
 from django_workerflow.values import jsonvalue
-
-if TYPE_CHECKING:
-    from django_workerflow.models import WorkflowInstance
 
 # Polling backoff (SQLite and others, and async waits): first pause, growth, longest pause.
 POLL_FIRST = 0.005
@@ -136,8 +134,6 @@ def _read(pk: int, key: str) -> Outcome:
 
 
 def _identify(instance: WorkflowInstance | str) -> tuple[int, str]:
-    from django_workerflow.models import WorkflowInstance
-
     if isinstance(instance, WorkflowInstance):
         return instance.pk, instance.key
     if isinstance(instance, str):
