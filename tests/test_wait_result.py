@@ -12,6 +12,7 @@ from django.db import transaction
 import django_workerflow as workerflow
 from django_workerflow import WorkflowCancelledError, WorkflowFailedError, WorkflowStateError
 from django_workerflow.runtime import verbs
+from django_workerflow.store import instance_rows
 from django_workerflow.workers import bells
 
 from .threads import in_threads
@@ -91,7 +92,7 @@ def test_wait_result__refuses_bad_timeouts(waiter, workerflow_harness):
 def _finish_later(key: str, delay: float) -> None:
     time.sleep(delay)
     workerflow.send_event(key, "go", "late")
-    verbs.tick(verbs._pk(key))
+    verbs.tick(instance_rows.pk_of(key))
 
 
 def test_wait_result__returns_when_another_worker_finishes(transactional_db, waiter):
@@ -152,7 +153,7 @@ def _tick_after_event_in_thread(key: str) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with bells.suppressed():
-                verbs.tick(verbs._pk(key))
+                verbs.tick(instance_rows.pk_of(key))
             if verbs.WorkflowInstance.objects.get(key=key).is_terminal:
                 return
             time.sleep(0.05)

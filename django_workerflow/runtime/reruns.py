@@ -18,8 +18,8 @@ from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
 
 # The verbs' shared helpers: resolve a key, lock the row, refresh the caller's object.
-from django_workerflow.runtime.verbs import _lock, _pk, _refresh
-from django_workerflow.values import jsonvalue
+from django_workerflow.store import instance_rows
+from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -51,9 +51,9 @@ def retry(instance: WorkflowInstance | str, reason: str | None = None) -> None:
     failure ``execute()`` raised outside any step just replays. Steps that succeeded never
     run again. WorkflowStateError unless the instance is failed.
     """
-    reason = _checked_reason(reason, "retry")
+    reason = storable.check_reason(reason, verb="retry")
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.FAILED:
             raise WorkflowStateError(
                 f"Cannot retry workflow '{locked.key}': only a failed instance can be "
@@ -63,7 +63,7 @@ def retry(instance: WorkflowInstance | str, reason: str | None = None) -> None:
         reopened = _reopen_failed_steps(locked, now)
         locked.set_retried(now, reason)
         bells.arm(locked.pk, now)
-    _refresh(instance, locked)
+    instance_rows.copy_onto(instance, locked)
     logger.info("workflow retried key=%s steps=%s", locked.key, ",".join(reopened) or "-")
 
 
@@ -115,11 +115,11 @@ def fork(
     ``key`` is given. Copied steps keep their nesting: a step nested in a run step that runs
     anew runs anew with it. The source only gains a ``forked`` event naming the fork.
     """
-    reason = _checked_reason(reason, "fork")
+    reason = storable.check_reason(reason, verb="fork")
     if key is not None:
         jsonvalue.check_identifier(key, what="An instance key", max_length=KEY_MAX_LENGTH)
     with transaction.atomic():
-        source = _lock(_pk(instance))
+        source = instance_rows.lock(instance_rows.pk_of(instance))
         definition = registry.get(source.definition_name, version)
         fork_input = source.input if input is ... else input
         fork_input = jsonvalue.loads(jsonvalue.dumps(fork_input, what="The workflow input"))
@@ -236,9 +236,3 @@ def _next_fork_key(source: WorkflowInstance) -> str:
             "shorter key."
         )
     return key
-
-
-def _checked_reason(reason: str | None, verb: str) -> str | None:
-    if reason is not None and not isinstance(reason, str):
-        raise WorkflowInputError(f"A {verb} reason must be a string, not {type(reason).__name__}.")
-    return reason or None

@@ -19,7 +19,6 @@ from django.db.models import F, Q
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import awaited_event_names
 from django_workerflow.exceptions import (
-    WorkflowInputError,
     WorkflowStateError,
 )
 from django_workerflow.models import (
@@ -39,7 +38,7 @@ from django_workerflow.runtime.tick import (
     TickResult,
     tick,
 )
-from django_workerflow.store import lease
+from django_workerflow.store import instance_rows, lease
 from django_workerflow.store.transactions import satisfy_wait
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
@@ -90,14 +89,14 @@ def send_event(
     jsonvalue.check_identifier(event_name, what="An event name")
     payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
     try:
-        pk = _pk(instance)
+        pk = instance_rows.pk_of(instance)
     except WorkflowInstance.DoesNotExist:
         if missing_ok:
             logger.info("event dropped key=%s event=%s: no such instance", instance, event_name)
             return None
         raise
     with transaction.atomic():
-        locked = _lock(pk)
+        locked = instance_rows.lock(pk)
         if locked.is_terminal:
             return None
         now = clock_now()
@@ -152,18 +151,18 @@ def send_event(
 def pause(instance: WorkflowInstance | str) -> bool:
     """Pause a running instance; it stops at its next step boundary. False: nothing to do."""
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.RUNNING:
             return False
         locked.set_paused(clock_now())
-    _refresh(instance, locked)
+    instance_rows.copy_onto(instance, locked)
     return True
 
 
 def resume(instance: WorkflowInstance | str) -> None:
     """Resume a paused instance at once; WorkflowStateError if it is not paused."""
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.PAUSED:
             raise WorkflowStateError(
                 f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'."
@@ -171,33 +170,30 @@ def resume(instance: WorkflowInstance | str) -> None:
         now = clock_now()
         locked.set_resumed(now)
         bells.arm(locked.pk, now)
-    _refresh(instance, locked)
+    instance_rows.copy_onto(instance, locked)
 
 
 def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     """Cancel an unfinished instance; no step starts after this. False: already finished."""
-    if reason is not None and not isinstance(reason, str):
-        raise WorkflowInputError(f"A cancel reason must be a string, not {type(reason).__name__}.")
-    if reason is not None:
-        storable.check_text(reason, what="The cancel reason")
-    pk = _pk(instance)
+    reason = storable.check_reason(reason, verb="cancel")
+    pk = instance_rows.pk_of(instance)
     with transaction.atomic():
         # The lock order (runtime/finishing.py): whoever waits for this instance first.
         followups = finishing.lock_waiters(pk)
-        locked = _lock(pk)
+        locked = instance_rows.lock(pk)
         if locked.is_terminal:
             return False
         now = clock_now()
-        locked.set_cancelled(now, reason or None)
-        finishing.instance_finished(locked, now, reason or None, followups)
-    _refresh(instance, locked)
+        locked.set_cancelled(now, reason)
+        finishing.instance_finished(locked, now, reason, followups)
+    instance_rows.copy_onto(instance, locked)
     return True
 
 
 def wake(instance: WorkflowInstance | str) -> bool:
     """Ring the instance's alarm now (re-drive it). False if it is not pending or running."""
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return False
         _wake(locked, clock_now())
@@ -211,7 +207,7 @@ def retry_now(instance: WorkflowInstance | str) -> list[str]:
     of the workflow. Call :func:`wake` afterwards so that a worker picks the retry up.
     """
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return []
         now = clock_now()
@@ -268,33 +264,6 @@ def sweep(*, limit: int = 1000) -> int:
 
 
 # Helpers ------------------------------------------------------------------------------
-
-
-def _pk(instance: WorkflowInstance | str) -> int:
-    if isinstance(instance, WorkflowInstance):
-        return instance.pk
-    if isinstance(instance, str):
-        storable.check_text(instance, what="The instance key")
-        try:
-            return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
-        except WorkflowInstance.DoesNotExist:
-            raise WorkflowInstance.DoesNotExist(
-                f"No workflow instance has the key {instance!r}."
-            ) from None
-    raise WorkflowInputError(
-        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
-    )
-
-
-def _lock(pk: int) -> WorkflowInstance:
-    return WorkflowInstance.objects.select_for_update().get(pk=pk)
-
-
-def _refresh(target: WorkflowInstance | str, source: WorkflowInstance) -> None:
-    """Copy the committed state onto the caller's object, so ``instance.status`` is current."""
-    if isinstance(target, WorkflowInstance) and target is not source:
-        for field in WorkflowInstance._meta.concrete_fields:
-            setattr(target, field.attname, getattr(source, field.attname))
 
 
 def _wake(locked: WorkflowInstance, now: datetime) -> None:

@@ -18,8 +18,10 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, Model
 
+from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import executor, sql
+from django_workerflow.values import storable
 
 Converter = Callable[[Any, Any, Any], Any]
 
@@ -67,3 +69,37 @@ def read_instance(pk: int, *, lock: bool) -> WorkflowInstance | None:
         return None
     values = converted(WorkflowInstance, sql.INSTANCE_COLUMNS, row)
     return WorkflowInstance.from_db(connection.alias, _attnames(), values)
+
+
+def pk_of(instance: WorkflowInstance | str) -> int:
+    """The primary key of an instance given as itself or by its key.
+
+    Raises ``WorkflowInstance.DoesNotExist`` for an unknown key and
+    :class:`WorkflowInputError` for a key that is not storable text or anything else.
+    """
+    if isinstance(instance, WorkflowInstance):
+        return instance.pk
+    if isinstance(instance, str):
+        storable.check_text(instance, what="The instance key")
+        try:
+            return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
+        except WorkflowInstance.DoesNotExist:
+            raise WorkflowInstance.DoesNotExist(
+                f"No workflow instance has the key {instance!r}."
+            ) from None
+    raise WorkflowInputError(
+        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
+    )
+
+
+def lock(pk: int) -> WorkflowInstance:
+    """The instance ``pk`` under its row lock (``select_for_update``)."""
+    return WorkflowInstance.objects.select_for_update().get(pk=pk)
+
+
+def copy_onto(target: WorkflowInstance | str, source: WorkflowInstance) -> None:
+    """Copy ``source``'s committed state onto the caller's object, so ``instance.status``
+    is current after a verb (a key has no object to update)."""
+    if isinstance(target, WorkflowInstance) and target is not source:
+        for field in WorkflowInstance._meta.concrete_fields:
+            setattr(target, field.attname, getattr(source, field.attname))

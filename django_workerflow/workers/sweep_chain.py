@@ -67,12 +67,4 @@ def seed_on_spawn(**_: Any) -> None:
 
 
 def _enqueue(when: datetime) -> None:
-    from django_q.tasks import async_task
-
-    async_task(
-        BEAT_TASK,
-        when.isoformat(),
-        task_name="workerflow sweep",
-        save=False,
-        broker=bells._delayed_orm_broker(when),
-    )
+    bells.queue_task(BEAT_TASK, when.isoformat(), when=when, name="workerflow sweep")

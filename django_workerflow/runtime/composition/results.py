@@ -19,8 +19,9 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from django_workerflow.engine.failures import failure
-from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
+from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.store import instance_rows
 from django_workerflow.store.outcomes import Outcome, read_outcome
 from django_workerflow.values import jsonvalue
 
@@ -134,16 +135,9 @@ def _read(pk: int, key: str) -> Outcome:
 
 
 def _identify(instance: WorkflowInstance | str) -> tuple[int, str]:
-    if isinstance(instance, WorkflowInstance):
-        return instance.pk, instance.key
-    if isinstance(instance, str):
-        pk = WorkflowInstance.objects.filter(key=instance).values_list("pk", flat=True).first()
-        if pk is None:
-            raise WorkflowInstance.DoesNotExist(f"No workflow instance has the key {instance!r}.")
-        return pk, instance
-    raise WorkflowInputError(
-        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
-    )
+    """The instance's primary key and key (as :func:`~.instance_rows.pk_of` reads them)."""
+    pk = instance_rows.pk_of(instance)
+    return pk, instance.key if isinstance(instance, WorkflowInstance) else instance
 
 
 def _seconds(timeout: float | timedelta | None) -> float | None:
