@@ -15,6 +15,11 @@ atomic under any number of workers, and nothing polls.
 Lock order: a finishing instance's row, then its gate, then the queued rows it admits.
 Nothing that holds a queued row waits for a gate (a tick of a queued instance releases
 its row before it asks for admission), so the order never cycles.
+
+A *shared gate* (:func:`share_gate`) is a concurrency key whose limits hold across every
+definition: its instances are counted, queued and admitted together whatever their
+definition (the ``django.tasks`` backend's queues, where each task function is its own
+definition). Its gate row has the empty definition name, which no definition has.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from django.db.models import Q
 
 from . import alarms, registry
 from .clock import now as clock_now
@@ -56,6 +63,44 @@ class QueueState:
     rate_count: int | None
     rate_period: timedelta | None
     next_rate_slot: datetime | None
+
+
+# Concurrency keys whose limits hold across definitions, with those limits (share_gate).
+_shared_gates: dict[str, Limits] = {}
+
+
+def share_gate(concurrency_key: str, limits: Limits) -> None:
+    """Make ``limits`` hold for every instance with ``concurrency_key``, whatever its
+    definition. A definition that may start instances on a shared gate sets
+    ``shares_gates = True`` so that its starts take admission's path."""
+    if not concurrency_key:
+        raise ValueError("A shared gate needs a non-empty concurrency key.")
+    _shared_gates[concurrency_key] = limits
+
+
+def takes_admission(definition: type[WorkflowDefinition]) -> bool:
+    """True when starts of ``definition`` go through admission: it has limits of its own,
+    or its instances may count on a shared gate."""
+    return limits_of(definition) is not None or getattr(definition, "shares_gates", False)
+
+
+def limits_for(name: str, concurrency_key: str) -> Limits | None:
+    """The limits an instance of ``name`` with ``concurrency_key`` counts against: its
+    shared gate's, else its definition's."""
+    # Looked up first: finding the definition may load the code that shares the gate.
+    own = limits_for_name(name)
+    return _shared_gates.get(concurrency_key, own) if concurrency_key else own
+
+
+def _members(name: str, concurrency_key: str) -> Q:
+    """The instances that count against the gate of ``name`` and ``concurrency_key``."""
+    if concurrency_key in _shared_gates:
+        return Q(concurrency_key=concurrency_key)
+    return Q(definition_name=name, concurrency_key=concurrency_key)
+
+
+def _gate_name(name: str, concurrency_key: str) -> str:
+    return "" if concurrency_key in _shared_gates else name
 
 
 def limits_of(definition: type[WorkflowDefinition]) -> Limits | None:
@@ -109,13 +154,12 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     Call inside a transaction: the gate stays locked until it commits. When the rate limit
     holds the queue back, the head's alarm is set to the earliest time it allows.
     """
-    limits = limits_for_name(name)
+    limits = limits_for(name, concurrency_key)
     _lock_gate(name, concurrency_key, now)
     # Read the clock again under the lock: admission times then follow admission order.
     now = max(now, clock_now())
     queue = WorkflowInstance.objects.filter(
-        definition_name=name,
-        concurrency_key=concurrency_key,
+        _members(name, concurrency_key),
         status=WorkflowStatus.PENDING,
         admitted_at__isnull=True,
     ).order_by("priority", "created_at", "id")
@@ -157,7 +201,7 @@ def admit_after_finish(instance: WorkflowInstance, now: datetime) -> None:
     nothing moves."""
     if instance.admitted_at is None:
         return
-    if limits_for_name(instance.definition_name) is None:
+    if limits_for(instance.definition_name, instance.concurrency_key) is None:
         return
     admit_waiting(instance.definition_name, instance.concurrency_key, now)
 
@@ -187,7 +231,7 @@ def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
 
 def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | None:
     """The slots in use and the rate-limit window of a gate (None: no limits)."""
-    limits = limits_for_name(name)
+    limits = limits_for(name, concurrency_key)
     if limits is None:
         return None
     in_use = _in_use(name, concurrency_key)
@@ -206,11 +250,12 @@ def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | 
 def _lock_gate(name: str, concurrency_key: str, now: datetime) -> None:
     """Lock the gate row, creating it on first use. An UPDATE takes the row lock on
     PostgreSQL and the write lock on SQLite before anything is counted."""
-    gate = AdmissionGate.objects.filter(definition_name=name, concurrency_key=concurrency_key)
+    gate_name = _gate_name(name, concurrency_key)
+    gate = AdmissionGate.objects.filter(definition_name=gate_name, concurrency_key=concurrency_key)
     if gate.update(locked_at=now):
         return
     AdmissionGate.objects.bulk_create(
-        [AdmissionGate(definition_name=name, concurrency_key=concurrency_key, locked_at=now)],
+        [AdmissionGate(definition_name=gate_name, concurrency_key=concurrency_key, locked_at=now)],
         ignore_conflicts=True,
     )
     gate.update(locked_at=now)
@@ -236,8 +281,7 @@ def _free_slots(
 
 def _in_use(name: str, concurrency_key: str) -> int:
     return WorkflowInstance.objects.filter(
-        definition_name=name,
-        concurrency_key=concurrency_key,
+        _members(name, concurrency_key),
         admitted_at__isnull=False,
         status__in=SLOT_STATUSES,
     ).count()
@@ -249,8 +293,7 @@ def _rate(
     """Admissions still allowed in the window ending now, and when the next one is."""
     window = list(
         WorkflowInstance.objects.filter(
-            definition_name=name,
-            concurrency_key=concurrency_key,
+            _members(name, concurrency_key),
             admitted_at__gt=now - period,
         )
         .order_by("-admitted_at")

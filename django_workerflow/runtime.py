@@ -91,7 +91,7 @@ def start(
     input_json = jsonvalue.dumps(input, what="The workflow input")
     admission.check_priority(priority)
 
-    if admission.limits_for_name(name) is None:
+    if not admission.takes_admission(definition_class):
         # No concurrency limit: instance, event and bell in one statement (starting.py).
         entry = starting.NewInstance(key, input_json)
         created = starting.start_one(
@@ -101,12 +101,12 @@ def start(
     existing = WorkflowInstance.objects.filter(key=key).first()
     if existing is None:
         now = clock_now()
-        limited = admission.limits_for_name(name) is not None
-        concurrency_key = (
-            admission.concurrency_key_for(definition_class, key, jsonvalue.loads(input_json))
-            if limited
-            else ""
+        concurrency_key = admission.concurrency_key_for(
+            definition_class, key, jsonvalue.loads(input_json)
         )
+        limited = admission.limits_for(name, concurrency_key) is not None
+        if not limited:
+            concurrency_key = ""
         try:
             with transaction.atomic():
                 instance = WorkflowInstance.objects.create_pending(
