@@ -75,8 +75,11 @@ QUEUE_OPTIONS = frozenset({"max_attempts", "max_concurrency", "rate_limit"})
 #: Failures of a run step that the task's own exception became (see TaskWorkflow.execute).
 STEP_FAILURES = (MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError)
 
-#: This process, as a task result's ``worker_ids`` names it.
-WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"[:64]
+
+def worker_id() -> str:
+    """This process, as a task result's ``worker_ids`` names it (read when called: the
+    workers are forked after the module is imported)."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:64]
 
 
 def gate_key(alias: str, queue_name: str) -> str:
@@ -115,7 +118,7 @@ class TaskWorkflow(WorkflowDefinition):
         attempt = 0
         while True:
             attempt += 1
-            self.run(WORKER_STEP.format(attempt), lambda: WORKER_ID)
+            self.run(WORKER_STEP.format(attempt), worker_id)
             try:
                 return self.run(
                     ATTEMPT_STEP.format(attempt),
