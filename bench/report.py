@@ -363,6 +363,7 @@ def figures_table(results: Results) -> Table:
             lambda r, key=key: server_cost_cell(dig(r, "wal", key)),
             "wal",
         )
+    tasks_section(table, results)
     return table
 
 
@@ -414,6 +415,32 @@ def starts_section(table: Table, results: Results) -> None:
             ),
             "starts",
         )
+
+
+def tasks_section(table: Table, results: Results) -> None:
+    workers = any_result(results, "tasks", "workers") or 0
+    table.section(
+        f"14. django.tasks: a trivial @task, one cluster ({workers} workers) vs "
+        f"django-tasks-db ({workers} db_workers)"
+    )
+    for backend, name in (("ours", "ours"), ("django_tasks_db", "django-tasks-db")):
+
+        def started(r: dict[str, Any], backend: str = backend) -> str:
+            section = dig(r, "tasks", backend)
+            if "skipped" in section:
+                return "skipped"
+            stats = section["start_latency"]
+            return f"{ms(stats['median'])} / {ms(stats['p99'])} ms"
+
+        def drained(r: dict[str, Any], backend: str = backend) -> str:
+            section = dig(r, "tasks", backend)
+            if "skipped" in section:
+                return "skipped"
+            return f"{number(section['tasks_per_second'])} tasks/s"
+
+        table.row(f"enqueue to started, {name}: median / p99", started, "tasks")
+        tasks = any_result(results, "tasks", backend, "tasks") or 0
+        table.row(f"{tasks:,} tasks drained, {name}", drained, "tasks")
 
 
 def admin_section(table: Table, results: Results) -> None:
