@@ -186,6 +186,22 @@ def test_retries__a_queue_s_max_attempts_retries_after_the_engine_s_backoff(harn
     assert result.last_attempted_at > result.started_at
 
 
+def test_interrupted_attempt__runs_again_and_does_not_use_up_the_one_attempt(harness, tmp_path):
+    path = tmp_path / "dies"
+    result = tasks.dies_once.enqueue(str(path))
+    with pytest.raises(tasks.WorkerDiedError):
+        harness.drain()
+    assert tasks.dies_once.get_result(result.id).status == RUNNING  # until its lease expires
+
+    harness.advance(timedelta(minutes=5))  # past the dead attempt's lease
+    result.refresh()
+
+    assert result.status == SUCCESSFUL
+    assert result.return_value == 2
+    assert result.attempts == 2
+    assert result.errors == []
+
+
 def test_retries__a_task_that_keeps_failing_fails_after_max_attempts(harness, tmp_path):
     path = tmp_path / "flaky"
     result = tasks.flaky.enqueue(str(path), 10)

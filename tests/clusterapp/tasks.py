@@ -100,3 +100,16 @@ def start_probe(key: str) -> str:
 @task()
 def nothing() -> None:
     """A trivial task (the benchmark's)."""
+
+
+class WorkerDiedError(BaseException):
+    """Stands for a worker dying mid-attempt: nothing in the engine catches it."""
+
+
+@task()
+def dies_once(path: str) -> int:
+    """The first attempt 'dies' (raises what a killed process never returns from)."""
+    tries = append_line(path, str(os.getpid()))
+    if tries == 1:
+        raise WorkerDiedError
+    return tries
