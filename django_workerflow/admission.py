@@ -78,10 +78,15 @@ def share_gate(concurrency_key: str, limits: Limits) -> None:
     _shared_gates[concurrency_key] = limits
 
 
-def takes_admission(definition: type[WorkflowDefinition]) -> bool:
-    """True when starts of ``definition`` go through admission: it has limits of its own,
-    or its instances may count on a shared gate."""
-    return limits_of(definition) is not None or getattr(definition, "shares_gates", False)
+def takes_admission(definition: type[WorkflowDefinition], key: str, input: Any) -> bool:
+    """True when the start of instance ``key`` of ``definition`` goes through admission:
+    the definition has limits of its own, or the instance counts on a shared gate (only a
+    definition that sets ``shares_gates`` is asked for its concurrency key)."""
+    if limits_of(definition) is not None:
+        return True
+    if not getattr(definition, "shares_gates", False):
+        return False
+    return concurrency_key_for(definition, key, input) in _shared_gates
 
 
 def limits_for(name: str, concurrency_key: str) -> Limits | None:

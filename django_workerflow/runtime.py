@@ -91,7 +91,7 @@ def start(
     input_json = jsonvalue.dumps(input, what="The workflow input")
     admission.check_priority(priority)
 
-    if not admission.takes_admission(definition_class):
+    if not admission.takes_admission(definition_class, key, input):
         # No concurrency limit: instance, event and bell in one statement (starting.py).
         entry = starting.NewInstance(key, input_json)
         created = starting.start_one(

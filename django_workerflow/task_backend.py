@@ -39,6 +39,7 @@ from django.utils.module_loading import import_string
 from . import MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError, registry
 from . import start as start_instance
 from .backoff import Backoff, default_backoff
+from .clock import now as clock_now
 from .definition import WorkflowDefinition
 from .failures import INTERRUPTED_ERROR_NAME
 from .signals import workflow_status_changed
@@ -116,13 +117,14 @@ class TaskWorkflow(WorkflowDefinition):
         max_attempts, backoff = backend.retries(self.input["queue"])
         failures = 0
         attempt = 0
+        claims: list[dict[str, str]] = []
         while True:
             attempt += 1
-            self.run(WORKER_STEP.format(attempt), worker_id)
+            claims.append(self.run(WORKER_STEP.format(attempt), self._claim))
             try:
                 return self.run(
                     ATTEMPT_STEP.format(attempt),
-                    lambda: backend.call(task, self.key, self.input),
+                    lambda: backend.call(task, self.key, self.input, claims),
                     max_attempts=1,
                 )
             except STEP_FAILURES:
@@ -132,6 +134,10 @@ class TaskWorkflow(WorkflowDefinition):
                 if failures >= max_attempts:
                     raise
             self.sleep(BACKOFF_STEP.format(failures), (backoff or default_backoff)(failures))
+
+    def _claim(self) -> dict[str, str]:
+        """The worker step's result: who takes the attempt, and when it starts."""
+        return {"worker": worker_id(), "started_at": self.now().isoformat()}
 
 
 def _failure_name(key: str, step_id: str) -> str:
@@ -240,6 +246,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
             definition,
             key=uuid.uuid4().hex,
             input={
+                "enqueued_at": clock_now().isoformat(),
                 "backend": self.alias,
                 "queue": task.queue_name,
                 "run_after": run_after.isoformat() if run_after is not None else None,
@@ -272,6 +279,10 @@ class WorkflowTaskBackend(BaseTaskBackend):
         ):
             raise TaskResultDoesNotExist(result_id)
         task = self.task_of(instance.definition_name, instance.input, instance.priority)
+        return self.result_of(task, instance)
+
+    def result_of(self, task: Task, instance: WorkflowInstance) -> TaskResult:
+        """The result of ``task``'s ``instance``, with its attempts read from the database."""
         return self._result(task, instance, *_history(instance))
 
     # For the engine ----------------------------------------------------------------------
@@ -302,6 +313,13 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 "enqueued task's function must stay where it was, decorated with @task."
             )
         run_after = task_input.get("run_after")
+        if (
+            run_after is None
+            and task_input["queue"] == declared.queue_name
+            and declared.backend == self.alias
+            and (priority is None or -priority == declared.priority)
+        ):
+            return declared  # as declared: no copy to validate again
         return declared.using(
             priority=None if priority is None else -priority,
             queue_name=task_input["queue"],
@@ -314,10 +332,31 @@ class WorkflowTaskBackend(BaseTaskBackend):
         options = self.queue_options.get(queue_name, {})
         return options.get("max_attempts", self.max_attempts), self.backoff
 
-    def call(self, task: Task, key: str, task_input: dict[str, Any]) -> Any:
+    def call(
+        self, task: Task, key: str, task_input: dict[str, Any], claims: list[dict[str, str]]
+    ) -> Any:
         """One attempt: announce it, call the task function, return its value. Runs as the
-        attempt's run step, whose start is already recorded."""
-        result = self.get_result(key)
+        attempt's run step, whose start is already recorded; ``claims`` are the worker steps'
+        results, one per attempt so far. A first attempt's result is known without reading
+        the database (no attempt failed before it)."""
+        if len(claims) > 1:
+            result = self.get_result(key)
+        else:
+            started = datetime.fromisoformat(claims[0]["started_at"])
+            result = TaskResult(
+                task=task,
+                id=key,
+                status=TaskResultStatus.RUNNING,
+                enqueued_at=datetime.fromisoformat(task_input["enqueued_at"]),
+                started_at=started,
+                last_attempted_at=started,
+                finished_at=None,
+                args=task_input["args"],
+                kwargs=task_input["kwargs"],
+                backend=self.alias,
+                errors=[],
+                worker_ids=[claims[0]["worker"]],
+            )
         task_started.send(type(self), task_result=result)
         args, kwargs = task_input["args"], task_input["kwargs"]
         if task.takes_context:
@@ -341,7 +380,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
             task=task,
             id=instance.key,
             status=status,
-            enqueued_at=instance.created_at,
+            enqueued_at=datetime.fromisoformat(task_input["enqueued_at"]),
             started_at=attempts[0][1] if attempts else None,
             last_attempted_at=attempts[-1][1] if attempts else None,
             finished_at=instance.finished_at,
@@ -372,28 +411,31 @@ def _history(
     instance: WorkflowInstance,
 ) -> tuple[list[tuple[str, datetime, str]], list[TaskError]]:
     """The started attempts of a task's instance (worker, start, state) and the errors of
-    the attempts that failed (interrupted ones raised nothing: they have none)."""
-    from .models import Step, StepEvent, StepEventType, StepType
+    the attempts that failed (interrupted ones raised nothing: they have none). One query,
+    and one more only when an attempt failed."""
+    from .models import Step, StepEvent, StepEventType, StepState, StepType
 
     steps = {
-        step_id: (state, result, created_at)
-        for step_id, state, result, created_at in Step.objects.filter(
+        step_id: (pk, state, result, created_at)
+        for pk, step_id, state, result, created_at in Step.objects.filter(
             instance=instance, type=StepType.RUN
-        ).values_list("step_id", "state", "result", "created_at")
+        ).values_list("pk", "step_id", "state", "result", "created_at")
     }
     attempts = []
+    failed_pks = []
     number = 1
     while ATTEMPT_STEP.format(number) in steps:
-        state, _result, started = steps[ATTEMPT_STEP.format(number)]
-        worker = steps.get(WORKER_STEP.format(number), (None, "", None))[1]
-        attempts.append((str(worker), started, state))
+        pk, state, _result, _created = steps[ATTEMPT_STEP.format(number)]
+        # The worker step's result, recorded with the attempt's start.
+        claim: dict[str, str] = steps[WORKER_STEP.format(number)][2] or {}
+        attempts.append((claim["worker"], datetime.fromisoformat(claim["started_at"]), state))
+        if state == StepState.FAILED:
+            failed_pks.append(pk)
         number += 1
+    if not failed_pks:
+        return attempts, []
     failed = (
-        StepEvent.objects.filter(
-            instance=instance,
-            type=StepEventType.ATTEMPT_FAILED,
-            step__step_id__startswith="attempt-",
-        )
+        StepEvent.objects.filter(step__in=failed_pks, type=StepEventType.ATTEMPT_FAILED)
         .exclude(error_name=INTERRUPTED_ERROR_NAME)
         .order_by("recorded_at", "id")
         .values_list("error_name", "traceback")
@@ -468,7 +510,9 @@ def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -
         return
     task_input: dict[str, Any] = instance.input or {}
     backend = backend_of(task_input["backend"])
-    task_finished.send(type(backend), task_result=backend.get_result(instance.key))
+    task = backend.task_of(instance.definition_name, task_input, instance.priority)
+    result = backend.result_of(task, instance)
+    task_finished.send(type(backend), task_result=result)
 
 
 workflow_status_changed.connect(_announce_finished, dispatch_uid="workerflow-task-finished")
