@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -122,11 +123,14 @@ class TaskWorkflow(WorkflowDefinition):
             attempt += 1
             claims.append(self.run(WORKER_STEP.format(attempt), self._claim))
             try:
-                return self.run(
+                value = self.run(
                     ATTEMPT_STEP.format(attempt),
                     lambda: backend.call(task, self.key, self.input, claims),
                     max_attempts=1,
                 )
+                if attempt == 1:
+                    _first_successes.remember(self.key, claims[0])
+                return value
             except STEP_FAILURES:
                 if _failure_name(self.key, ATTEMPT_STEP.format(attempt)) == INTERRUPTED_ERROR_NAME:
                     continue
@@ -499,10 +503,32 @@ def load_definition(name: str) -> None:
 _not_tasks: set[str] = set()
 
 
+class _FirstSuccesses:
+    """Tasks whose first attempt succeeded in this process, finish not yet announced: their
+    attempt's claim, so that ``task_finished`` is sent without reading the history again.
+    Bounded: an instance whose completion never commits falls out after a while."""
+
+    SIZE = 1_000
+
+    def __init__(self) -> None:
+        self._claims: OrderedDict[str, dict[str, str]] = OrderedDict()
+
+    def remember(self, key: str, claim: dict[str, str]) -> None:
+        self._claims[key] = claim
+        while len(self._claims) > self.SIZE:
+            self._claims.popitem(last=False)
+
+    def pop(self, key: str) -> dict[str, str] | None:
+        return self._claims.pop(key, None)
+
+
+_first_successes = _FirstSuccesses()
+
+
 def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -> None:
     """``workflow_status_changed`` receiver: a task's instance finished (committed), so the
     task did: send ``task_finished``."""
-    from .models import TERMINAL_STATUSES
+    from .models import TERMINAL_STATUSES, StepState, WorkflowStatus
 
     if not (isinstance(sender, type) and issubclass(sender, TaskWorkflow)):
         return
@@ -511,7 +537,14 @@ def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -
     task_input: dict[str, Any] = instance.input or {}
     backend = backend_of(task_input["backend"])
     task = backend.task_of(instance.definition_name, task_input, instance.priority)
-    result = backend.result_of(task, instance)
+    claim = _first_successes.pop(instance.key)
+    if claim is not None and instance.status == WorkflowStatus.COMPLETED:
+        started = datetime.fromisoformat(claim["started_at"])
+        result = backend._result(
+            task, instance, attempts=[(claim["worker"], started, StepState.SUCCEEDED)], errors=[]
+        )
+    else:
+        result = backend.result_of(task, instance)
     task_finished.send(type(backend), task_result=result)
 
 

@@ -304,10 +304,13 @@ def test_validate_task__refuses_a_naive_run_after(db):
 
 def test_signals__enqueued_started_and_finished_are_sent(harness):
     seen: list[tuple[str, str]] = []
+    finished: list[Any] = []
 
     def receiver(signal_name: str) -> Any:
         def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
             seen.append((signal_name, task_result.status))
+            if signal_name == "finished":
+                finished.append(task_result)
 
         return receive
 
@@ -326,6 +329,10 @@ def test_signals__enqueued_started_and_finished_are_sent(harness):
             signal.disconnect(receive)
 
     assert seen == [("enqueued", READY), ("started", RUNNING), ("finished", SUCCESSFUL)]
+    [result] = finished
+    assert result.return_value == 3
+    assert result.worker_ids == [worker_id()]
+    assert result.started_at == result.finished_at == harness.now()
 
 
 # Defer, transactions, queues and priorities --------------------------------------------------
