@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import django
@@ -68,12 +70,14 @@ logger = logging.getLogger(__name__)
 
 #: The version of every task definition (a task has no versions of its own).
 TASK_VERSION = "1"
-#: Step ids: the worker that took attempt n, then attempt n itself, then the wait after it.
-WORKER_STEP = "worker-{}"
+#: Step ids: attempt n, and the wait after it.
 ATTEMPT_STEP = "attempt-{}"
 BACKOFF_STEP = "backoff-{}"
 RUN_AFTER_STEP = "run-after"
 QUEUE_OPTIONS = frozenset({"max_attempts", "max_concurrency", "rate_limit"})
+#: The note a failed attempt's exception carries (its traceback shows it): the worker.
+WORKER_NOTE = "django.tasks worker={}"
+WORKER_NOTE_LINE = re.compile(r"^django\.tasks worker=(\S*)$", re.MULTILINE)
 #: Failures of a run step that the task's own exception became (see TaskWorkflow.execute).
 STEP_FAILURES = (MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError)
 
@@ -93,8 +97,10 @@ class TaskWorkflow(WorkflowDefinition):
     """The definition of one task function: each attempt is a durable run step.
 
     Subclasses are made by :meth:`WorkflowTaskBackend.definition_for`, one per task
-    function, named by the task's module path. Its input is the task's backend alias,
-    queue, ``run_after``, arguments and keyword arguments.
+    function, named by the task's module path. Its input is when the task was enqueued,
+    its backend alias, queue, ``run_after``, arguments and keyword arguments. Attempt n is
+    the run step ``attempt-n``; its result is the worker, the attempt's start and the
+    function's value (the instance's result is the value).
     """
 
     abstract = True
@@ -118,19 +124,17 @@ class TaskWorkflow(WorkflowDefinition):
         max_attempts, backoff = backend.retries(self.input["queue"])
         failures = 0
         attempt = 0
-        claims: list[dict[str, str]] = []
         while True:
             attempt += 1
-            claims.append(self.run(WORKER_STEP.format(attempt), self._claim))
             try:
-                value = self.run(
+                outcome = self.run(
                     ATTEMPT_STEP.format(attempt),
-                    lambda: backend.call(task, self.key, self.input, claims),
+                    partial(backend.call, task, self.key, self.input, attempt),
                     max_attempts=1,
                 )
                 if attempt == 1:
-                    _first_successes.remember(self.key, claims[0])
-                return value
+                    _first_successes.remember(self.key, outcome)
+                return outcome["value"]
             except STEP_FAILURES:
                 if _failure_name(self.key, ATTEMPT_STEP.format(attempt)) == INTERRUPTED_ERROR_NAME:
                     continue
@@ -138,10 +142,6 @@ class TaskWorkflow(WorkflowDefinition):
                 if failures >= max_attempts:
                     raise
             self.sleep(BACKOFF_STEP.format(failures), (backoff or default_backoff)(failures))
-
-    def _claim(self) -> dict[str, str]:
-        """The worker step's result: who takes the attempt, and when it starts."""
-        return {"worker": worker_id(), "started_at": self.now().isoformat()}
 
 
 def _failure_name(key: str, step_id: str) -> str:
@@ -336,17 +336,16 @@ class WorkflowTaskBackend(BaseTaskBackend):
         options = self.queue_options.get(queue_name, {})
         return options.get("max_attempts", self.max_attempts), self.backoff
 
-    def call(
-        self, task: Task, key: str, task_input: dict[str, Any], claims: list[dict[str, str]]
-    ) -> Any:
-        """One attempt: announce it, call the task function, return its value. Runs as the
-        attempt's run step, whose start is already recorded; ``claims`` are the worker steps'
-        results, one per attempt so far. A first attempt's result is known without reading
-        the database (no attempt failed before it)."""
-        if len(claims) > 1:
+    def call(self, task: Task, key: str, task_input: dict[str, Any], attempt: int) -> Any:
+        """Attempt ``attempt``: announce it, call the task function, and return the step's
+        result: the worker, the attempt's start and the function's value. Runs as the
+        attempt's run step, whose start is already recorded. A failure leaves the worker in
+        a note of the exception, which its recorded traceback shows."""
+        worker, started = worker_id(), clock_now()
+        if attempt > 1:
             result = self.get_result(key)
-        else:
-            started = datetime.fromisoformat(claims[0]["started_at"])
+            result.worker_ids[-1] = worker  # the running attempt has not recorded it yet
+        else:  # no attempt before this one: nothing to read
             result = TaskResult(
                 task=task,
                 id=key,
@@ -359,13 +358,19 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 kwargs=task_input["kwargs"],
                 backend=self.alias,
                 errors=[],
-                worker_ids=[claims[0]["worker"]],
+                worker_ids=[worker],
             )
         task_started.send(type(self), task_result=result)
         args, kwargs = task_input["args"], task_input["kwargs"]
-        if task.takes_context:
-            return task.call(TaskContext(task_result=result), *args, **kwargs)
-        return task.call(*args, **kwargs)
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = task.call(*args, **kwargs)
+        except Exception as exc:
+            exc.add_note(WORKER_NOTE.format(worker))
+            raise
+        return {"worker": worker, "started_at": started.isoformat(), "value": value}
 
     def _result(
         self,
@@ -415,8 +420,11 @@ def _history(
     instance: WorkflowInstance,
 ) -> tuple[list[tuple[str, datetime, str]], list[TaskError]]:
     """The started attempts of a task's instance (worker, start, state) and the errors of
-    the attempts that failed (interrupted ones raised nothing: they have none). One query,
-    and one more only when an attempt failed."""
+    the attempts that failed. One query, and one more when an attempt failed.
+
+    A succeeded attempt's step result names its worker and start; a failed one's start is
+    its step's creation and its worker is in its traceback's note; an interrupted attempt
+    raised nothing and recorded nothing: its worker is unknown ("")."""
     from .models import Step, StepEvent, StepEventType, StepState, StepType
 
     steps = {
@@ -425,29 +433,37 @@ def _history(
             instance=instance, type=StepType.RUN
         ).values_list("pk", "step_id", "state", "result", "created_at")
     }
-    attempts = []
-    failed_pks = []
+    attempts: list[tuple[str, datetime, str]] = []
+    failed: dict[int, int] = {}  # step pk -> its index in attempts
     number = 1
     while ATTEMPT_STEP.format(number) in steps:
-        pk, state, _result, _created = steps[ATTEMPT_STEP.format(number)]
-        # The worker step's result, recorded with the attempt's start.
-        claim: dict[str, str] = steps[WORKER_STEP.format(number)][2] or {}
-        attempts.append((claim["worker"], datetime.fromisoformat(claim["started_at"]), state))
+        pk, state, outcome, created = steps[ATTEMPT_STEP.format(number)]
+        if state == StepState.SUCCEEDED and isinstance(outcome, dict):
+            attempts.append(
+                (outcome["worker"], datetime.fromisoformat(outcome["started_at"]), state)
+            )
+        else:
+            attempts.append(("", created, state))
         if state == StepState.FAILED:
-            failed_pks.append(pk)
+            failed[pk] = len(attempts) - 1
         number += 1
-    if not failed_pks:
+    if not failed:
         return attempts, []
-    failed = (
-        StepEvent.objects.filter(step__in=failed_pks, type=StepEventType.ATTEMPT_FAILED)
-        .exclude(error_name=INTERRUPTED_ERROR_NAME)
+    errors = []
+    for step_pk, name, text in (
+        StepEvent.objects.filter(step__in=failed, type=StepEventType.ATTEMPT_FAILED)
         .order_by("recorded_at", "id")
-        .values_list("error_name", "traceback")
-    )
-    errors = [
-        TaskError(exception_class_path=exception_class_path(name, text), traceback=text)
-        for name, text in failed
-    ]
+        .values_list("step", "error_name", "traceback")
+    ):
+        if name == INTERRUPTED_ERROR_NAME:
+            continue
+        note = WORKER_NOTE_LINE.findall(text)
+        if note:
+            index = failed[int(step_pk)]
+            attempts[index] = (note[-1], attempts[index][1], attempts[index][2])
+        errors.append(
+            TaskError(exception_class_path=exception_class_path(name, text), traceback=text)
+        )
     return attempts, errors
 
 
@@ -504,22 +520,22 @@ _not_tasks: set[str] = set()
 
 
 class _FirstSuccesses:
-    """Tasks whose first attempt succeeded in this process, finish not yet announced: their
-    attempt's claim, so that ``task_finished`` is sent without reading the history again.
+    """Tasks whose first attempt succeeded in this process, finish not yet announced: the
+    attempt's outcome, so that ``task_finished`` is sent without reading the history again.
     Bounded: an instance whose completion never commits falls out after a while."""
 
     SIZE = 1_000
 
     def __init__(self) -> None:
-        self._claims: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
-    def remember(self, key: str, claim: dict[str, str]) -> None:
-        self._claims[key] = claim
-        while len(self._claims) > self.SIZE:
-            self._claims.popitem(last=False)
+    def remember(self, key: str, outcome: dict[str, Any]) -> None:
+        self._outcomes[key] = outcome
+        while len(self._outcomes) > self.SIZE:
+            self._outcomes.popitem(last=False)
 
-    def pop(self, key: str) -> dict[str, str] | None:
-        return self._claims.pop(key, None)
+    def pop(self, key: str) -> dict[str, Any] | None:
+        return self._outcomes.pop(key, None)
 
 
 _first_successes = _FirstSuccesses()
@@ -537,12 +553,13 @@ def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -
     task_input: dict[str, Any] = instance.input or {}
     backend = backend_of(task_input["backend"])
     task = backend.task_of(instance.definition_name, task_input, instance.priority)
-    claim = _first_successes.pop(instance.key)
-    if claim is not None and instance.status == WorkflowStatus.COMPLETED:
-        started = datetime.fromisoformat(claim["started_at"])
-        result = backend._result(
-            task, instance, attempts=[(claim["worker"], started, StepState.SUCCEEDED)], errors=[]
-        )
+    outcome = _first_successes.pop(instance.key)
+    if outcome is not None and instance.status == WorkflowStatus.COMPLETED:
+        started = datetime.fromisoformat(outcome["started_at"])
+        attempts: list[tuple[str, datetime, str]] = [
+            (outcome["worker"], started, StepState.SUCCEEDED)
+        ]
+        result = backend._result(task, instance, attempts=attempts, errors=[])
     else:
         result = backend.result_of(task, instance)
     task_finished.send(type(backend), task_result=result)

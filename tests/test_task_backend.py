@@ -182,6 +182,7 @@ def test_retries__a_queue_s_max_attempts_retries_after_the_engine_s_backoff(harn
     assert result.status == SUCCESSFUL
     assert result.return_value == 3
     assert result.attempts == 3
+    assert result.worker_ids == [worker_id()] * 3  # failed attempts name theirs too
     assert len(result.errors) == 2
     assert result.last_attempted_at > result.started_at
 
@@ -199,6 +200,7 @@ def test_interrupted_attempt__runs_again_and_does_not_use_up_the_one_attempt(har
     assert result.status == SUCCESSFUL
     assert result.return_value == 2
     assert result.attempts == 2
+    assert result.worker_ids == ["", worker_id()]  # the dead attempt recorded no worker
     assert result.errors == []
 
 

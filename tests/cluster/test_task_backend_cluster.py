@@ -63,8 +63,8 @@ def test_killed_worker__the_task_runs_again_without_using_up_its_attempt(
     assert result.status == TaskResultStatus.SUCCESSFUL  # max_attempts is 1: not used up
     assert result.return_value == 2
     assert result.attempts == 2  # the killed attempt, then the one that ran it again
-    assert result.worker_ids[0].endswith(f":{pid}")
-    assert result.worker_ids[1] != result.worker_ids[0]
+    assert result.worker_ids[0] == ""  # the killed attempt recorded no worker
+    assert not result.worker_ids[1].endswith(f":{pid}")  # another process ran it again
     assert result.errors == []  # an interrupted attempt raised nothing
     assert len(lines(path)) == 2
 
