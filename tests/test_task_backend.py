@@ -25,7 +25,7 @@ from django_workerflow import WorkflowDefinition
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.task_backend import WorkflowTaskBackend, worker_id
 from django_workerflow.testing import Harness
-from tests.admin_helpers import changelist_url, text
+from tests.admin_helpers import change_url, changelist_url, text
 from tests.clusterapp import tasks
 
 try:  # Django 6
@@ -455,3 +455,29 @@ def test_console__tasks_are_instances_of_their_own_kind_in_the_admin_and_the_com
     assert result.id in listed
     assert result.id in out.getvalue()
     assert "failed" in out.getvalue()
+
+
+def test_console__a_task_s_page_shows_its_arguments_attempt_and_traceback(harness, admin_client):
+    result = tasks.boom.enqueue("shown on the page")
+    harness.drain()
+    instance = WorkflowInstance.objects.get(key=result.id)
+
+    page = text(admin_client.get(change_url(instance)))
+
+    assert "shown on the page" in page  # the arguments (the input) and the error
+    assert "attempt-1" in page
+    assert "raise TaskBoomError(message)" in page  # the attempt's traceback
+
+
+def test_console__the_admin_s_cancel_makes_a_waiting_task_failed(harness, admin_client):
+    result = tasks.stamp.using(run_after=harness.now() + timedelta(hours=1)).enqueue("-")
+    harness.drain()
+    instance = WorkflowInstance.objects.get(key=result.id)
+
+    admin_client.post(
+        changelist_url(),
+        {"action": "cancel_selected", "_selected_action": [instance.pk], "apply": 1},
+    )
+    result.refresh()
+
+    assert result.status == FAILED
