@@ -11,6 +11,17 @@ def sync_workflow_schedules(using: str = "default", **_: object) -> None:
     sync_after_migrate(using)
 
 
+def uses_task_backend() -> bool:
+    """True when a ``TASKS`` backend is django_workerflow's (its module then imports)."""
+    from django.conf import settings
+
+    backends = getattr(settings, "TASKS", None) or {}
+    return any(
+        str(params.get("BACKEND", "")).startswith("django_workerflow.task_backend.")
+        for params in backends.values()
+    )
+
+
 class WorkerflowConfig(AppConfig):
     name = "django_workerflow"
     label = "workerflow"
@@ -25,6 +36,10 @@ class WorkerflowConfig(AppConfig):
 
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
+        if uses_task_backend():
+            from .task_backend import install
+
+            install()  # workers define a task's definition when they first meet it
         post_migrate.connect(ensure_sweeper_schedule, sender=self)
         post_migrate.connect(sync_workflow_schedules, sender=self)
         if apps.is_installed("django_q"):

@@ -78,7 +78,8 @@ def instance_finished(
     """The (locked) ``instance`` has just become completed, failed or cancelled."""
     finishes = _Finishes()
     _follow_up(instance, now, reason, followups, finishes)
-    for name, concurrency_key in sorted(finishes.freed_gates):
+    # Rule 2 of the lock order: gates last, in the order of their rows.
+    for name, concurrency_key in sorted(finishes.freed_gates, key=lambda g: admission.gate_row(*g)):
         admission.admit_waiting(name, concurrency_key, now)
 
 

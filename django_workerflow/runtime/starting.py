@@ -123,7 +123,7 @@ def start(
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
     admission.check_priority(priority)
-    if admission.limits_for_name(name) is None:
+    if not admission.takes_admission(definition_class, key, input):
         # Instance, event and bell in one statement.
         created = start_one(name, definition_class.version, entry, priority, parent_pk, detached)
     else:
@@ -164,6 +164,8 @@ def _start_queued(
     name = definition_class.name
     input = jsonvalue.loads(entry.input_json)
     concurrency_key = admission.concurrency_key_for(definition_class, entry.key, input)
+    # takes_admission() said yes: the definition has limits, or the key is a shared gate.
+    assert admission.limits_for(name, concurrency_key) is not None
     try:
         with transaction.atomic():
             instance = WorkflowInstance.objects.create_pending(

@@ -18,6 +18,11 @@ instance row its transaction locks, and the queued rows after their gate, taken 
 ``SKIP LOCKED``. A queued row that another transaction holds is left for the next
 admission: whoever holds it is cancelling it, or is its own tick or an event, which asks
 for admission again once it lets the row go.
+
+A *shared gate* (:func:`share_gate`) is a concurrency key whose limits hold across every
+definition: its instances are counted, queued and admitted together whatever their
+definition (the ``django.tasks`` backend's queues, where each task function is its own
+definition). Its gate row has the empty definition name, which no definition has.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from django.db.models import Q
 
 from django_workerflow import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
@@ -60,6 +67,55 @@ class QueueState:
     rate_count: int | None
     rate_period: timedelta | None
     next_rate_slot: datetime | None
+
+
+# Concurrency keys whose limits hold across definitions, with those limits (share_gate).
+_shared_gates: dict[str, Limits] = {}
+
+
+def share_gate(concurrency_key: str, limits: Limits) -> None:
+    """Make ``limits`` hold for every instance with ``concurrency_key``, whatever its
+    definition. A definition that may start instances on a shared gate sets
+    ``shares_gates = True`` so that its starts take admission's path."""
+    if not concurrency_key:
+        raise ValueError("A shared gate needs a non-empty concurrency key.")
+    _shared_gates[concurrency_key] = limits
+
+
+def takes_admission(definition: type[WorkflowDefinition], key: str, input: Any) -> bool:
+    """True when the start of instance ``key`` of ``definition`` goes through admission:
+    the definition has limits of its own, or the instance counts on a shared gate (only a
+    definition that sets ``shares_gates`` is asked for its concurrency key)."""
+    if limits_of(definition) is not None:
+        return True
+    if not getattr(definition, "shares_gates", False):
+        return False
+    return concurrency_key_for(definition, key, input) in _shared_gates
+
+
+def limits_for(name: str, concurrency_key: str) -> Limits | None:
+    """The limits an instance of ``name`` with ``concurrency_key`` counts against: its
+    shared gate's, else its definition's."""
+    # Looked up first: finding the definition may load the code that shares the gate.
+    own = limits_for_name(name)
+    return _shared_gates.get(concurrency_key, own) if concurrency_key else own
+
+
+def _members(name: str, concurrency_key: str) -> Q:
+    """The instances that count against the gate of ``name`` and ``concurrency_key``."""
+    if concurrency_key in _shared_gates:
+        return Q(concurrency_key=concurrency_key)
+    return Q(definition_name=name, concurrency_key=concurrency_key)
+
+
+def gate_row(name: str, concurrency_key: str) -> tuple[str, str]:
+    """The (definition name, concurrency key) of the gate row the instances of ``name`` with
+    ``concurrency_key`` count against: a shared gate's row has the empty name."""
+    return _gate_name(name, concurrency_key), concurrency_key
+
+
+def _gate_name(name: str, concurrency_key: str) -> str:
+    return "" if concurrency_key in _shared_gates else name
 
 
 def limits_of(definition: type[WorkflowDefinition]) -> Limits | None:
@@ -113,13 +169,12 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     Call inside a transaction: the gate stays locked until it commits. When the rate limit
     holds the queue back, the head's alarm is set to the earliest time it allows.
     """
-    limits = limits_for_name(name)
+    limits = limits_for(name, concurrency_key)
     _lock_gate(name, concurrency_key, now)
     # Read the clock again under the lock: admission times then follow admission order.
     now = max(now, clock_now())
     queue = WorkflowInstance.objects.filter(
-        definition_name=name,
-        concurrency_key=concurrency_key,
+        _members(name, concurrency_key),
         status=WorkflowStatus.PENDING,
         admitted_at__isnull=True,
     ).order_by("priority", "created_at", "id")
@@ -157,11 +212,11 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
 
 
 def holds_slot(instance: WorkflowInstance) -> bool:
-    """Whether ``instance`` (just finished) held a slot of a limited workflow: it was
-    admitted. A queued instance that is cancelled held none: nothing moves."""
-    return (
-        instance.admitted_at is not None and limits_for_name(instance.definition_name) is not None
-    )
+    """Whether ``instance`` (just finished) held a slot of a limited workflow or a shared
+    gate: it was admitted. A queued instance that is cancelled held none: nothing moves."""
+    if instance.admitted_at is None:
+        return False
+    return limits_for(instance.definition_name, instance.concurrency_key) is not None
 
 
 def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
@@ -189,7 +244,7 @@ def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
 
 def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | None:
     """The slots in use and the rate-limit window of a gate (None: no limits)."""
-    limits = limits_for_name(name)
+    limits = limits_for(name, concurrency_key)
     if limits is None:
         return None
     in_use = _in_use(name, concurrency_key)
@@ -208,11 +263,12 @@ def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | 
 def _lock_gate(name: str, concurrency_key: str, now: datetime) -> None:
     """Lock the gate row, creating it on first use. An UPDATE takes the row lock on
     PostgreSQL and the write lock on SQLite before anything is counted."""
-    gate = AdmissionGate.objects.filter(definition_name=name, concurrency_key=concurrency_key)
+    gate_name = _gate_name(name, concurrency_key)
+    gate = AdmissionGate.objects.filter(definition_name=gate_name, concurrency_key=concurrency_key)
     if gate.update(locked_at=now):
         return
     AdmissionGate.objects.bulk_create(
-        [AdmissionGate(definition_name=name, concurrency_key=concurrency_key, locked_at=now)],
+        [AdmissionGate(definition_name=gate_name, concurrency_key=concurrency_key, locked_at=now)],
         ignore_conflicts=True,
     )
     gate.update(locked_at=now)
@@ -238,8 +294,7 @@ def _free_slots(
 
 def _in_use(name: str, concurrency_key: str) -> int:
     return WorkflowInstance.objects.filter(
-        definition_name=name,
-        concurrency_key=concurrency_key,
+        _members(name, concurrency_key),
         admitted_at__isnull=False,
         status__in=SLOT_STATUSES,
     ).count()
@@ -251,8 +306,7 @@ def _rate(
     """Admissions still allowed in the window ending now, and when the next one is."""
     window = list(
         WorkflowInstance.objects.filter(
-            definition_name=name,
-            concurrency_key=concurrency_key,
+            _members(name, concurrency_key),
             admitted_at__gt=now - period,
         )
         .order_by("-admitted_at")
