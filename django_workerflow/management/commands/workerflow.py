@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -54,6 +56,19 @@ class Command(BaseCommand):
             called_from_command_line=django_parser.called_from_command_line,
             parents=[django_parser],
         )
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """Run from the command line; when the reader of the output has gone (``show KEY |
+        head``), stop quietly with status 1, as Python's documentation advises, instead of
+        a ``BrokenPipeError`` traceback."""
+        try:
+            super().run_from_argv(argv)
+            # Flush here: the output is buffered, so a closed pipe is often found only now.
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # Python flushes stdout again at exit: point it at devnull so that flush is quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
