@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db import models
+
 from django_workerflow.definition import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
@@ -114,12 +116,7 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     _lock_gate(name, concurrency_key, now)
     # Read the clock again under the lock: admission times then follow admission order.
     now = max(now, clock_now())
-    queue = WorkflowInstance.objects.filter(
-        definition_name=name,
-        concurrency_key=concurrency_key,
-        status=WorkflowStatus.PENDING,
-        admitted_at__isnull=True,
-    ).order_by("priority", "created_at", "id")
+    queue = _queue(name, concurrency_key)
     admitted: list[int] = []
     while True:
         free, next_slot = _free_slots(name, concurrency_key, limits, now)
@@ -154,13 +151,35 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
 
 def admit_after_finish(instance: WorkflowInstance, now: datetime) -> None:
     """``instance`` (locked) just finished: if it held a slot of a limited workflow (it was
-    admitted), admit the next in its queue. A queued instance that is cancelled held none:
-    nothing moves."""
-    if instance.admitted_at is None:
+    admitted), admit the next in its queue. A queued instance that is cancelled held no
+    slot, but under a rate limit it may have carried the queue's alarm: pass it on."""
+    limits = limits_for_name(instance.definition_name)
+    if limits is None:
         return
-    if limits_for_name(instance.definition_name) is None:
+    if instance.admitted_at is not None:
+        admit_waiting(instance.definition_name, instance.concurrency_key, now)
+    elif limits.rate_count is not None:
+        _pass_on_the_alarm(instance, now)
+
+
+def _pass_on_the_alarm(instance: WorkflowInstance, now: datetime) -> None:
+    """The queued ``instance`` left a rate-limited queue. The head of such a queue is the
+    one queued instance with an alarm (at its rate-limit slot): if no other queued instance
+    has one, the next gets an alarm now, and its tick runs admission, which admits it or
+    moves the alarm to the slot (as a fork is created due, for one look).
+
+    This takes no gate and waits for no queued row, keeping the lock order above: a row
+    locked by another transaction is skipped (an admission holding it sets the head's alarm
+    itself).
+    """
+    queue = _queue(instance.definition_name, instance.concurrency_key).exclude(pk=instance.pk)
+    if queue.filter(alarm_at__isnull=False).exists():
         return
-    admit_waiting(instance.definition_name, instance.concurrency_key, now)
+    pk = queue.select_for_update(skip_locked=True).values_list("pk", flat=True).first()
+    if pk is None:
+        return
+    WorkflowInstance.objects.filter(pk=pk).update(alarm_at=now, updated_at=now)
+    bells.arm(pk, now)
 
 
 def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
@@ -202,6 +221,16 @@ def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | 
         rate_period=limits.rate_period,
         next_rate_slot=next_slot,
     )
+
+
+def _queue(name: str, concurrency_key: str) -> models.QuerySet[WorkflowInstance]:
+    """The queued instances of a gate, in admission order."""
+    return WorkflowInstance.objects.filter(
+        definition_name=name,
+        concurrency_key=concurrency_key,
+        status=WorkflowStatus.PENDING,
+        admitted_at__isnull=True,
+    ).order_by("priority", "created_at", "id")
 
 
 def _lock_gate(name: str, concurrency_key: str, now: datetime) -> None:
