@@ -109,44 +109,54 @@ def start(
         return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
     existing = WorkflowInstance.objects.filter(key=key).first()
     if existing is None:
-        now = clock_now()
-        limited = admission.limits_for_name(name) is not None
-        concurrency_key = (
-            admission.concurrency_key_for(definition_class, key, jsonvalue.loads(input_json))
-            if limited
-            else ""
+        concurrency_key = admission.concurrency_key_for(
+            definition_class, key, jsonvalue.loads(input_json)
         )
-        try:
-            with transaction.atomic():
-                instance = WorkflowInstance.objects.create_pending(
-                    key=key,
-                    definition_name=name,
-                    definition_version=definition_class.version,
-                    input=jsonvalue.loads(input_json),
-                    now=now,
-                    priority=priority,
-                    concurrency_key=concurrency_key,
-                    queued=limited,
-                    parent_pk=parent_pk,
-                    detached=detached,
-                )
-                if not limited:
-                    bells.arm(instance.pk, now)
-                elif instance.pk in admission.admit_waiting(name, concurrency_key, now):
-                    instance.admitted_at = instance.alarm_at = now
-        except IntegrityError:
-            existing = WorkflowInstance.objects.filter(key=key).first()
-            if existing is None:
-                raise
-        else:
-            logger.info(
-                "workflow created key=%s definition=%s version=%s",
-                key,
-                name,
-                instance.definition_version,
-            )
-            return instance
+        entry = starting.NewInstance(key, input_json)
+        created = start_queued(
+            name, definition_class.version, entry, concurrency_key, priority, parent_pk, detached
+        )
+        if created is not None:
+            return created
+        existing = WorkflowInstance.objects.get(key=key)
     return check_existing_start(existing, name, version)
+
+
+def start_queued(
+    name: str,
+    version: str,
+    entry: starting.NewInstance,
+    concurrency_key: str,
+    priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
+) -> WorkflowInstance | None:
+    """``start()`` of a definition with a concurrency or rate limit, its concurrency key
+    already checked: create the instance queued and admit it if its gate has room, in one
+    transaction. None when the key is taken."""
+    now = clock_now()
+    try:
+        with transaction.atomic():
+            instance = WorkflowInstance.objects.create_pending(
+                key=entry.key,
+                definition_name=name,
+                definition_version=version,
+                input=jsonvalue.loads(entry.input_json),
+                now=now,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                queued=True,
+                parent_pk=parent_pk,
+                detached=detached,
+            )
+            if instance.pk in admission.admit_waiting(name, concurrency_key, now):
+                instance.admitted_at = instance.alarm_at = now
+    except IntegrityError:
+        if WorkflowInstance.objects.filter(key=entry.key).exists():
+            return None
+        raise
+    logger.info("workflow created key=%s definition=%s version=%s", entry.key, name, version)
+    return instance
 
 
 def check_existing_start(

@@ -29,6 +29,7 @@ from django.db import models
 from django_workerflow.definition import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
+from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -100,10 +101,12 @@ def concurrency_key_for(definition: type[WorkflowDefinition], key: str, input: A
     value = definition(key=key, input=input).concurrency_key()
     if not isinstance(value, str) or len(value) > 255:
         raise WorkflowInputError(
-            f"{definition.__qualname__}.concurrency_key() returned {value!r} for instance "
+            f"{definition.__qualname__}.concurrency_key() returned {value!r:.80} for instance "
             f"{key!r}; it must return a string of at most 255 characters."
         )
-    return value
+    return storable.check_text(
+        value, what=f"The concurrency key {definition.__qualname__}.concurrency_key() returned"
+    )
 
 
 def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
