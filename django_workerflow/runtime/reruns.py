@@ -19,7 +19,7 @@ from django_workerflow.models import Step, StepState, StepType, WorkflowInstance
 
 # The verbs' shared helpers: resolve a key, lock the row, refresh the caller's object.
 from django_workerflow.runtime.verbs import _lock, _pk, _refresh
-from django_workerflow.values import jsonvalue
+from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -239,6 +239,4 @@ def _next_fork_key(source: WorkflowInstance) -> str:
 
 
 def _checked_reason(reason: str | None, verb: str) -> str | None:
-    if reason is not None and not isinstance(reason, str):
-        raise WorkflowInputError(f"A {verb} reason must be a string, not {type(reason).__name__}.")
-    return reason or None
+    return storable.check_optional_text(reason, what=f"The {verb} reason") or None

@@ -282,10 +282,7 @@ def resume(instance: WorkflowInstance | str) -> None:
 
 def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     """Cancel an unfinished instance; no step starts after this. False: already finished."""
-    if reason is not None and not isinstance(reason, str):
-        raise WorkflowInputError(f"A cancel reason must be a string, not {type(reason).__name__}.")
-    if reason is not None:
-        storable.check_text(reason, what="The cancel reason")
+    reason = storable.check_optional_text(reason, what="The cancel reason")
     with transaction.atomic():
         locked = _lock(_pk(instance))
         if locked.is_terminal:

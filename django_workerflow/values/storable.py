@@ -45,6 +45,16 @@ def check_text(value: str, *, what: str) -> str:
     return value
 
 
+def check_optional_text(value: object, *, what: str) -> str | None:
+    """``value`` if it is None or storable text, else raise WorkflowInputError naming
+    ``what`` (the rule of the reasons an operator gives: cancel, retry, fork)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise WorkflowInputError(f"{what} must be a string, not {type(value).__name__}.")
+    return check_text(value, what=what)
+
+
 def safe_text(text: str, *, max_length: int) -> str:
     """``text`` with lone surrogates and NUL escaped, cut to ``max_length`` with a marker."""
     if problem(text) is not None:

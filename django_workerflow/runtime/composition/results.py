@@ -21,7 +21,7 @@ from django.db import connection
 from django_workerflow.engine.failures import failure
 from django_workerflow.engine.outcomes import Outcome, read_outcome
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
-from django_workerflow.values import jsonvalue
+from django_workerflow.values import jsonvalue, storable
 
 if TYPE_CHECKING:
     from django_workerflow.models import WorkflowInstance
@@ -151,6 +151,7 @@ def _identify(instance: WorkflowInstance | str) -> tuple[int, str]:
     if isinstance(instance, WorkflowInstance):
         return instance.pk, instance.key
     if isinstance(instance, str):
+        storable.check_text(instance, what="The instance key")
         pk = WorkflowInstance.objects.filter(key=instance).values_list("pk", flat=True).first()
         if pk is None:
             raise WorkflowInstance.DoesNotExist(f"No workflow instance has the key {instance!r}.")
