@@ -222,9 +222,18 @@ def replay(
     if definition_class is None:
         problem = unregistered_problem(key, name, version, registry.versions(name))
         raise NondeterminismError(problem.message)
+    recorded_error = (
+        (str(loaded.get("error_name") or ""), str(loaded.get("error_message") or ""))
+        if loaded.get("status") == "failed"
+        else None
+    )
     with read_only_transaction():
         report = replay_records(
-            definition_class, key=key, input=loaded.get("input"), records=records
+            definition_class,
+            key=key,
+            input=loaded.get("input"),
+            records=records,
+            recorded_error=recorded_error,
         )
     for problem in report.problems:
         if problem.breaks:

@@ -17,7 +17,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, testing
+from django_workerflow import NondeterminismError, WorkflowDefinition, testing
+from django_workerflow.deploy import histories
 from django_workerflow.deploy.replay_check import CheckFilter, check_instances
 from django_workerflow.models import Step, StepEvent, WorkflowEvent, WorkflowInstance
 
@@ -255,3 +256,49 @@ def test_check_replay__stops_at_a_child_step_still_waiting(define, workerflow_ha
     assert reports["parent-1"].problems == ()
     assert reports["parent-1"].steps_replayed == 2
     assert CALLS == []
+
+
+def fails_outside_a_step(self):
+    self.run("create-account", lambda: CALLS.append("create-account"))
+    raise LookupError(f"no plan for {self.key}")
+
+
+@pytest.fixture
+def failed_outside_a_step(define, workerflow_harness):
+    """An instance that failed outside any step, after one step."""
+    define(fails_outside_a_step, name="onboarding-failing")
+    instance = workerflow.start("onboarding-failing", key="failing-1")
+    workerflow_harness.drain()
+    instance.refresh_from_db()
+    assert (instance.status, instance.error_name) == ("failed", "LookupError")
+    return instance
+
+
+def test_replay__of_an_unchanged_failure_outside_a_step__is_the_recorded_failure(
+    failed_outside_a_step,
+):
+    report = testing.replay(histories.export_history(failed_outside_a_step))
+    assert report.outcome == "failed"
+    assert report.problems == ()
+    output, code = check("--include-failed")
+    assert code == 0
+    assert "Checked 1 instance in" in output
+    assert "0 would break, 0 with warnings" in output
+
+
+def test_replay__of_a_failure_outside_a_step_that_now_raises_another_error__breaks(
+    failed_outside_a_step,
+):
+    def changed(self):
+        self.run("create-account", lambda: None)
+        raise LookupError("no plan at all")
+
+    changed_definition = definition(changed, version=failed_outside_a_step.definition_version)
+    changed_definition.name = "onboarding-failing"
+    history = histories.export_history(failed_outside_a_step)
+    with pytest.raises(NondeterminismError, match="raised LookupError: no plan at all outside"):
+        testing.replay(history, changed_definition)
+    with testing.registered(changed_definition):
+        output, code = check("--include-failed")
+    assert code == 1
+    assert "execute() raised LookupError: no plan at all outside a step" in output

@@ -32,6 +32,7 @@ from django_workerflow.exceptions import (
     StepOutcomeError,
 )
 from django_workerflow.store.records import RecordedSteps, StepRecord, unreached_steps
+from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control import Suspension
 from django_workerflow.values.states import StepState, StepType
@@ -44,7 +45,7 @@ class ReplayOutcome(models.TextChoices):
     """How a check replay ended."""
 
     COMPLETED = "completed", "execute() returned"
-    FAILED = "failed", "a recorded step failure ended execute()"
+    FAILED = "failed", "execute() raised the failure its history recorded"
     STOPPED = "stopped", "stopped where the history ends"
 
 
@@ -169,8 +170,13 @@ def replay_records(
     key: str,
     input: Any,
     records: Iterable[StepRecord],
+    recorded_error: tuple[str, str] | None = None,
 ) -> ReplayReport:
-    """Replay ``records`` (an instance's recorded steps) against ``definition_class``."""
+    """Replay ``records`` (an instance's recorded steps) against ``definition_class``.
+
+    ``recorded_error`` is a failed instance's ``(error_name, error_message)``: ``execute()``
+    raising that same error outside a step replays the recorded failure, which is no drift.
+    """
     store = ReplayStore(records)
     execution = ReplayExecution(
         instance_key=key,
@@ -190,7 +196,7 @@ def replay_records(
         fatal = execution.fatal
         if fatal is not None:
             problems.append(_definition_problem(fatal))
-        elif isinstance(exc, StepOutcomeError) and _recorded_failure(store, exc):
+        elif _is_recorded_failure(store, exc, recorded_error):
             outcome = ReplayOutcome.FAILED
         else:
             problems.append(
@@ -256,10 +262,16 @@ def _unreached_problem(key: str, unreached: tuple[str, ...], first_new: str | No
     return Problem(ProblemKind.UNREACHED, message, step_id=unreached[0])
 
 
-def _recorded_failure(store: ReplayStore, exc: StepOutcomeError) -> bool:
-    """True if ``exc`` is the recorded failure of a step of this history."""
-    record = store.get(exc.step_id) if exc.step_id else None
-    return record is not None and record.state in (StepState.FAILED, StepState.TIMED_OUT)
+def _is_recorded_failure(
+    store: ReplayStore, exc: Exception, recorded_error: tuple[str, str] | None
+) -> bool:
+    """True if ``exc`` is a failure the history recorded: a step's (recorded failed or
+    timed out), or the instance's own, raised outside a step (same name and message)."""
+    if isinstance(exc, StepOutcomeError) and exc.step_id:
+        record = store.get(exc.step_id)
+        if record is not None and record.state in (StepState.FAILED, StepState.TIMED_OUT):
+            return True
+    return recorded_error == (storable.error_name(exc), error_message(exc))
 
 
 def _quoted_step(message: str) -> str | None:
