@@ -201,15 +201,20 @@ def registered(*definitions: type[WorkflowDefinition]) -> Iterator[None]:
 
 
 def replay(
-    history: dict[str, Any] | str | Path, definition: type[WorkflowDefinition] | None = None
+    history: dict[str, Any] | str | Path,
+    definition: type[WorkflowDefinition] | None = None,
+    *,
+    allow_new_steps: bool = False,
 ) -> ReplayReport:
     """Replay an exported history against the code of its workflow now registered (or
     against ``definition``), calling no callback.
 
     Raise :class:`NondeterminismError` naming the step and what differed when the code
-    would break the history; otherwise return a :class:`~.replay.ReplayReport` (check its
-    ``unreached`` for recorded steps the code no longer reaches). Runs in a read-only
-    transaction that is rolled back, so the test needs database access (``django_db``).
+    would break the history (a new step reached where the history recorded another breaks
+    it too, unless ``allow_new_steps``: for a step added there, not a rename); otherwise
+    return a :class:`~.replay.ReplayReport` (check its ``unreached`` for recorded steps the
+    code no longer reaches). Runs in a read-only transaction that is rolled back, so the
+    test needs database access (``django_db``).
     """
     from django_workerflow.deploy import histories
     from django_workerflow.deploy.replay import replay_records, unregistered_problem
@@ -235,7 +240,6 @@ def replay(
             records=records,
             recorded_error=recorded_error,
         )
-    for problem in report.problems:
-        if problem.breaks:
-            raise NondeterminismError(problem.message)
+    for problem in report.breaking(allow_new_steps=allow_new_steps):
+        raise NondeterminismError(problem.message)
     return report

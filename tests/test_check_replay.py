@@ -132,21 +132,97 @@ def test_check_replay__reports_execute_raising_outside_a_step(sleeping):
     assert "execute() raised KeyError: 'plan' outside a step" in output
 
 
-def test_check_replay__warns_of_recorded_steps_no_longer_reached(sleeping):
+def test_check_replay__fails_on_a_step_renamed_in_place_naming_both_steps(sleeping):
     def renamed(self):
         self.run("create-account", lambda: None)
         self.run("send-welcome", lambda: None)  # renamed: it would send the email again
         self.sleep("nap", 3600)
 
     with testing.registered(definition(renamed)):
+        output, code = check()
+    assert code == 1
+    assert output.count("BREAK") == 3
+    for key in ["user-0", "user-1", "user-2"]:
+        assert (
+            f"Instance '{key}' reaches the new step 'send-welcome' where its history recorded "
+            "'welcome'"
+        ) in output
+    assert "'nap'" not in output  # reached after the renamed step: not judged
+    assert "3 of 3 instances would break" in output
+
+
+def test_check_replay__a_renamed_step_that_the_instances_sleep_past__is_caught(
+    define, workerflow_harness
+):
+    def checkout(self):
+        self.run("charge", lambda: CALLS.append("charge"))
+        self.sleep("nap", 3600)
+        return "shipped"
+
+    define(checkout, name="checkout", version="1")
+    workerflow.start("checkout", key="order-1")
+    workerflow_harness.drain()
+
+    def renamed(self):
+        self.run("charge-card", lambda: CALLS.append("charge"))  # would charge again
+        self.sleep("nap", 3600)
+        return "shipped"
+
+    changed = definition(renamed)
+    changed.name = "checkout"
+    with testing.registered(changed):
+        output, code = check("--format", "json")
+    assert code == 1
+    [problem] = json.loads(output[: output.rindex("}") + 1])["breaks"]
+    assert (problem["key"], problem["kind"], problem["step"]) == (
+        "order-1",
+        "new_step",
+        "charge-card",
+    )
+    assert "where its history recorded 'charge'" in problem["message"]
+
+
+def test_check_replay__allow_new_steps__turns_a_new_step_in_place_into_a_warning(sleeping):
+    def inserted(self):
+        self.run("create-account", lambda: None)
+        self.run("check-fraud", lambda: None)  # added before recorded steps, no rename
+        self.run("welcome", lambda: None)
+        self.sleep("nap", 3600)
+
+    with testing.registered(definition(inserted)):
+        output, code = check("--allow-new-steps", "--format", "json")
+    assert code == 0
+    report = json.loads(output)
+    assert report["broken"] == 0
+    assert [warning["kind"] for warning in report["warnings"]] == ["new_step"] * 3
+    assert "'check-fraud' where its history recorded 'welcome'" in report["warnings"][0]["message"]
+
+
+def test_check_replay__warns_of_recorded_steps_no_longer_reached(sleeping):
+    def removed(self):
+        self.run("create-account", lambda: None)  # 'welcome' removed
+        self.sleep("nap", 3600)
+
+    with testing.registered(definition(removed)):
         output, code = check("--format", "json")
     assert code == 0
     report = json.loads(output)
-    assert report["checked"] == 3
     assert report["broken"] == 0
     assert [warning["kind"] for warning in report["warnings"]] == ["unreached"] * 3
-    assert "'welcome', 'nap'" in report["warnings"][0]["message"]
-    assert "new step 'send-welcome'" in report["warnings"][0]["message"]
+    assert report["warnings"][0]["message"] == (
+        "Instance 'user-0': recorded steps no longer reached on replay: 'welcome'."
+    )
+
+
+def test_check_replay__passes_a_step_added_after_the_last_recorded_one(sleeping):
+    def extended(self):
+        onboarding(self)
+        self.run("thank-you", lambda: None)
+
+    with testing.registered(definition(extended)):
+        output, code = check()
+    assert code == 0
+    assert "0 would break, 0 with warnings" in output
 
 
 def test_check_replay__runs_no_callback_and_writes_nothing(sleeping, define, workerflow_harness):
