@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 import django_workerflow as workerflow
 from django_workerflow import NonRetryableStepError, WorkflowDefinition, WorkflowInputError
@@ -324,3 +326,10 @@ def test_run__a_huge_error_message_is_cut_with_a_marker(define, workerflow_harne
 
 def test_safe_text__escapes_what_cannot_be_stored_and_keeps_the_rest():
     assert safe_text(f"é{SURROGATE}{NUL}ok", max_length=100) == "é\\ud800\\x00ok"
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+@pytest.mark.parametrize("subcommand", ["show", "export", "retry", "cancel", "wake"])
+def test_command__refuses_an_unstorable_key_in_one_line(waiting, subcommand, bad):
+    with pytest.raises(CommandError, match=r"^The instance key contains"):
+        call_command("workerflow", subcommand, f"waiting{bad}")

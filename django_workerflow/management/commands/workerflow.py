@@ -24,6 +24,7 @@ from django_workerflow.management import deploy
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import purge as purging
 from django_workerflow.runtime import verbs
+from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -134,6 +135,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
         handler = getattr(self, f"handle_{subcommand.replace('-', '_')}")
         try:
+            if isinstance(options.get("key"), str):
+                # Every subcommand's KEY: the text rule first (a lone surrogate from an
+                # undecodable argument, say), before any lookup meets the database.
+                storable.check_text(options["key"], what="The instance key")
             handler(**options)
         except WorkflowInstance.DoesNotExist:
             raise CommandError(
