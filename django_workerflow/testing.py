@@ -203,15 +203,20 @@ def registered(*definitions: type[WorkflowDefinition]) -> Iterator[None]:
 
 
 def replay(
-    history: dict[str, Any] | str | Path, definition: type[WorkflowDefinition] | None = None
+    history: dict[str, Any] | str | Path,
+    definition: type[WorkflowDefinition] | None = None,
+    *,
+    allow_new_steps: bool = False,
 ) -> ReplayReport:
     """Replay an exported history against the code of its workflow now registered (or
     against ``definition``), calling no callback.
 
     Raise :class:`NondeterminismError` naming the step and what differed when the code
-    would break the history; otherwise return a :class:`~.replay.ReplayReport` (check its
-    ``unreached`` for recorded steps the code no longer reaches). Runs in a read-only
-    transaction that is rolled back, so the test needs database access (``django_db``).
+    would break the history (a new step reached where the history recorded another breaks
+    it too, unless ``allow_new_steps``: for a step added there, not a rename); otherwise
+    return a :class:`~.replay.ReplayReport` (check its ``unreached`` for recorded steps the
+    code no longer reaches). Runs in a read-only transaction that is rolled back, so the
+    test needs database access (``django_db``).
     """
     # Models need the app registry; the pytest plugin imports this before Django's setup.
     from django_workerflow.deploy import histories
@@ -225,11 +230,19 @@ def replay(
     if definition_class is None:
         problem = unregistered_problem(key, name, version, registry.versions(name))
         raise NondeterminismError(problem.message)
+    recorded_error = (
+        (str(loaded.get("error_name") or ""), str(loaded.get("error_message") or ""))
+        if loaded.get("status") == "failed"
+        else None
+    )
     with read_only_transaction():
         report = replay_records(
-            definition_class, key=key, input=loaded.get("input"), records=records
+            definition_class,
+            key=key,
+            input=loaded.get("input"),
+            records=records,
+            recorded_error=recorded_error,
         )
-    for problem in report.problems:
-        if problem.breaks:
-            raise NondeterminismError(problem.message)
+    for problem in report.breaking(allow_new_steps=allow_new_steps):
+        raise NondeterminismError(problem.message)
     return report

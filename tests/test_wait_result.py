@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import transaction
 
 import django_workerflow as workerflow
@@ -84,6 +85,24 @@ def test_wait_result__refuses_bad_timeouts(waiter, workerflow_harness):
         instance.wait_result(timeout=-1)
     with pytest.raises(workerflow.WorkflowInputError):
         instance.wait_result(timeout="soon")
+
+
+def test_await_result__under_the_harness_drains_then_returns(define, workerflow_harness):
+    # As in Django's async tests: async_to_sync runs the coroutine in a thread of its own.
+    instance = workerflow.start(define(lambda self: self.run("n", lambda: 7)), key="ah1")
+    assert async_to_sync(instance.await_result)(timeout=5) == 7
+    assert async_to_sync(instance.await_result)(timeout=None) == 7
+    assert workerflow_harness.ticks == 1
+
+
+def test_await_result__under_the_harness_raises_timeout_after_draining(waiter, workerflow_harness):
+    instance = workerflow.start(waiter, key="ah2")
+    with pytest.raises(TimeoutError, match="'ah2' has not finished"):
+        async_to_sync(instance.await_result)(timeout=2)
+    # It drained (the instance ran to its wait) instead of waiting in real time.
+    assert workerflow_harness.ticks == 1
+    workerflow.send_event(instance, "go", 1)
+    assert async_to_sync(instance.await_result)(timeout=0) == {"got": 1}
 
 
 # In real time (no harness): another thread finishes the instance -------------------

@@ -113,6 +113,10 @@ def _follow_up(
     _create_finish_delivery(instance, now)
     if admission.holds_slot(instance):
         finishes.freed_gates.add((instance.definition_name, instance.concurrency_key))
+    else:
+        # A queued instance held no slot, but may have carried its rate-limited queue's
+        # alarm; this takes no gate and waits for no row (the lock order holds).
+        admission.pass_on_the_alarm(instance, now)
 
 
 def _cancel_children(

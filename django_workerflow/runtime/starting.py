@@ -3,7 +3,7 @@ for it and for ``start_many()``.
 
 A definition without flow control starts in one statement (:func:`start_one`); one with
 ``max_concurrency`` or ``rate_limit`` is created queued and admitted under its gate
-(:func:`_start_queued`).
+(:func:`start_queued`).
 
 New instances, their 'created' workflow events and their bells are written by one
 statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round trip and
@@ -126,8 +126,17 @@ def start(
     if not admission.takes_admission(definition_class, key, input):
         # Instance, event and bell in one statement.
         created = start_one(name, definition_class.version, entry, priority, parent_pk, detached)
+    elif WorkflowInstance.objects.filter(key=key).exists():
+        created = None
     else:
-        created = _start_queued(definition_class, entry, priority, parent_pk, detached)
+        concurrency_key = admission.concurrency_key_for(
+            definition_class, key, jsonvalue.loads(entry.input_json)
+        )
+        # takes_admission() said yes: the definition has limits, or the key is a shared gate.
+        assert admission.limits_for(name, concurrency_key) is not None
+        created = start_queued(
+            name, definition_class.version, entry, concurrency_key, priority, parent_pk, detached
+        )
     return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
 
 
@@ -149,30 +158,26 @@ def check_existing_start(
     return instance
 
 
-def _start_queued(
-    definition_class: type[WorkflowDefinition],
+def start_queued(
+    name: str,
+    version: str,
     entry: NewInstance,
-    priority: int,
-    parent_pk: int | None,
-    detached: bool,
+    concurrency_key: str,
+    priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
 ) -> WorkflowInstance | None:
-    """A limited workflow's start: created queued, and admitted at once under its gate if
-    a slot is free. None: the key exists (the caller reads it back)."""
-    if WorkflowInstance.objects.filter(key=entry.key).exists():
-        return None
+    """The start of a definition with a concurrency or rate limit (or on a shared gate), its
+    concurrency key already checked: create the instance queued and admit it if its gate
+    has room, in one transaction. None when the key is taken (the caller reads it back)."""
     now = clock_now()
-    name = definition_class.name
-    input = jsonvalue.loads(entry.input_json)
-    concurrency_key = admission.concurrency_key_for(definition_class, entry.key, input)
-    # takes_admission() said yes: the definition has limits, or the key is a shared gate.
-    assert admission.limits_for(name, concurrency_key) is not None
     try:
         with transaction.atomic():
             instance = WorkflowInstance.objects.create_pending(
                 key=entry.key,
                 definition_name=name,
-                definition_version=definition_class.version,
-                input=input,
+                definition_version=version,
+                input=jsonvalue.loads(entry.input_json),
                 now=now,
                 priority=priority,
                 concurrency_key=concurrency_key,
@@ -183,15 +188,10 @@ def _start_queued(
             if instance.pk in admission.admit_waiting(name, concurrency_key, now):
                 instance.admitted_at = instance.alarm_at = now
     except IntegrityError:
-        if not WorkflowInstance.objects.filter(key=entry.key).exists():
-            raise
-        return None  # created concurrently under the same key
-    logger.info(
-        "workflow created key=%s definition=%s version=%s",
-        entry.key,
-        name,
-        instance.definition_version,
-    )
+        if WorkflowInstance.objects.filter(key=entry.key).exists():
+            return None  # created concurrently under the same key
+        raise
+    logger.info("workflow created key=%s definition=%s version=%s", entry.key, name, version)
     return instance
 
 

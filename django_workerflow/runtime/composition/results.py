@@ -43,6 +43,11 @@ def set_drainer(drain: Callable[[], Any] | None) -> None:
     _harness.drain = drain
 
 
+def _under_harness() -> bool:
+    """True when a harness is open in this thread (its drainer is thread-local)."""
+    return getattr(_harness, "drain", None) is not None
+
+
 def wait_result(instance: WorkflowInstance | str, timeout: float | timedelta | None = None) -> Any:
     """Block until the instance finishes; return its result or raise as documented on
     :func:`django_workerflow.wait_result`."""
@@ -72,10 +77,15 @@ async def await_result(
     instance: WorkflowInstance | str, timeout: float | timedelta | None = None
 ) -> Any:
     """``wait_result`` for async code: each status read is a short call in a thread; the
-    waiting itself is ``asyncio.sleep``, so no thread is held for the whole wait."""
+    waiting itself is ``asyncio.sleep``, so no thread is held for the whole wait.
+
+    The event loop may run in another thread than the code that opened a harness (Django's
+    async tests run it under ``async_to_sync``), so whether one is open is asked where the
+    sync calls run, the harness's thread: then ``wait_result`` drains there.
+    """
     pk, key = await sync_to_async(_identify)(instance)
     seconds = _seconds(timeout)
-    if getattr(_harness, "drain", None) is not None:
+    if await sync_to_async(_under_harness)():
         return await sync_to_async(wait_result)(instance, timeout)
     deadline = None if seconds is None else time.monotonic() + seconds
     pause = POLL_FIRST

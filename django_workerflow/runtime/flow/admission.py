@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db import models
 from django.db.models import Q
 
 from django_workerflow import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
+from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -157,10 +159,12 @@ def concurrency_key_for(definition: type[WorkflowDefinition], key: str, input: A
     value = definition(key=key, input=input).concurrency_key()
     if not isinstance(value, str) or len(value) > 255:
         raise WorkflowInputError(
-            f"{definition.__qualname__}.concurrency_key() returned {value!r} for instance "
+            f"{definition.__qualname__}.concurrency_key() returned {value!r:.80} for instance "
             f"{key!r}; it must return a string of at most 255 characters."
         )
-    return value
+    return storable.check_text(
+        value, what=f"The concurrency key {definition.__qualname__}.concurrency_key() returned"
+    )
 
 
 def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
@@ -173,11 +177,7 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     _lock_gate(name, concurrency_key, now)
     # Read the clock again under the lock: admission times then follow admission order.
     now = max(now, clock_now())
-    queue = WorkflowInstance.objects.filter(
-        _members(name, concurrency_key),
-        status=WorkflowStatus.PENDING,
-        admitted_at__isnull=True,
-    ).order_by("priority", "created_at", "id")
+    queue = _queue(name, concurrency_key)
     admitted: list[int] = []
     while True:
         free, next_slot = _free_slots(name, concurrency_key, limits, now)
@@ -219,6 +219,31 @@ def holds_slot(instance: WorkflowInstance) -> bool:
     return limits_for(instance.definition_name, instance.concurrency_key) is not None
 
 
+def pass_on_the_alarm(instance: WorkflowInstance, now: datetime) -> None:
+    """The queued ``instance`` left a rate-limited queue (it was cancelled). The head of
+    such a queue is the one queued instance with an alarm (at its rate-limit slot): if no
+    other queued instance has one, the next gets an alarm now, and its tick runs admission,
+    which admits it or moves the alarm to the slot (as a fork is created due, for one look).
+
+    This takes no gate and waits for no queued row, keeping the lock order: a row locked
+    by another transaction is skipped (an admission holding it sets the head's alarm
+    itself).
+    """
+    if instance.admitted_at is not None:
+        return
+    limits = limits_for(instance.definition_name, instance.concurrency_key)
+    if limits is None or limits.rate_count is None:
+        return
+    queue = _queue(instance.definition_name, instance.concurrency_key).exclude(pk=instance.pk)
+    if queue.filter(alarm_at__isnull=False).exists():
+        return
+    pk = queue.select_for_update(skip_locked=True).values_list("pk", flat=True).first()
+    if pk is None:
+        return
+    WorkflowInstance.objects.filter(pk=pk).update(alarm_at=now, updated_at=now)
+    bells.arm(pk, now)
+
+
 def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
     """A bell rang for a queued instance (its rate-limit slot came): run admission for its
     gate; True if this instance was admitted."""
@@ -258,6 +283,15 @@ def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | 
         rate_period=limits.rate_period,
         next_rate_slot=next_slot,
     )
+
+
+def _queue(name: str, concurrency_key: str) -> models.QuerySet[WorkflowInstance]:
+    """The queued instances of a gate, in admission order."""
+    return WorkflowInstance.objects.filter(
+        _members(name, concurrency_key),
+        status=WorkflowStatus.PENDING,
+        admitted_at__isnull=True,
+    ).order_by("priority", "created_at", "id")
 
 
 def _lock_gate(name: str, concurrency_key: str, now: datetime) -> None:
