@@ -49,6 +49,7 @@ __all__ = [
     "asend_event",
     "astart",
     "cancel",
+    "failed_children",
     "fork",
     "pause",
     "registry",
@@ -128,11 +129,25 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     return verbs.cancel(instance, reason=reason)
 
 
-def retry(key_or_instance: WorkflowInstance | str, reason: str | None = None) -> None:
-    """Run a failed instance again from the step that failed it."""
+def retry(
+    key_or_instance: WorkflowInstance | str,
+    reason: str | None = None,
+    *,
+    with_children: bool = False,
+) -> None:
+    """Run a failed instance again from the step that failed it; ``with_children`` also
+    retries the failed children it waits for."""
     from django_workerflow.runtime import reruns
 
-    reruns.retry(key_or_instance, reason=reason)
+    reruns.retry(key_or_instance, reason=reason, with_children=with_children)
+
+
+def failed_children(key_or_instance: WorkflowInstance | str) -> list[WorkflowInstance]:
+    """The failed (or cancelled) instances a retry of this failed one would meet again:
+    what ``retry(..., with_children=True)`` retries with it (the cancelled ones it cannot)."""
+    from django_workerflow.runtime import reruns
+
+    return reruns.failed_children(key_or_instance)
 
 
 def fork(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from django_workerflow.engine.failures import failure, strip_name
+from django_workerflow.engine.failures import failure, note_failed_steps, strip_name
 from django_workerflow.engine.pass_state import PassState
 from django_workerflow.exceptions import (
     NondeterminismError,
@@ -64,7 +64,9 @@ class ChildSteps(PassState):
         self._reach(step_id)
         jsonvalue.check_identifier(key, what=f"The key child step '{step_id}' waits for")
         record = self.store.get(step_id)
-        if record is None:
+        if record is not None and _reopened_start(record):
+            self._check_kind(record, StepType.CHILD)
+        if record is None or _reopened_start(record):
             record = self._write(
                 self.store.wait_instance_step, step_id, parent_step_id=self._parent(), key=key
             )
@@ -86,7 +88,9 @@ class ChildSteps(PassState):
     ) -> StepRecord:
         self._reach(step_id)
         record = self.store.get(step_id)
-        if record is None:
+        if record is not None and _reopened_start(record):
+            self._check_kind(record, StepType.CHILD)
+        if record is None or _reopened_start(record):
             child_key = f"{self.instance_key}/{step_id}" if key is None else key
             self._boundary()
             record = self._write(
@@ -117,7 +121,9 @@ class ChildSteps(PassState):
     def _raise_child_failure(self, record: StepRecord) -> NoReturn:
         start_failure = _START_FAILURES.get(record.error_name)
         if start_failure is not None:
-            raise start_failure(strip_name(record.error_message, record.error_name))
+            error = start_failure(strip_name(record.error_message, record.error_name))
+            note_failed_steps(error, [record.step_id])  # a retry starts the child again
+            raise error
         raise failure(record.payload or {}, child=True, step_id=record.step_id)
 
     def _mismatch(self, record: StepRecord, helper: str) -> NoReturn:
@@ -128,3 +134,9 @@ class ChildSteps(PassState):
             "version to change its shape."
         )
         raise self.fatal
+
+
+def _reopened_start(record: StepRecord) -> bool:
+    """A child step whose start (or lookup) was refused, reopened by a retry: the pass
+    starts (or looks up) the child again, in the same step row."""
+    return record.type == StepType.CHILD and record.state == StepState.PENDING

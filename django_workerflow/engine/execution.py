@@ -21,6 +21,8 @@ from django_workerflow.engine.failures import (
     INTERRUPTED_MESSAGE,
     REPLAYED_FAILURES,
     error_message,
+    failed_step_ids,
+    note_failed_steps,
     recorded_failure,
     recorded_name,
 )
@@ -296,9 +298,16 @@ class Execution(ChildSteps):
 
     def all(self, branches: tuple[Callable[[], Any], ...]) -> list[Any]:
         outcomes = self._run_branches(branches)
-        for outcome in outcomes:
-            if outcome is not None and not outcome.ok and outcome.error is not None:
-                raise outcome.error
+        errors = [
+            outcome.error
+            for outcome in outcomes
+            if outcome is not None and not outcome.ok and outcome.error is not None
+        ]
+        if errors:
+            # The first failure is raised; it names every failed branch's steps, so that one
+            # retry reopens them all.
+            note_failed_steps(errors[0], [s for error in errors for s in failed_step_ids(error)])
+            raise errors[0]
         settled = [outcome for outcome in outcomes if outcome is not None]
         if len(settled) < len(outcomes):
             raise Suspension()

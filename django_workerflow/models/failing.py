@@ -16,11 +16,12 @@ class FailureTransitions:
     """Mixed into :class:`~django_workerflow.models.WorkflowInstance`: the verbs call
     :mod:`django_workerflow.reruns`, which calls the transitions under the row lock."""
 
-    def retry(self, reason: str | None = None) -> None:
-        """Run a failed instance again from the step that failed it (see reruns.retry)."""
+    def retry(self, reason: str | None = None, *, with_children: bool = False) -> None:
+        """Run a failed instance again from the step that failed it; ``with_children`` also
+        retries the failed children it waits for (see reruns.retry)."""
         from django_workerflow.runtime import reruns
 
-        reruns.retry(_instance(self), reason=reason)
+        reruns.retry(_instance(self), reason=reason, with_children=with_children)
 
     def fork(
         self,
@@ -54,15 +55,17 @@ class FailureTransitions:
         *,
         traceback: str = "",
         step_id: str = "",
+        other_step_ids: list[str] | None = None,
     ) -> None:
-        """running -> failed with the error (its traceback, and the step whose failure it
-        is, if any), releasing the tick's lease."""
+        """running -> failed with the error (its traceback, and the steps whose failure it
+        is, if any: ``step_id`` first), releasing the tick's lease."""
         instance = _instance(self)
         instance.status = WorkflowStatus.FAILED
         instance.error_name = error_name
         instance.error_message = error_message
         instance.error_traceback = traceback
         instance.error_step_id = step_id
+        instance.other_error_step_ids = other_step_ids or None
         instance._finish_tick(now)
         instance._save_fields(
             [
@@ -71,6 +74,7 @@ class FailureTransitions:
                 "error_message",
                 "error_traceback",
                 "error_step_id",
+                "other_error_step_ids",
                 "alarm_at",
                 "lease_token",
                 "lease_expires_at",
@@ -91,6 +95,7 @@ class FailureTransitions:
         instance.error_message = ""
         instance.error_traceback = ""
         instance.error_step_id = ""
+        instance.other_error_step_ids = None
         instance.alarm_at = now
         instance.updated_at = now
         instance.finished_at = None
@@ -101,6 +106,7 @@ class FailureTransitions:
                 "error_message",
                 "error_traceback",
                 "error_step_id",
+                "other_error_step_ids",
                 "alarm_at",
                 "updated_at",
                 "finished_at",
@@ -108,6 +114,20 @@ class FailureTransitions:
         )
         instance._record(
             WorkflowEventType.RETRIED, now, previous=WorkflowStatus.FAILED, reason=reason
+        )
+
+    def set_revived(self, status: str, now: datetime, reason: str) -> None:
+        """cancelled -> ``status`` (running, pending or paused: what it was when its parent's
+        finish cancelled it), due at once unless paused. A retry of that parent takes the
+        cancellation back: the instance goes on from its recorded steps."""
+        instance = _instance(self)
+        instance.status = status
+        instance.alarm_at = None if status == WorkflowStatus.PAUSED else now
+        instance.updated_at = now
+        instance.finished_at = None
+        instance._save_fields(["status", "alarm_at", "updated_at", "finished_at"])
+        instance._record(
+            WorkflowEventType.RETRIED, now, previous=WorkflowStatus.CANCELLED, reason=reason
         )
 
     def note_forked(self, fork: WorkflowInstance, now: datetime, reason: str | None) -> None:

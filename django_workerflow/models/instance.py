@@ -134,6 +134,9 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     # The step whose failure failed the instance ("" when execute() raised outside a step):
     # what retry() reopens.
     error_step_id = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The other steps whose failure escaped execute() with it (the other failed branches of
+    # an all()): retry() reopens them too. None: none.
+    other_error_step_ids = JSONTextField(null=True, blank=True)
     # The instance this one was forked from (see fork()).
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
@@ -363,12 +366,15 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     def _record(
         self, event_type: str, now: datetime, *, previous: str | None, reason: str | None = None
     ) -> None:
-        """Record the workflow event and announce the status after the commit."""
+        """Record the workflow event and, when the status changed, announce it after the
+        commit."""
         from django_workerflow.store.instance_rows import (
             record_event,
         )  # it reads models: import late
 
         record_event(self.pk, event_type, reason, now)
+        if previous == self.status:
+            return  # an event that changes no status (a fork's source): no signal
         sender = registry.lookup(self.definition_name, self.definition_version)
         if not workflow_status_changed.has_listeners(sender):
             return

@@ -38,7 +38,7 @@ def instance_finished(instance: WorkflowInstance, now: datetime, reason: str | N
         cancel_children(instance, now, reason)
     if has_waiting:
         wake_waiting_instances(instance, now)
-    create_finish_delivery(instance, now)
+    create_finish_delivery(instance, now, reason)
     admit_next(instance, now)
 
 
@@ -104,14 +104,15 @@ def wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
         parent.request_wake(now, leased=leased)
 
 
-def create_finish_delivery(instance: WorkflowInstance, now: datetime) -> None:
-    """A delivery row for the definition's ``on_finish``, if it defines one."""
+def create_finish_delivery(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
+    """A delivery row for the definition's ``on_finish``, if it defines one, carrying this
+    finish's outcome (``reason``: a cancellation's)."""
     definition = registry.lookup(instance.definition_name, instance.definition_version)
     if definition is None or not callable(getattr(definition, "on_finish", None)):
         return
     from django_workerflow.runtime.composition import deliveries
 
-    deliveries.create(instance, now)
+    deliveries.create(instance, now, reason)
 
 
 def admit_next(instance: WorkflowInstance, now: datetime) -> None:
