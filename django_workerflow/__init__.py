@@ -52,6 +52,7 @@ __all__ = [
     "astart",
     "await_result",
     "cancel",
+    "failed_children",
     "fork",
     "pause",
     "registry",
@@ -147,13 +148,28 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     return verbs.cancel(instance, reason=reason)
 
 
-def retry(instance: WorkflowInstance | str, reason: str | None = None) -> None:
+def retry(
+    instance: WorkflowInstance | str,
+    reason: str | None = None,
+    *,
+    with_children: bool = False,
+) -> None:
     """Run a failed instance again from the step that failed it, with the code now
-    deployed; returns None. Raises :class:`WorkflowStateError` unless it is failed, and
+    deployed; ``with_children`` also retries the failed children it waits for. Returns
+    None. Raises :class:`WorkflowStateError` unless it is failed, and
     :class:`WorkflowInputError` for a reason that is not storable text."""
     from django_workerflow.runtime import reruns
 
-    reruns.retry(instance, reason=reason)
+    reruns.retry(instance, reason=reason, with_children=with_children)
+
+
+def failed_children(instance: WorkflowInstance | str) -> list[WorkflowInstance]:
+    """Return the failed (or cancelled) instances a retry of this failed one would meet
+    again: what ``retry(..., with_children=True)`` retries with it (the cancelled ones it
+    cannot). Raises ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    from django_workerflow.runtime import reruns
+
+    return reruns.failed_children(instance)
 
 
 def fork(

@@ -49,6 +49,9 @@ class Composition:
                 f"{delivery.attempt_count} attempt(s)"
             )
         text = f"pending, {delivery.attempt_count} attempt(s)"
+        if delivery.outcome_status:
+            # What every attempt reports, even once a retry has set the instance running.
+            text += f"; reports the {delivery.outcome_status} finish"
         if delivery.next_attempt_at is not None:
             text += f"; next attempt {clock_text(delivery.next_attempt_at)}"
         if delivery.last_error_name:

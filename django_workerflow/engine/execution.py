@@ -21,7 +21,9 @@ from django_workerflow.engine.failures import (
     INTERRUPTED_MESSAGE,
     REPLAYED_FAILURES,
     error_message,
+    failed_step_ids,
     failure,
+    note_failed_steps,
     recorded_failure,
     recorded_name,
     strip_name,
@@ -445,9 +447,16 @@ class Execution:
 
     def all(self, branches: tuple[Callable[[], Any], ...]) -> list[Any]:
         outcomes = self._run_branches(branches)
-        for outcome in outcomes:
-            if outcome is not None and not outcome.ok and outcome.error is not None:
-                raise outcome.error
+        errors = [
+            outcome.error
+            for outcome in outcomes
+            if outcome is not None and not outcome.ok and outcome.error is not None
+        ]
+        if errors:
+            # The first failure is raised; it names every failed branch's steps, so that one
+            # retry reopens them all.
+            note_failed_steps(errors[0], [s for error in errors for s in failed_step_ids(error)])
+            raise errors[0]
         settled = [outcome for outcome in outcomes if outcome is not None]
         if len(settled) < len(outcomes):
             raise Suspension()
@@ -517,7 +526,9 @@ class Execution:
         self._reach(step_id)
         jsonvalue.check_identifier(key, what=f"The key child step '{step_id}' waits for")
         record = self.store.get(step_id)
-        if record is None:
+        if record is not None and _reopened_start(record):
+            self._check_kind(record, StepType.CHILD)
+        if record is None or _reopened_start(record):
             record = self._write(
                 self.store.wait_instance_step, step_id, parent_step_id=self._parent(), key=key
             )
@@ -537,7 +548,9 @@ class Execution:
     ) -> StepRecord:
         self._reach(step_id)
         record = self.store.get(step_id)
-        if record is None:
+        if record is not None and _reopened_start(record):
+            self._check_kind(record, StepType.CHILD)
+        if record is None or _reopened_start(record):
             child_key = f"{self.instance_key}/{step_id}" if key is None else key
             self._boundary()
             record = self._write(
@@ -568,7 +581,9 @@ class Execution:
     def _raise_child_failure(self, record: StepRecord) -> NoReturn:
         start_failure = _START_FAILURES.get(record.error_name)
         if start_failure is not None:
-            raise start_failure(strip_name(record.error_message, record.error_name))
+            error = start_failure(strip_name(record.error_message, record.error_name))
+            note_failed_steps(error, [record.step_id])  # a retry starts the child again
+            raise error
         raise failure(record.payload or {}, child=True, step_id=record.step_id)
 
     def _mismatch(self, record: StepRecord, helper: str) -> NoReturn:
@@ -624,3 +639,9 @@ def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseExceptio
         record.state != StepState.FAILED,
         exc_info=exc,
     )
+
+
+def _reopened_start(record: StepRecord) -> bool:
+    """A child step whose start (or lookup) was refused, reopened by a retry: the pass
+    starts (or looks up) the child again, in the same step row."""
+    return record.type == StepType.CHILD and record.state == StepState.PENDING

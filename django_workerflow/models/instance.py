@@ -140,6 +140,9 @@ class WorkflowInstance(models.Model):
     # The step whose failure failed the instance ("" when execute() raised outside a step):
     # what retry() reopens.
     error_step_id = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The other steps whose failure escaped execute() with it (the other failed branches of
+    # an all()): retry() reopens them too. None: none.
+    other_error_step_ids = JSONTextField(null=True, blank=True)
     # The instance this one was forked from (see fork()).
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
@@ -220,12 +223,12 @@ class WorkflowInstance(models.Model):
 
         return verbs.send_event(self, event_name, payload, missing_ok=missing_ok)
 
-    def retry(self, reason: str | None = None) -> None:
-        """Run a failed instance again from the step that failed it. See
-        :func:`django_workerflow.retry`."""
+    def retry(self, reason: str | None = None, *, with_children: bool = False) -> None:
+        """Run a failed instance again from the step that failed it; ``with_children`` also
+        retries the failed children it waits for. See :func:`django_workerflow.retry`."""
         from django_workerflow.runtime import reruns  # upward, at call time: see above
 
-        reruns.retry(self, reason=reason)
+        reruns.retry(self, reason=reason, with_children=with_children)
 
     def fork(
         self,
@@ -311,15 +314,17 @@ class WorkflowInstance(models.Model):
         *,
         traceback: str = "",
         step_id: str = "",
+        other_step_ids: list[str] | None = None,
     ) -> None:
-        """running -> failed with the error (its traceback, and the step whose failure it
-        is, if any), releasing the tick's lease."""
+        """running -> failed with the error (its traceback, and the steps whose failure it
+        is, if any: ``step_id`` first), releasing the tick's lease."""
         self._update(
             status=WorkflowStatus.FAILED,
             error_name=error_name,
             error_message=error_message,
             error_traceback=traceback,
             error_step_id=step_id,
+            other_error_step_ids=other_step_ids or None,
             **_tick_finished(now),
         )
         self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
@@ -333,11 +338,26 @@ class WorkflowInstance(models.Model):
             error_message="",
             error_traceback="",
             error_step_id="",
+            other_error_step_ids=None,
             alarm_at=now,
             updated_at=now,
             finished_at=None,
         )
         self._record(WorkflowEventType.RETRIED, now, previous=WorkflowStatus.FAILED, reason=reason)
+
+    def set_revived(self, status: str, now: datetime, reason: str) -> None:
+        """cancelled -> ``status`` (running, pending or paused: what it was when its parent's
+        finish cancelled it), due at once unless paused. A retry of that parent takes the
+        cancellation back: the instance goes on from its recorded steps."""
+        self._update(
+            status=status,
+            alarm_at=None if status == WorkflowStatus.PAUSED else now,
+            updated_at=now,
+            finished_at=None,
+        )
+        self._record(
+            WorkflowEventType.RETRIED, now, previous=WorkflowStatus.CANCELLED, reason=reason
+        )
 
     def note_forked(self, fork: WorkflowInstance, now: datetime, reason: str | None) -> None:
         """Record on the source that ``fork`` was forked from it; nothing else changes."""
@@ -397,8 +417,11 @@ class WorkflowInstance(models.Model):
     def _record(
         self, event_type: str, now: datetime, *, previous: str | None, reason: str | None = None
     ) -> None:
-        """Record the workflow event and announce the status after the commit."""
+        """Record the workflow event and, when the status changed, announce it after the
+        commit."""
         record_event(self.workflow_events.model, self.pk, event_type, reason, now)
+        if previous == self.status:
+            return  # an event that changes no status (a fork's source): no signal
         sender = registry.lookup(self.definition_name, self.definition_version)
         if not workflow_status_changed.has_listeners(sender):
             return

@@ -110,7 +110,7 @@ def _follow_up(
         _cancel_children(instance, now, reason, finishes)
     if followups.has_waiting:
         _wake_waiting_instances(instance, now)
-    _create_finish_delivery(instance, now)
+    _create_finish_delivery(instance, now, reason)
     if admission.holds_slot(instance):
         finishes.freed_gates.add((instance.definition_name, instance.concurrency_key))
     else:
@@ -169,9 +169,10 @@ def _wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
         waiting.request_wake(now, leased=leased)
 
 
-def _create_finish_delivery(instance: WorkflowInstance, now: datetime) -> None:
-    """A delivery row for the definition's ``on_finish``, if it overrides the base's."""
+def _create_finish_delivery(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
+    """A delivery row for the definition's ``on_finish``, if it overrides the base's,
+    carrying this finish's outcome (``reason``: a cancellation's)."""
     definition = registry.lookup(instance.definition_name, instance.definition_version)
     if definition is None or not definition.hears_finish():
         return
-    deliveries.create(instance, now)
+    deliveries.create(instance, now, reason)

@@ -23,7 +23,8 @@ from django_workerflow.conf import settings
 from django_workerflow.definition.drift import DEFINITIONS_HINT
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
-from django_workerflow.exceptions import StepOutcomeError, WorkflowInputError
+from django_workerflow.engine.failures import failed_step_ids
+from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
@@ -66,6 +67,7 @@ class PassResult:
     error_message: str = ""
     error_traceback: str = ""
     error_step_id: str = ""
+    other_error_step_ids: list[str] | None = None
     exception: BaseException | None = None
     due: datetime | None = None
     stop_reason: StopReason | None = None
@@ -215,14 +217,16 @@ def _flush(execution: Execution, result: PassResult) -> PassResult:
 
 
 def _failed(exc: BaseException) -> PassResult:
-    """A failed pass; the step whose failure escaped ``execute()`` is what a retry reopens."""
-    step_id = exc.step_id if isinstance(exc, StepOutcomeError) else None
+    """A failed pass; the steps whose failure escaped ``execute()`` (the error's own, and the
+    other failed branches of an ``all()``) are what a retry reopens."""
+    step_ids = failed_step_ids(exc)
     return PassResult(
         PassOutcome.FAILED,
         error_name=storable.error_name(exc),
         error_message=error_message(exc),
         error_traceback=format_user_traceback(exc),
-        error_step_id=step_id or "",
+        error_step_id=step_ids[0] if step_ids else "",
+        other_error_step_ids=step_ids[1:] or None,
         exception=exc,
     )
 
@@ -282,6 +286,7 @@ def _settle(
                     now,
                     traceback=result.error_traceback,
                     step_id=result.error_step_id,
+                    other_step_ids=result.other_error_step_ids,
                 )
                 assert followups is not None  # taken above for every finishing outcome
                 finishing.instance_finished(locked, now, None, followups)

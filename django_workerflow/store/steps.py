@@ -447,40 +447,50 @@ class StepStore(RecordedSteps):
             state = StepState.SUCCEEDED
         else:
             state = StepState.WAITING
-        step = Step.objects.create(
-            instance_id=self.instance_pk,
-            step_id=step_id,
-            type=StepType.CHILD,
-            state=state,
-            parent_id=parent_pk,
-            child_instance_id=child_pk,
-            result=result,
-            error_name=storable.error_name(failure) if failure else "",
-            error_message=storable.safe_text(
+        fields: dict[str, Any] = {
+            "state": state,
+            "child_instance_id": child_pk,
+            "result": result,
+            "error_name": storable.error_name(failure) if failure else "",
+            "error_message": storable.safe_text(
                 storable.describe(failure), max_length=storable.MAX_ERROR_MESSAGE_LENGTH
             )
             if failure
             else "",
-            resolved_at=None if state == StepState.WAITING else now,
-            created_at=now,
-        )
-        insert_event(cursor, self.instance_pk, step.pk, now, StepEventType.CHILD_WAITING)
+            "resolved_at": None if state == StepState.WAITING else now,
+        }
+        reopened = self.get(step_id)
+        if reopened is None:
+            pk = Step.objects.create(
+                instance_id=self.instance_pk,
+                step_id=step_id,
+                type=StepType.CHILD,
+                parent_id=parent_pk,
+                created_at=now,
+                **fields,
+            ).pk
+            created_at = now
+        else:
+            # A refused start that a retry reopened (pending): the same row starts again.
+            Step.objects.filter(pk=reopened.pk, state=StepState.PENDING).update(**fields)
+            pk, created_at = reopened.pk, reopened.created_at
+        insert_event(cursor, self.instance_pk, pk, now, StepEventType.CHILD_WAITING)
         if state != StepState.WAITING:
-            insert_event(cursor, self.instance_pk, step.pk, now, StepEventType.CHILD_FINISHED)
+            insert_event(cursor, self.instance_pk, pk, now, StepEventType.CHILD_FINISHED)
         record = StepRecord.new(
-            step.pk,
+            pk,
             step_id,
             StepType.CHILD,
             state,
-            now,
+            created_at,
             parent_pk=parent_pk,
             parent_step_id=parent_step_id,
         )
         record.child_instance_pk = child_pk
         record.result = result
-        record.error_name = step.error_name
-        record.error_message = step.error_message
-        record.resolved_at = step.resolved_at
+        record.error_name = fields["error_name"]
+        record.error_message = fields["error_message"]
+        record.resolved_at = fields["resolved_at"]
         self._remember(record)
         return record
 
