@@ -255,3 +255,22 @@ def test_check_replay__stops_at_a_child_step_still_waiting(define, workerflow_ha
     assert reports["parent-1"].problems == ()
     assert reports["parent-1"].steps_replayed == 2
     assert CALLS == []
+
+
+def test_check_replay__warns_of_a_step_inserted_before_recorded_ones(sleeping):
+    """docs/concepts.md: a running instance does not notice an inserted step; this does."""
+
+    def inserted(self):
+        self.run("create-account", lambda: None)
+        self.run("verify-email", lambda: None)  # new, before recorded steps
+        self.run("welcome", lambda: None)
+        self.sleep("nap", 3600)
+        self.run("survey", lambda: None)
+
+    with testing.registered(definition(inserted)):
+        output, code = check("--format", "json")
+    assert code == 0
+    report = json.loads(output)
+    assert [warning["kind"] for warning in report["warnings"]] == ["unreached"] * 3
+    assert "'welcome', 'nap'" in report["warnings"][0]["message"]
+    assert "new step 'verify-email'" in report["warnings"][0]["message"]
