@@ -6,16 +6,32 @@ Each reads the instance row; "waiting on" also reads the steps that need attenti
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
+from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest
-from django.utils.html import format_html
+from django.utils.functional import lazy
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from ..clock import now as clock_now
 from ..models import WorkflowInstance
 from . import describe, estimated_count
+
+
+def _with_zone(label: str) -> Any:
+    """A column header that names the zone its times are in: "created (UTC)"."""
+    return lazy(lambda: f"{label} ({describe.zone_name()})", str)()
+
+
+def _breakable_key(key: str) -> str:
+    """The key, allowed to wrap after its separators ("name@2026-12-01T02:00:00+00:00",
+    "order-7/ship-1") rather than in the middle of a word."""
+    parts = re.split(r"(?<=[@/~])", key)
+    return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))
 
 
 class InstanceChangeList(ChangeList):
@@ -30,6 +46,10 @@ class InstanceChangeList(ChangeList):
 
 class InstanceColumns:
     """The display methods the instance admin names in ``list_display``."""
+
+    @admin.display(description="key", ordering="key")
+    def key_column(self, instance: WorkflowInstance) -> str:
+        return _breakable_key(instance.key)
 
     @admin.display(description="definition", ordering="definition_name")
     def definition(self, instance: WorkflowInstance) -> str:
@@ -56,20 +76,37 @@ class InstanceColumns:
         )
         return text or "-"
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, instance: WorkflowInstance) -> str:
-        return _short_time(instance.created_at)
+    @admin.display(description=_with_zone("created / updated"), ordering="created_at")
+    def created_updated(self, instance: WorkflowInstance) -> str:
+        """Both times in one column, so that the list fits a 1,366 px screen."""
+        return format_html(
+            "{}<br>{}", _short_time(instance.created_at), _short_time(instance.updated_at)
+        )
 
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, instance: WorkflowInstance) -> str:
-        return _short_time(instance.updated_at)
-
-    @admin.display(description="next alarm", ordering="alarm_at")
+    @admin.display(description=_with_zone("next alarm"), ordering="alarm_at")
     def next_alarm(self, instance: WorkflowInstance) -> str:
-        return describe.format_when(instance.alarm_at, clock_now()) or "-"
+        if instance.alarm_at is None:
+            return "-"
+        now = clock_now()
+        return format_html(
+            '<span title="{}">{}</span> <span class="wf-note">{}</span>',
+            describe.clock_text(instance.alarm_at),
+            _date_then_time(
+                describe.format_when(instance.alarm_at, now, relative=False, zone=False)
+            ),
+            describe.relative_time(instance.alarm_at, now),
+        )
 
 
 def _short_time(when: datetime) -> str:
-    """A short time in the list; the full one on hover."""
+    """A short time in the list (its header says the zone); the full one on hover."""
     full = describe.clock_text(when)
-    return format_html('<span title="{}">{}</span>', full, describe.short_time(when))
+    short = _date_then_time(describe.short_time(when, zone=False))
+    return format_html('<span title="{}">{}</span>', full, short)
+
+
+def _date_then_time(text: str) -> str:
+    """ "Dec 03 20:04:17" may wrap between the date and the time, nowhere else."""
+    if text[:1].isalpha():
+        return text.replace(" ", "\u00a0", 1)
+    return text
