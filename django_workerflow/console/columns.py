@@ -12,6 +12,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
+from django.db.models import Prefetch
 from django.http import HttpRequest
 from django.utils.functional import lazy
 from django.utils.html import format_html, format_html_join
@@ -20,6 +21,14 @@ from django.utils.safestring import mark_safe
 from ..clock import now as clock_now
 from ..models import WorkflowInstance
 from . import describe, estimated_count
+
+
+def _forks_prefetch() -> Prefetch:
+    """Each instance's forks (``fork_list``), for the "waiting on" column's "forked to"."""
+    forks = WorkflowInstance.objects.only("id", "key", "forked_from_id").order_by(
+        "created_at", "id"
+    )
+    return Prefetch("forks", queryset=forks, to_attr="fork_list")
 
 
 def _with_zone(label: str) -> Any:
@@ -39,7 +48,9 @@ class InstanceChangeList(ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        self.result_list = self.result_list.prefetch_related(*describe.attention_prefetches())
+        self.result_list = self.result_list.prefetch_related(
+            *describe.attention_prefetches(), _forks_prefetch()
+        )
         # The template hides the date drill-down over a large list (estimated_count.py).
         self.large_list = self.result_count >= estimated_count.LARGE_LIST
 
@@ -74,6 +85,13 @@ class InstanceColumns:
         text = describe.waiting_on(
             instance, steps, clock_now(), cancel_reason=describe.cancel_reason_of(instance)
         )
+        forks = getattr(instance, "fork_list", None)
+        if forks is None:  # the change page: read them for this one instance
+            forks = list(instance.forks.only("id", "key").order_by("created_at", "id"))
+        if forks:
+            names = ", ".join(f"'{fork.key}'" for fork in forks[:3])
+            more = f" and {len(forks) - 3} more" if len(forks) > 3 else ""
+            text = f"{text}; forked to {names}{more}" if text else f"forked to {names}{more}"
         return text or "-"
 
     @admin.display(description=_with_zone("created / updated"), ordering="created_at")

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from .. import deliveries, registry
 from ..models import FinishDelivery, WorkflowInstance
 from .controls import admin_url, url_name
-from .describe import clock_text
+from .describe import short_time
 
 MAX_CHILDREN = 100
 DELIVER_NOW = "deliver-now"
@@ -43,12 +43,12 @@ class Composition:
             return "none (the definition has no on_finish)"
         if delivery.acknowledged_at is not None:
             return (
-                f"acknowledged {clock_text(delivery.acknowledged_at)} after "
+                f"acknowledged {short_time(delivery.acknowledged_at)} after "
                 f"{delivery.attempt_count} attempt(s)"
             )
         text = f"pending, {delivery.attempt_count} attempt(s)"
         if delivery.next_attempt_at is not None:
-            text += f"; next attempt {clock_text(delivery.next_attempt_at)}"
+            text += f"; next attempt {short_time(delivery.next_attempt_at)}"
         if delivery.last_error_name:
             text += f"; last error: {delivery.last_error_message}"
         return text
