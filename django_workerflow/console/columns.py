@@ -64,7 +64,12 @@ class InstanceColumns:
 
     @admin.display(description="definition", ordering="definition_name")
     def definition(self, instance: WorkflowInstance) -> str:
-        return f"{instance.definition_name} v{instance.definition_version}"
+        """The name, and its version whole on the line below."""
+        return format_html(
+            '{}<br><span class="wf-version">v{}</span>',
+            instance.definition_name,
+            instance.definition_version,
+        )
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, instance: WorkflowInstance) -> str:

@@ -177,7 +177,10 @@ class WorkflowScheduleAdmin(ScheduleAdminBase):
                     run.get_status_display(),
                     reverse(change, args=[run.pk]),
                     run.key,
-                    format_when(run.created_at, now, relative=False, tz=zone),
+                    # One unit: it wraps below the badge rather than inside itself.
+                    format_when(run.created_at, now, relative=False, tz=zone).replace(
+                        " ", "\u00a0"
+                    ),
                 )
                 for run in recent
             ),
