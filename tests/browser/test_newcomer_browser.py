@@ -21,6 +21,7 @@ from django.contrib.auth.models import User
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.testing import Harness
 
 from .. import flow_helpers
 
@@ -111,8 +112,6 @@ def _partner_down():
 @pytest.fixture
 def scheduled(define_with, workerflow_harness):
     """'nightly-report' at 03:00 Paris time, which ran on two nights."""
-    from django_workerflow.testing import Harness
-
     definition = define_with(
         lambda self: self.run("count", lambda: {"orders": 3}),
         name="nightly-report",
