@@ -32,12 +32,11 @@ from django_workerflow.values.clock import now as clock_now
 @admin.register(WorkflowInstance)
 class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
     list_display = [
-        "key",
+        "key_column",
         "definition",
         "status_badge",
         "waiting_on",
-        "created",
-        "updated",
+        "created_updated",
         "next_alarm",
     ]
     list_filter = [
@@ -47,6 +46,7 @@ class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
         TopLevelFilter,
         ScheduleFilter,
     ]
+    list_display_links = ["key_column"]
     search_fields = ["key", "definition_name"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]

@@ -12,6 +12,8 @@ Environment variables:
   the database restart test run without disturbing others).
 - ``WORKERFLOW_TEST_APPS``: ``1`` adds the test-only app ``tests.clusterapp`` (always added
   under pytest), so qcluster subprocesses started by the tests import its workflows.
+- ``WORKERFLOW_DEMO``: ``1`` (set by ``make demo``) adds ``testproject.demoapp``, the demo's
+  tour: a workflow that fails, a concurrency limit and a schedule that fires every minute.
 - ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
 - ``WORKERFLOW_TICK_BUDGET``: overrides how long a tick may execute before it yields (tests
   that stop a cluster while it works).
@@ -51,6 +53,10 @@ INSTALLED_APPS = [
 # The test workflows must be importable by the tests' qcluster subprocesses too.
 if "pytest" in sys.modules or os.environ.get("WORKERFLOW_TEST_APPS"):
     INSTALLED_APPS.append("tests.clusterapp")
+
+# `make demo` adds its tour (a failing workflow, a queue, a schedule firing every minute).
+if os.environ.get("WORKERFLOW_DEMO"):
+    INSTALLED_APPS.append("testproject.demoapp")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
