@@ -46,6 +46,8 @@ class WorkerflowConfig(AppConfig):
             from django_q.signals import post_spawn
 
             # An AppConfig module is imported before the models are.
+            from django_workerflow.workers import task_lines
             from django_workerflow.workers.sweep_chain import seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")
+            task_lines.install()  # django-q2's lines about our own tasks go to DEBUG

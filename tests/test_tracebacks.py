@@ -127,8 +127,8 @@ def test_logged_failures__carry_exc_info(workerflow_harness, define, caplog):
         for record in caplog.records
         if "failed" in record.getMessage()
     }
-    assert set(failed) == {"step attempt failed", "workflow failed"}
-    step_exc = failed["step attempt failed"].exc_info
+    assert set(failed) == {"step failed", "workflow failed"}
+    step_exc = failed["step failed"].exc_info
     assert step_exc is not None
     assert step_exc[0] is TypeError
     workflow_exc = failed["workflow failed"].exc_info

@@ -435,6 +435,7 @@ class Execution:
             if record.timeout_at is None or record.timeout_at > clock_now():
                 self._suspend(record.timeout_at)
             record = self._write(self.store.mark_wait_timed_out, step_id)
+            _log_wait_timed_out(self.instance_key, record)
         raise WaitStepTimedOutError(
             f"Wait step '{step_id}' timed out at {record.timeout_at.isoformat()} before event "
             f"'{record.event_name}' arrived."
@@ -630,14 +631,42 @@ class Execution:
 
 
 def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
+    """One line per failed attempt: a retry is expected, so its traceback is DEBUG detail;
+    a step that failed for good logs its traceback."""
+    if record.state == StepState.FAILED:
+        logger.info(
+            "step failed key=%s step=%s attempt=%s error=%s",
+            instance_key,
+            record.step_id,
+            record.attempt_count,
+            record.error_name,
+            exc_info=exc,
+        )
+        return
     logger.info(
-        "step attempt failed key=%s step=%s attempt=%s error=%s retry=%s",
+        "step retry scheduled key=%s step=%s attempt=%s error=%s retry_at=%s",
         instance_key,
         record.step_id,
         record.attempt_count,
         record.error_name,
-        record.state != StepState.FAILED,
+        record.next_attempt_at.isoformat() if record.next_attempt_at else "-",
+    )
+    logger.debug(
+        "step attempt traceback key=%s step=%s attempt=%s",
+        instance_key,
+        record.step_id,
+        record.attempt_count,
         exc_info=exc,
+    )
+
+
+def _log_wait_timed_out(instance_key: str, record: StepRecord) -> None:
+    logger.info(
+        "wait timed out key=%s step=%s event=%s timeout_at=%s",
+        instance_key,
+        record.step_id,
+        record.event_name,
+        record.timeout_at.isoformat() if record.timeout_at else "-",
     )
 
 
