@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_workerflow.console import describe, rerun_commands
+from django_workerflow.console import describe, documents, rerun_commands
 from django_workerflow.console.composition import load_composition, render_lines
 from django_workerflow.console.history import load_history
 from django_workerflow.console.terminal import render_list, render_show, safe
@@ -101,11 +101,13 @@ class Command(BaseCommand):
             action="store_true",
             help="Also print the instance's and its failed attempts' tracebacks.",
         )
+        show.add_argument("--format", choices=("text", "json"), default="text")
 
         listing = sub.add_parser("list", help="List instances, newest first.")
         listing.add_argument("--status", choices=WorkflowStatus.values)
         listing.add_argument("--name", help="Only instances of this definition.")
         listing.add_argument("--limit", type=_positive_int, default=50)
+        listing.add_argument("--format", choices=("text", "json"), default="text")
 
         sub.add_parser(
             "sweep",
@@ -194,19 +196,38 @@ class Command(BaseCommand):
             raise CommandError(f"Instance {key!r} is already {_status(key)}: not cancelled.")
         self.stdout.write(f"Cancelled {key!r}." + (f" Reason: {reason}" if reason else ""))
 
-    def handle_show(self, *, key: str, tracebacks: bool = False, **_: Any) -> None:
+    def handle_show(
+        self, *, key: str, tracebacks: bool = False, format: str = "text", **_: Any
+    ) -> None:
         instance = WorkflowInstance.objects.get(key=key)
         now = clock_now()
-        self.stdout.write(render_show(load_history(instance, now), now, tracebacks=tracebacks))
+        history = load_history(instance, now)
+        if format == "json":
+            composition = load_composition(instance)
+            document = documents.show_document(history, composition, now, tracebacks=tracebacks)
+            self.stdout.write(documents.dumps(document))
+            return
+        self.stdout.write(render_show(history, now, tracebacks=tracebacks))
         self.stdout.write("\n".join(render_lines(load_composition(instance))))
 
-    def handle_list(self, *, status: str | None, name: str | None, limit: int, **_: Any) -> None:
+    def handle_list(
+        self,
+        *,
+        status: str | None,
+        name: str | None,
+        limit: int,
+        format: str = "text",
+        **_: Any,
+    ) -> None:
         instances = WorkflowInstance.objects.order_by("-created_at", "-id")
         if status:
             instances = instances.filter(status=status)
         if name:
             instances = instances.filter(definition_name=name)
         page = instances.prefetch_related(*describe.attention_prefetches())[:limit]
+        if format == "json":
+            self.stdout.write(documents.dumps(documents.list_document(page, clock_now())))
+            return
         self.stdout.write(render_list(page, clock_now()))
 
     def handle_sweep(self, **_: Any) -> None:
