@@ -49,7 +49,7 @@ def test_a_retried_attempts_traceback__is_logged_at_debug(workerflow_harness, de
     assert line.exc_info[0] is ZeroDivisionError
 
 
-def test_a_step_that_fails_for_good__logs_step_failed_with_its_traceback(
+def test_a_step_that_fails_for_good__logs_step_failed_and_its_traceback_once(
     workerflow_harness, define, caplog
 ):
     def execute(self):
@@ -63,8 +63,13 @@ def test_a_step_that_fails_for_good__logs_step_failed_with_its_traceback(
     assert line.getMessage() == (
         f"step failed key={instance.key} step=charge attempt=1 error=ZeroDivisionError"
     )
-    assert line.exc_info is not None
+    assert line.exc_info is None
     assert "step retry scheduled" not in caplog.text
+    # Once, on the instance's failure, with the step's error as its cause.
+    assert caplog.text.count("ZeroDivisionError: division by zero") == 1
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("workflow failed")]
+    assert failed.exc_info is not None
+    assert isinstance(failed.exc_info[1].__cause__, ZeroDivisionError)
 
 
 def test_a_wait_that_reaches_its_deadline__logs_wait_timed_out_once(

@@ -114,7 +114,9 @@ def test_format_user_traceback__drops_the_engines_frames_even_without_user_frame
     assert "WorkflowInputError" in text
 
 
-def test_logged_failures__carry_exc_info(workerflow_harness, define, caplog):
+def test_logged_failures__carry_the_traceback_once_on_the_instances_failure(
+    workerflow_harness, define, caplog
+):
     def execute(self):
         return self.run("price", lambda: lookup_price({"items": [1]}), max_attempts=1)
 
@@ -128,10 +130,11 @@ def test_logged_failures__carry_exc_info(workerflow_harness, define, caplog):
         if "failed" in record.getMessage()
     }
     assert set(failed) == {"step failed", "workflow failed"}
-    step_exc = failed["step failed"].exc_info
-    assert step_exc is not None
-    assert step_exc[0] is TypeError
+    # The step's traceback is logged once: chained under the instance's failure.
+    assert failed["step failed"].exc_info is None
     workflow_exc = failed["workflow failed"].exc_info
     assert workflow_exc is not None
     assert workflow_exc[0] is workerflow.MaxAttemptsExceededError
+    assert workflow_exc[1] is not None
+    assert isinstance(workflow_exc[1].__cause__, TypeError)
     assert f"key={instance.key}" in failed["workflow failed"].getMessage()

@@ -631,8 +631,10 @@ class Execution:
 
 
 def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
-    """One line per failed attempt: a retry is expected, so its traceback is DEBUG detail;
-    a step that failed for good logs its traceback."""
+    """One line per failed attempt, without its traceback: a retry is expected, and a step
+    that failed for good fails its instance with the step's error chained (``workflow
+    failed`` logs that traceback) or is handled by ``execute()``. The traceback is DEBUG
+    detail here, and kept on the attempt's step event."""
     if record.state == StepState.FAILED:
         logger.info(
             "step failed key=%s step=%s attempt=%s error=%s",
@@ -640,17 +642,16 @@ def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseExceptio
             record.step_id,
             record.attempt_count,
             record.error_name,
-            exc_info=exc,
         )
-        return
-    logger.info(
-        "step retry scheduled key=%s step=%s attempt=%s error=%s retry_at=%s",
-        instance_key,
-        record.step_id,
-        record.attempt_count,
-        record.error_name,
-        record.next_attempt_at.isoformat() if record.next_attempt_at else "-",
-    )
+    else:
+        logger.info(
+            "step retry scheduled key=%s step=%s attempt=%s error=%s retry_at=%s",
+            instance_key,
+            record.step_id,
+            record.attempt_count,
+            record.error_name,
+            record.next_attempt_at.isoformat() if record.next_attempt_at else "-",
+        )
     logger.debug(
         "step attempt traceback key=%s step=%s attempt=%s",
         instance_key,
