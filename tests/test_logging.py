@@ -12,6 +12,7 @@ import pytest
 from django_q.tasks import async_task
 
 import django_workerflow as workerflow
+from django_workerflow.runtime import verbs
 from django_workerflow.workers import task_lines
 
 pytestmark = pytest.mark.django_db
@@ -94,6 +95,39 @@ def test_a_wait_that_reaches_its_deadline__logs_wait_timed_out_once(
         f"wait timed out key={instance.key} step=approval event=approved timeout_at="
     )
     assert lines[0].endswith("+00:00")
+
+
+def sleeper(self):
+    self.sleep("nap", 120)
+
+
+def sweep_lines(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage().startswith("sweep overdue=")]
+
+
+def test_a_sweep_that_only_queues_bells_for_alarms_coming_near__logs_at_debug(
+    workerflow_harness, define, caplog
+):
+    workerflow.start(define(sleeper))
+    workerflow_harness.drain()  # asleep, its alarm 2 minutes ahead: within the bell horizon
+    with caplog.at_level(logging.DEBUG, logger="django_workerflow"):
+        assert verbs.sweep() == 1
+
+    [line] = sweep_lines(caplog)
+    assert line.getMessage() == "sweep overdue=0 upcoming=1"
+    assert line.levelno == logging.DEBUG
+
+
+def test_a_sweep_that_rings_overdue_instances__logs_at_info(workerflow_harness, define, caplog):
+    workerflow.start(define(sleeper))
+    workerflow_harness.drain()
+    workerflow_harness.clock.advance(timedelta(minutes=3))  # past the alarm, no tick ran
+    with caplog.at_level(logging.INFO, logger="django_workerflow"):
+        assert verbs.sweep() == 1
+
+    [line] = sweep_lines(caplog)
+    assert line.getMessage() == "sweep overdue=1 upcoming=0"
+    assert line.levelno == logging.INFO
 
 
 @pytest.fixture

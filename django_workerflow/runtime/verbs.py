@@ -258,8 +258,15 @@ def sweep(*, limit: int = 1000) -> int:
         for pk, alarm_at in upcoming:
             if alarm_at is not None:  # always set (filtered above); this tells mypy
                 bells.arm(pk, alarm_at)
+    # Overdue instances mean a lost bell or a dead worker: worth a line. Bells queued for
+    # alarms coming near are routine (every long sleep gets one), so DEBUG.
     if overdue or upcoming:
-        logger.info("sweep overdue=%s upcoming=%s", len(overdue), len(upcoming))
+        logger.log(
+            logging.INFO if overdue else logging.DEBUG,
+            "sweep overdue=%s upcoming=%s",
+            len(overdue),
+            len(upcoming),
+        )
     return len(overdue) + len(upcoming)
 
 
