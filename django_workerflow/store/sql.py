@@ -8,8 +8,9 @@ what SQLite does in two statements), the name says which.
 
 The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`RENEW_LEASE_SET`)
 are written here once and used by every statement that checks or renews a lease; see
-:mod:`django_workerflow.lease` for the invariant they enforce. :mod:`.run_sql` runs them
-(prepared on PostgreSQL).
+:mod:`django_workerflow.lease` for the invariant they enforce. :mod:`.executor` runs them
+(prepared on PostgreSQL). Their full texts, per database, are checked in under
+``tests/sql/`` and kept current by ``tests/test_sql_texts.py``.
 """
 
 from __future__ import annotations
