@@ -219,12 +219,12 @@ def replay(
     test needs database access (``django_db``).
     """
     # Models need the app registry; the pytest plugin imports this before Django's setup.
-    from django_workerflow.deploy import histories
+    from django_workerflow.deploy import exports
     from django_workerflow.deploy.replay import replay_records, unregistered_problem
     from django_workerflow.store.readonly import read_only_transaction
 
-    loaded = histories.load(history)
-    records = histories.records(loaded)
+    loaded = exports.load(history)
+    records = exports.records(loaded)
     name, version, key = str(loaded["name"]), str(loaded["version"]), str(loaded["key"])
     definition_class = definition or registry.lookup(name, version)
     if definition_class is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 
-from django_workerflow.console import reruns
+from django_workerflow.console import rerun_requests
 from django_workerflow.console.controls import ControlName, admin_url, url_name
 from django_workerflow.console.instance_views import ControlViews
 from django_workerflow.console.replies import confirmation_page, record
@@ -37,7 +37,7 @@ class RerunViews(ControlViews):
         data = request.POST if request.method == "POST" else None
         form = RetryForm(data, instances=[instance])
         if form.is_valid():
-            report = reruns.retry(
+            report = rerun_requests.retry(
                 [instance], form.cleaned_data["reason"], with_children=form.with_children
             )
             return self._done(request, report, instance)
@@ -47,7 +47,7 @@ class RerunViews(ControlViews):
         instance = self._instance_for(request, object_id, ControlName.FORK)
         form = ForkForm(instance, request.POST if request.method == "POST" else None)
         if form.is_valid():
-            report, forked = reruns.fork(instance, form.fork_request())
+            report, forked = rerun_requests.fork(instance, form.fork_request())
             if forked is not None:
                 record(self.model_admin, request, report)
                 return HttpResponseRedirect(admin_url(self.model_admin, "change", forked.pk))

@@ -36,7 +36,7 @@ from django_workerflow.store.records import StepRecord, unreached_steps
 from django_workerflow.store.steps import RecordedSteps
 from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import Suspension
+from django_workerflow.values.control_flow import Suspension
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from django_workerflow.store.records import unreached_steps
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import ExecutionStopped, Suspension, TickAborted
+from django_workerflow.values.control_flow import ExecutionStopped, Suspension, TickAborted
 from django_workerflow.values.states import StepState, StepType, StopReason
 from django_workerflow.values.tracebacks import format_user_traceback
 

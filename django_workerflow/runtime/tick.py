@@ -28,12 +28,12 @@ from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
-from django_workerflow.store import instance_rows, lease, recovery
+from django_workerflow.store import instance_rows, interrupted, lease
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import ExecutionStopped, Suspension
+from django_workerflow.values.control_flow import ExecutionStopped, Suspension
 from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
@@ -152,7 +152,7 @@ def _execute(
         store = StepStore(instance.pk, lease_token=token, start_child=starting.start)
         steps = store.load()
         if suspects is None:
-            suspects = recovery.interrupted_run_steps(steps)
+            suspects = interrupted.interrupted_run_steps(steps)
         execution, passed = _replay(instance, definition_class, store, deadline, suspects)
         result = _settle(instance, token, execution, passed, replays)
         if result is not None:

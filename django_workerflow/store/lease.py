@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_workerflow.conf import settings
 from django_workerflow.store import executor, sql
-from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StopReason, WorkflowStatus
 
 if TYPE_CHECKING:

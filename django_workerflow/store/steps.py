@@ -53,7 +53,7 @@ from django_workerflow.store.transactions import (
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff, backoff_failure, retry_delay
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import (
     StepEventType,
     StepState,
