@@ -39,7 +39,12 @@ from django_workerflow.store import executor, sql
 from django_workerflow.store.instance_rows import converted
 from django_workerflow.store.lease import Lease
 from django_workerflow.store.outcomes import Outcome, read_outcomes
-from django_workerflow.store.records import STEP_FIELDS, UNSETTLED_STATES, StepRecord
+from django_workerflow.store.records import (
+    STEP_FIELDS,
+    UNSETTLED_STATES,
+    StepRecord,
+    name_parents,
+)
 from django_workerflow.store.transactions import (
     adapt,
     execute,
@@ -78,12 +83,7 @@ def read_steps(instance_pk: int) -> list[StepRecord]:
     with connection.cursor() as cursor:
         executor.execute(cursor, "read_steps", {"instance": instance_pk})
         rows = cursor.fetchall()
-    records = [StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows]
-    by_pk = {record.pk: record for record in records}
-    for record in records:
-        if record.parent_pk is not None:
-            record.parent_step_id = by_pk[record.parent_pk].step_id
-    return records
+    return name_parents([StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows])
 
 
 class ChildStarter(Protocol):
