@@ -38,6 +38,21 @@ def texts() -> dict[str, str]:
     found["model/insert_workflow_event.sql"] = model_rows.insert_event_statement(
         WorkflowInstance.workflow_events.rel.related_model._meta.db_table
     )
+    # The start's statements, as composed for a one-column instance and two rows.
+    columns = ("key", "input")
+    found["start/start_one.sql"] = sql.start_one_statement(columns, QUEUE)
+    select = sql.unnest_select(["%s::varchar", "v.c1"], [("c1", "text")])
+    found["start/start_batch_with_bells.sql"] = sql.start_batch_statement(columns, select, QUEUE)
+    found["start/start_batch.sql"] = sql.start_batch_statement(columns, select, None)
+    found["start/insert_instances.sql"] = sql.insert_instances_statement(columns, 2)
+    found["start/insert_created_events.sql"] = sql.insert_created_events_statement(2)
+    found["start/insert_bells.sql"] = sql.insert_bells_statement(QUEUE, 2)
+    found["console/distinct_values.sql"] = sql.distinct_values_statement(
+        '"workerflow_workflowinstance"', '"definition_version"'
+    )
+    found["console/explain.sql"] = sql.explain_statement("SELECT 1")
+    found["composition/listen.sql"] = sql.listen_statement("workerflow_finished_1")
+    found["composition/unlisten.sql"] = sql.unlisten_statement("workerflow_finished_1")
     return {name: text.strip() + "\n" for name, text in found.items()}
 
 

@@ -21,7 +21,7 @@ from django.db import connection
 from django_workerflow.engine.failures import failure
 from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.store import instance_rows
+from django_workerflow.store import instance_rows, sql
 from django_workerflow.store.outcomes import Outcome, read_outcome
 from django_workerflow.values import jsonvalue
 
@@ -100,7 +100,7 @@ async def await_result(
 def _listen(pk: int, key: str, deadline: float | None) -> Outcome:
     name = channel(pk)
     with connection.cursor() as cursor:
-        cursor.execute(f'LISTEN "{name}"')
+        cursor.execute(sql.listen_statement(name))
     try:
         while True:
             # Read after LISTEN: a finish committed before it is seen here, one after it
@@ -114,7 +114,7 @@ def _listen(pk: int, key: str, deadline: float | None) -> Outcome:
                 break
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(f'UNLISTEN "{name}"')
+            cursor.execute(sql.unlisten_statement(name))
 
 
 def _poll(pk: int, key: str, deadline: float | None) -> Outcome:
