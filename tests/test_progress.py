@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.test import RequestFactory
 
 import django_workerflow as workerflow
 from django_workerflow import WorkflowInputError, WorkflowStateError, testing
@@ -310,3 +315,46 @@ def test_wait_progress__sees_each_value_a_ticking_worker_reports_in_order(transa
         f"wait_progress on {connection.vendor}: latency median "
         f"{sorted(latencies)[5]:.1f} ms, max {max(latencies):.1f} ms over 10 values"
     )
+
+
+# The views docs/progress.md shows ---------------------------------------------------------
+
+
+@pytest.fixture
+def doc_views():
+    """The SSE and polling views of docs/progress.md, run as the page prints them."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "progress.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "progress_stream" in b]
+    namespace: dict = {}
+    exec(compile(block, "docs/progress.md", "exec"), namespace)
+    return namespace
+
+
+def _request(user):
+    request = RequestFactory().get("/")
+    request.user = user
+    return request
+
+
+def test_docs_views__stream_each_value_then_end_and_check_the_permission(
+    doc_views, define, workerflow_harness, django_user_model
+):
+    owner = django_user_model.objects.create_user("owner")
+    other = django_user_model.objects.create_user("other")
+
+    def execute(self):
+        self.set_progress(1, 2, message="half")
+        return "done"
+
+    workerflow.start(define(execute), key="doc-1", input={"user_id": owner.pk})
+    response = doc_views["progress_stream"](_request(owner), "doc-1")
+    assert response["Content-Type"] == "text/event-stream"
+    body = b"".join(response.streaming_content).decode()
+    assert body.startswith('data: {"current": 1, "total": 2, "fraction": 0.5, "message": "half"')
+    assert body.endswith('event: end\ndata: "completed"\n\n')
+    polled = json.loads(doc_views["progress_json"](_request(owner), "doc-1").content)
+    assert polled["status"] == "completed"
+    assert polled["progress"]["message"] == "half"
+    for view in ("progress_stream", "progress_json"):
+        with pytest.raises(PermissionDenied):
+            doc_views[view](_request(other), "doc-1")
