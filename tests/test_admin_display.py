@@ -192,4 +192,18 @@ def test_progress__without_a_total_shows_the_count_and_no_bar(
     workerflow_harness.drain()
     page = admin_client.get(change_url(instance)).content.decode()
     assert 'role="progressbar"' not in page
-    assert '<span class="wf-progress-text">17: rows</span>' in page
+    assert '<span class="wf-progress-text" title="17: rows">17: rows</span>' in page
+
+
+def test_progress__the_list_cuts_a_long_message_and_shows_it_whole_on_hover(
+    admin_client, define, workerflow_harness
+):
+    message = "copying " + "x" * 200
+    workerflow.start(
+        define(lambda self: (self.set_progress(1, 2, message=message), self.wait("go", "go"))),
+        key="bar-3",
+    )
+    workerflow_harness.drain()
+    listing = admin_client.get(changelist_url()).content.decode()
+    assert f'title="50% (1 of 2): {message}"' in listing
+    assert "x" * 61 not in listing.replace(message, "")

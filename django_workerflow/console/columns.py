@@ -56,6 +56,10 @@ class InstanceChangeList(ChangeList):
         self.large_list = self.result_count >= estimated_count.LARGE_LIST
 
 
+#: The progress text the list shows under a status (the whole text on hover).
+PROGRESS_TEXT_LIMIT = 60
+
+
 class InstanceColumns:
     """The display methods the instance admin names in ``list_display``."""
 
@@ -81,7 +85,7 @@ class InstanceColumns:
             instance.status,
             instance.get_status_display(),
         )
-        bar = progress_bar(instance.progress)
+        bar = progress_bar(instance.progress, limit=PROGRESS_TEXT_LIMIT)
         if not bar:
             return badge
         return format_html('{}<span class="wf-progress-line">{}</span>', badge, bar)

@@ -44,20 +44,23 @@ def progress_line(progress: Progress) -> str:
     return f"[{'#' * filled}{'.' * (20 - filled)}] {text}"
 
 
-def progress_bar(progress: Progress | None) -> str:
-    """A bar (when there is a total) and :func:`progress_text` as HTML; "" for none."""
+def progress_bar(progress: Progress | None, *, limit: int | None = None) -> str:
+    """A bar (when there is a total) and :func:`progress_text` as HTML, cut at ``limit``
+    characters (the whole text on hover); "" for none."""
     if progress is None:
         return ""
-    text = progress_text(progress)
+    text = whole = progress_text(progress)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
     if progress.fraction is None:
-        return format_html('<span class="wf-progress-text">{}</span>', text)
+        return format_html('<span class="wf-progress-text" title="{}">{}</span>', whole, text)
     percent = f"{progress.fraction * 100:.1f}"
     return format_html(
         '<span class="wf-progress" role="progressbar" aria-valuemin="0" aria-valuemax="100" '
         'aria-valuenow="{}" title="{}"><span class="wf-progress-fill" style="width: {}%">'
         '</span></span><span class="wf-progress-text">{}</span>',
         percent,
-        text,
+        whole,
         percent,
         text,
     )
