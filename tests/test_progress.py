@@ -358,3 +358,9 @@ def test_docs_views__stream_each_value_then_end_and_check_the_permission(
     for view in ("progress_stream", "progress_json"):
         with pytest.raises(PermissionDenied):
             doc_views[view](_request(other), "doc-1")
+
+
+def test_set_progress__outside_an_execution_is_refused(define):
+    definition = define(lambda self: None)
+    with pytest.raises(WorkflowStateError, match="Step helpers only work"):
+        definition(key="k", input=None).set_progress(1)
