@@ -1,7 +1,7 @@
 """The instance page's "Retry" and "Fork…" buttons: their form pages and what a POST does.
 
 Each view checks its permission on the server (a crafted POST without it is a 403), shows
-its form, calls :mod:`~django_workerflow.console.reruns` and records the report in the
+its form, calls :mod:`~django_workerflow.console.rerun_requests` and records the report in the
 admin history, like the other controls of :mod:`~django_workerflow.console.instance_views`.
 """
 

@@ -221,6 +221,11 @@ class Execution:
         if self.store.pending_success is not None:
             self._write(self.store.flush, fuse=True)
 
+    def set_progress(self, current: object, total: object, message: object) -> None:
+        """Report progress: held for the pass's next write (not a step: see
+        :mod:`django_workerflow.values.progress`); WorkflowInputError for a bad value."""
+        self.store.report_progress(current, total, message)
+
     # The pass's checks are above; the step helpers follow.
 
     # run ------------------------------------------------------------------------------

@@ -185,6 +185,13 @@ _FINISH_FOLLOWUPS = f"""
             AND type = %(type_child)s::varchar AND state = %(state_waiting)s::varchar
         )"""
 
+_PROGRESS_SET = (
+    "progress_current = %(progress_current)s::float8, "
+    "progress_total = %(progress_total)s::float8, "
+    "progress_message = %(progress_message)s::text, "
+    "progress_at = %(progress_at)s::timestamptz"
+)
+
 _STATEMENTS: dict[str, str] = {
     # An instance row, every column (the tick's claim and settle build the model from it).
     "read_instance": _READ_INSTANCE,
@@ -202,6 +209,14 @@ _STATEMENTS: dict[str, str] = {
     "renew_lease": f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD}",
     # Renew the lease of a running instance, locking its row; nothing if lost or not running.
     "renew_lease_running": (f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD_RUNNING}"),
+    # Store the instance's progress (set_progress()) with a write of the tick holding its
+    # lease; matches nothing once the lease is lost.
+    "write_progress": f"UPDATE {INSTANCE} SET {_PROGRESS_SET} WHERE {LEASE_HELD}",
+    # PostgreSQL: the same, waking the wait_progress callers listening (on commit).
+    "write_progress_notify": f"""
+        WITH written AS (
+            UPDATE {INSTANCE} SET {_PROGRESS_SET} WHERE {LEASE_HELD} RETURNING id
+        ) SELECT pg_notify(%(channel)s::text, '') FROM written""",
     # The current lease token of an instance: why a fenced write matched nothing.
     "lease_token": f"SELECT lease_token FROM {INSTANCE} WHERE id = %(instance)s::bigint",
     # PostgreSQL: renew the lease, create a run step with attempt 1 started, and its event.
