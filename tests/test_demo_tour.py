@@ -72,8 +72,14 @@ def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(tou
         harness.drain()
         queued = WorkflowInstance.objects.get(key="handover-queued")
         assert (queued.status, queued.admitted_at) == ("pending", None)
+        first = workerflow.wait_progress("handover-first")
+        assert (first.fraction, first.message) == (
+            0.5,
+            "pick list printed; waiting for the warehouse",
+        )
         workerflow.send_event("handover-first", "warehouse.handed-over", {"by": "you"})
         harness.drain()
+        assert WorkflowInstance.objects.get(key="handover-first").progress.fraction == 1.0
         queued.refresh_from_db()
         assert queued.admitted_at is not None
         assert queued.status == "running"  # now waiting for its own handover

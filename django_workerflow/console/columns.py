@@ -19,6 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from django_workerflow.console import describe, estimated_count
+from django_workerflow.console.progress import progress_bar
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
@@ -55,6 +56,10 @@ class InstanceChangeList(ChangeList):
         self.large_list = self.result_count >= estimated_count.LARGE_LIST
 
 
+#: The progress text the list shows under a status (the whole text on hover).
+PROGRESS_TEXT_LIMIT = 60
+
+
 class InstanceColumns:
     """The display methods the instance admin names in ``list_display``."""
 
@@ -73,11 +78,17 @@ class InstanceColumns:
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, instance: WorkflowInstance) -> str:
-        return format_html(
+        """The status, and the progress bar below it (no column of its own: the list fits
+        1,366 px)."""
+        badge = format_html(
             '<span class="wf-badge wf-status-{}">{}</span>',
             instance.status,
             instance.get_status_display(),
         )
+        bar = progress_bar(instance.progress, limit=PROGRESS_TEXT_LIMIT)
+        if not bar:
+            return badge
+        return format_html('{}<span class="wf-progress-line">{}</span>', badge, bar)
 
     @admin.display(description="waiting on")
     def waiting_on(self, instance: WorkflowInstance) -> str:

@@ -24,8 +24,8 @@ def is_queued(instance: WorkflowInstance) -> bool:
 def queued_words(instance: WorkflowInstance, now: datetime) -> str:
     """Say why the queued ``instance`` is not admitted yet (a few queries)."""
     from django_workerflow.console.describe import (
-        format_when,
-    )  # describe imports this module: import late
+        format_when,  # describe imports this module: import late
+    )
 
     state = queue_state(instance.definition_name, instance.concurrency_key, now)
     if state is None:

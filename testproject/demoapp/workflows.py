@@ -52,8 +52,11 @@ class WarehouseHandover(WorkflowDefinition):
         return self.input["warehouse"]
 
     def execute(self) -> dict:
+        self.set_progress(0, 2, message="printing the pick list")
         self.run("pick-list", lambda: {"batch": self.input["batch"]})
+        self.set_progress(1, 2, message="pick list printed; waiting for the warehouse")
         receipt = self.wait("handover", "warehouse.handed-over", timeout=timedelta(hours=1))
+        self.set_progress(2, 2, message="handed over")
         return {"batch": self.input["batch"], "receipt": receipt}
 
 
