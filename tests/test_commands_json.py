@@ -24,6 +24,7 @@ INSTANCE_FIELDS = {
     "updated_at",
     "finished_at",
     "alarm_at",
+    "progress",
     "waiting_on",
 }
 STEP_FIELDS = {
@@ -185,3 +186,25 @@ def test_show_json__keeps_user_data_as_it_is(define, workerflow_harness):
 
     assert "\x1b" not in out.getvalue()  # JSON escapes control characters
     assert json.loads(out.getvalue())["steps"][0]["step_id"] == "evil\x1b[31m\nstep"
+
+
+def test_list_and_show_json__give_the_instances_progress(define, workerflow_harness):
+    def execute(self):
+        self.set_progress(4200, 10000, message="importing rows")
+        self.wait("go", "go")
+
+    workerflow.start(define(execute), key="p-1")
+    workerflow.start(define(lambda self: self.wait("go", "go"), name="still"), key="p-2")
+    workerflow_harness.drain()
+
+    shown = run_json("show", "p-1")["progress"]
+    listed = {row["key"]: row["progress"] for row in run_json("list")["instances"]}
+
+    assert listed == {"p-1": shown, "p-2": None}
+    assert {k: shown[k] for k in ("current", "total", "fraction", "message")} == {
+        "current": 4200,
+        "total": 10000,
+        "fraction": 0.42,
+        "message": "importing rows",
+    }
+    assert_zoned(shown["updated_at"])

@@ -20,6 +20,7 @@ from django_workerflow.console.history import History
 from django_workerflow.console.steptree import StepNode
 from django_workerflow.console.summary import build_summary
 from django_workerflow.models import FinishDelivery, WorkflowInstance, WorkflowStatus
+from django_workerflow.values.progress import Progress
 
 
 def dumps(document: dict[str, Any]) -> str:
@@ -112,6 +113,19 @@ def _identity(instance: WorkflowInstance) -> dict[str, Any]:
         "updated_at": iso(instance.updated_at),
         "finished_at": iso(instance.finished_at),
         "alarm_at": iso(instance.alarm_at),
+        "progress": _progress(instance.progress),
+    }
+
+
+def _progress(progress: Progress | None) -> dict[str, Any] | None:
+    if progress is None:
+        return None
+    return {
+        "current": progress.current,
+        "total": progress.total,
+        "fraction": progress.fraction,
+        "message": progress.message,
+        "updated_at": iso(progress.updated_at),
     }
 
 
