@@ -17,6 +17,8 @@ Environment variables:
 - ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
 - ``WORKERFLOW_TICK_BUDGET``: overrides how long a tick may execute before it yields (tests
   that stop a cluster while it works).
+- ``WORKERFLOW_Q_LOG_LEVEL``: django-q2's ``log_level`` (default INFO); ``DEBUG`` also logs
+  its lines about the engine's own tasks (tests that read which bells a cluster ran).
 
 The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each with a
 default, so none are needed here.
@@ -158,6 +160,8 @@ Q_CLUSTER = {
     "catch_up": False,
     "ack_failures": True,
 }
+if "WORKERFLOW_Q_LOG_LEVEL" in os.environ:
+    Q_CLUSTER["log_level"] = os.environ["WORKERFLOW_Q_LOG_LEVEL"]
 
 # --- django-workerflow -----------------------------------------------------------------
 

@@ -329,7 +329,8 @@ def test_lost_bell__is_rung_again_by_the_sweep(qcluster: ClusterRunner) -> None:
 def test_start_in_a_rolled_back_transaction__rings_nothing(
     qcluster: ClusterRunner, tmp_path: Path
 ) -> None:
-    qcluster.start()
+    # DEBUG: django-q2's "processing" lines about the engine's bells are logged.
+    qcluster.start(WORKERFLOW_Q_LOG_LEVEL="DEBUG")
     marker = tmp_path / "rolled-back"
     started = []
 
