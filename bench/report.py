@@ -323,7 +323,7 @@ def figures_table(results: Results) -> Table:
         "check_replay",
     )
     table.row(
-        f"kill-to-retry, lease 12 s, sweep 5 s "
+        f"kill-to-retry, default settings "
         f"({any_result(results, 'recovery', 'kill_to_retry', 'count') or '-'} kills)",
         lambda r: (
             " / ".join(

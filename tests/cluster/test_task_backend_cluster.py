@@ -21,7 +21,7 @@ from tests.clusterapp import tasks
 from tests.reliability.conftest import print_figures
 
 from .conftest import ClusterRunner, wait_until
-from .test_worker_recovery import RECOMMENDED, wait_for_heartbeat
+from .test_worker_recovery import DEFAULTS, wait_for_heartbeat
 
 try:  # Django 6
     from django.tasks import TaskResultStatus
@@ -43,7 +43,7 @@ def finished(result) -> bool:
 def test_killed_worker__the_task_runs_again_without_using_up_its_attempt(
     qcluster: ClusterRunner, tmp_path
 ):
-    qcluster.start(**RECOMMENDED)
+    qcluster.start(**DEFAULTS)
     wait_for_heartbeat()
     path = tmp_path / "slow"
     result = tasks.slow_once.enqueue(str(path), 60)

@@ -7,8 +7,10 @@ them to count callback executions and to check which process ran what, and when.
 
 from __future__ import annotations
 
+import math
 import os
 import random
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -98,6 +100,60 @@ class Crash(WorkflowDefinition):
         if append_line(attempts, str(os.getpid())) == 1:
             time.sleep(30)
         return os.getpid()
+
+
+def hold_the_gil(seconds: float) -> float:
+    """Hold the GIL in one C call for about ``seconds``; return the longest time a ticking
+    thread was kept from running meanwhile (the proof that no other thread ran).
+
+    ``sum(range(n))`` is one C loop that never returns to the interpreter, so no other
+    thread of the process (the lease heartbeat included) runs until it returns; a long
+    ``re`` match behaves the same. ``time.sleep`` and big ``hashlib``/``zlib`` calls release
+    the GIL and would prove nothing.
+    """
+    fastest = math.inf  # the best of five: a calibration slowed by a busy machine overshoots
+    for _ in range(5):
+        start = time.perf_counter()
+        sum(range(1_000_000))
+        fastest = min(fastest, time.perf_counter() - start)
+    rate = 1_000_000 / max(fastest, 1e-6)
+    gaps = [0.0]
+    stop = False
+
+    def tick() -> None:
+        last = time.perf_counter()
+        while not stop:
+            time.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    time.sleep(0.05)
+    sum(range(int(rate * seconds)))
+    stop = True
+    ticker.join()
+    return max(gaps)
+
+
+class GilHold(WorkflowDefinition):
+    """One step whose first attempt holds the GIL in a C call for ``seconds``."""
+
+    name = "cluster-gil-hold"
+    version = "1"
+
+    def execute(self) -> float:
+        return self.run("hold", self.hold, max_attempts=3)
+
+    def hold(self) -> float:
+        trace, marker = self.input["trace"], Path(self.input["marker"])
+        seconds = 0.0 if marker.exists() else self.input["seconds"]
+        marker.touch()
+        trace_callback(trace, "start", self.key, "hold", os.getpid(), f"{time.time():.6f}")
+        blocked = hold_the_gil(seconds) if seconds else 0.0
+        trace_callback(trace, "end", self.key, "hold", os.getpid(), f"{blocked:.3f}")
+        return blocked
 
 
 class Nap(WorkflowDefinition):
