@@ -59,7 +59,7 @@ def test_killed_worker__the_task_runs_again_without_using_up_its_attempt(
     wait_until(lambda: finished(result), timeout=60, what="the task to finish")
 
     rerun_at = path.stat().st_mtime
-    print_figures("task kill-to-rerun, recommended settings", seconds=f"{rerun_at - killed_at:.1f}")
+    print_figures("task kill-to-rerun, default settings", seconds=f"{rerun_at - killed_at:.1f}")
     assert result.status == TaskResultStatus.SUCCESSFUL  # max_attempts is 1: not used up
     assert result.return_value == 2
     assert result.attempts == 2  # the killed attempt, then the one that ran it again
