@@ -101,15 +101,18 @@ def test_live_worker__a_callback_longer_than_several_leases_is_never_taken_over(
     assert "taking over an expired lease" not in qcluster.log()
 
 
-def run_gil_hold(qcluster: ClusterRunner, tmp_path: Path, seconds: float, **env: str):
-    """Run ``cluster-gil-hold`` (one C call holding the GIL for ``seconds``) while the test
-    rings a bell for the instance every half second; return the instance and the trace."""
+def run_gil_hold(
+    qcluster: ClusterRunner, tmp_path: Path, seconds: float, delay: float = 0.0, **env: str
+):
+    """Run ``cluster-gil-hold`` (a sleep of ``delay``, then one C call holding the GIL for
+    about ``seconds``) while the test rings a bell for the instance every half second;
+    return the instance and the trace."""
     qcluster.start(**env)
     trace, marker = tmp_path / "trace", tmp_path / "marker"
     instance = start(
         "cluster-gil-hold",
         key="gil-1",
-        input={"trace": str(trace), "marker": str(marker), "seconds": seconds},
+        input={"trace": str(trace), "marker": str(marker), "seconds": seconds, "delay": delay},
     )
     wait_until(trace.exists, timeout=30, what="the callback to start")
     deadline = time.monotonic() + seconds + 40
@@ -124,15 +127,25 @@ def run_gil_hold(qcluster: ClusterRunner, tmp_path: Path, seconds: float, **env:
 def test_live_worker__a_c_call_holding_the_gil_under_two_thirds_of_the_lease_is_not_taken_over(
     qcluster: ClusterRunner, tmp_path
 ):
-    # The defaults: a 12 s lease renewed every 4 s. The callback holds the GIL for about
-    # 5 s, so the heartbeat misses at least one renewal, and the lease still never runs out.
-    instance, trace = run_gil_hold(qcluster, tmp_path, 5.0, **DEFAULTS)
+    # The defaults: a 12 s lease, renewed by the heartbeat 4 s after the tick began. The
+    # callback sleeps 3 s, then holds the GIL for about 3.5 s: across the renewal's due time,
+    # so the heartbeat is held up, and well before the lease's end, so it renews in time.
+    instance, trace = run_gil_hold(qcluster, tmp_path, 3.5, delay=3.0, **DEFAULTS)
     starts = [line for line in trace if line.startswith("start")]
+    assert len(starts) == 1, "the step ran twice: another worker took the live one over"
     (end,) = [line for line in trace if line.startswith("end")]
-    blocked = float(end.split()[-1])
-    print_figures("GIL held in one C call, default lease", blocked_seconds=f"{blocked:.1f}")
-    assert blocked > 4.0  # a renewal fell due while the GIL was held: the test means something
-    assert len(starts) == 1
+    began, ended, blocked = (float(field) for field in end.split()[-3:])
+    print_figures(
+        "GIL held in one C call, default lease",
+        from_s=f"{began:.1f}",
+        to_s=f"{ended:.1f}",
+        blocked_seconds=f"{blocked:.1f}",
+    )
+    # The renewal fell due while the GIL was held (the test means something) ...
+    assert began < 3.8
+    assert ended > 4.5
+    assert blocked > 2.0
+    # ... and the lease was renewed once it returned, long before it ran out.
     assert Step.objects.get(instance=instance, step_id="hold").attempt_count == 1
     assert "taking over an expired lease" not in qcluster.log()
 
@@ -141,10 +154,10 @@ def test_live_worker__a_c_call_holding_the_gil_past_the_lease_is_taken_over_and_
     qcluster: ClusterRunner, tmp_path
 ):
     # The bound the docs state, shown: a 3 s lease (renewed every second), a sweep every
-    # second, and the GIL held for 6 s. The heartbeat cannot run, the lease runs out, another
+    # second, and the GIL held for about 8 s. The heartbeat cannot run, the lease runs out, another
     # worker takes over and retries the step; the first worker's late success is fenced off.
     instance, trace = run_gil_hold(
-        qcluster, tmp_path, 6.0, WORKERFLOW_LEASE_SECONDS="3", WORKERFLOW_SWEEP_SECONDS="1"
+        qcluster, tmp_path, 8.0, WORKERFLOW_LEASE_SECONDS="3", WORKERFLOW_SWEEP_SECONDS="1"
     )
     starts = [line for line in trace if line.startswith("start")]
     assert len(starts) == 2
