@@ -323,7 +323,7 @@ def figures_table(results: Results) -> Table:
         "check_replay",
     )
     table.row(
-        f"kill-to-retry, lease 12 s, sweep 5 s "
+        f"kill-to-retry, default settings "
         f"({any_result(results, 'recovery', 'kill_to_retry', 'count') or '-'} kills)",
         lambda r: (
             " / ".join(
@@ -682,10 +682,11 @@ def details(results: Results) -> list[str]:
 
 def render(results: Results, *, smoke: bool) -> str:
     from .targets15 import targets_table as targets15_table
+    from .targets24 import targets_table as targets24_table
 
     lines = figures_table(results).lines
-    # The two target blocks share their widths: their columns line up with each other too.
-    blocks = [targets_table(results), targets15_table(results)]
+    # The target blocks share their widths: their columns line up with each other too.
+    blocks = [targets_table(results), targets15_table(results), targets24_table(results)]
     label_width = max(block.widths()[0] for block in blocks)
     cell_width = max(block.widths()[1] for block in blocks)
     for block in blocks:

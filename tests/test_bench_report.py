@@ -65,12 +65,32 @@ def _results(vendor: str) -> dict[str, Any]:
         if postgresql
         else {"start_latency": latency, "tasks": 2_000, "tasks_per_second": 211.0},
     }
+    slowest = 15.5 if postgresql else 21.0
+    results["recovery"] = {
+        "settings": "defaults",
+        "kill_to_retry": {
+            "count": 5,
+            "min": 11.7,
+            "median": 13.0,
+            "p99": slowest,
+            "max": slowest,
+            "early": 0,
+        },
+    }
     return results
 
 
 def _table() -> list[str]:
     results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
     return render(results, smoke=False).splitlines()
+
+
+def test_report__kill_to_retry_passes_at_20_s_with_the_defaults_and_misses_above():
+    lines = _table()
+    (row,) = [line for line in lines if line.startswith("  kill -> next attempt")]
+
+    assert "13.0 / 21.0 s MISS" in row  # SQLite: the slowest kill took 21 s
+    assert row.endswith("13.0 / 15.5 s PASS")  # PostgreSQL
 
 
 def test_report__numbers_every_section_once_in_order():

@@ -10,7 +10,7 @@ from django_workerflow.conf import settings
 
 def test_settings__defaults_when_the_project_sets_nothing():
     assert settings.TICK_BUDGET == 20.0
-    assert settings.LEASE_SECONDS == 60.0
+    assert settings.LEASE_SECONDS == 12.0
     assert settings.MAX_JSON_BYTES == 1024 * 1024
     assert settings.MAX_DURATION_DAYS == 3650
     assert settings.PREPARED_STATEMENTS is True

@@ -5,6 +5,12 @@ lease, which would otherwise let a second worker take the instance over. One dae
 per process serves every tick running in it, each renewed every third of the lease: a
 thread started and joined per tick cost about a fifth of a short workflow's tick in a
 worker (measured with py-spy on a 500-workflow fleet).
+
+The thread needs the GIL: while a callback holds it in one C call (a pathological ``re``
+match, big-integer arithmetic; not ``time.sleep``, ``hashlib`` or ``zlib``, which release
+it), no renewal runs. A hold shorter than two thirds of the lease is absorbed (the renewal
+runs when the call returns); a longer one lets the lease expire, and the fence then keeps the
+first worker from writing past its step (``docs/operations.md#leases-and-crash-recovery``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from tests.clusterapp import tasks
 from tests.reliability.conftest import print_figures
 
 from .conftest import ClusterRunner, wait_until
-from .test_worker_recovery import RECOMMENDED, wait_for_heartbeat
+from .test_worker_recovery import DEFAULTS, wait_for_heartbeat
 
 try:  # Django 6
     from django.tasks import TaskResultStatus
@@ -43,7 +43,7 @@ def finished(result) -> bool:
 def test_killed_worker__the_task_runs_again_without_using_up_its_attempt(
     qcluster: ClusterRunner, tmp_path
 ):
-    qcluster.start(**RECOMMENDED)
+    qcluster.start(**DEFAULTS)
     wait_for_heartbeat()
     path = tmp_path / "slow"
     result = tasks.slow_once.enqueue(str(path), 60)
@@ -59,7 +59,7 @@ def test_killed_worker__the_task_runs_again_without_using_up_its_attempt(
     wait_until(lambda: finished(result), timeout=60, what="the task to finish")
 
     rerun_at = path.stat().st_mtime
-    print_figures("task kill-to-rerun, recommended settings", seconds=f"{rerun_at - killed_at:.1f}")
+    print_figures("task kill-to-rerun, default settings", seconds=f"{rerun_at - killed_at:.1f}")
     assert result.status == TaskResultStatus.SUCCESSFUL  # max_attempts is 1: not used up
     assert result.return_value == 2
     assert result.attempts == 2  # the killed attempt, then the one that ran it again

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import random
+import statistics
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -98,6 +100,77 @@ class Crash(WorkflowDefinition):
         if append_line(attempts, str(os.getpid())) == 1:
             time.sleep(30)
         return os.getpid()
+
+
+def hold_the_gil(seconds: float) -> float:
+    """Hold the GIL in one C call for about ``seconds``; return the longest time a ticking
+    thread was kept from running meanwhile (the proof that no other thread ran).
+
+    ``sum(range(n))`` is one C loop that never returns to the interpreter, so no other
+    thread of the process (the lease heartbeat included) runs until it returns; a long
+    ``re`` match behaves the same. ``time.sleep`` and big ``hashlib``/``zlib`` calls release
+    the GIL and would prove nothing.
+    """
+    # The median of five: one run slowed (or sped up) by a busy machine does not set the hold.
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        sum(range(1_000_000))
+        runs.append(time.perf_counter() - start)
+    rate = 1_000_000 / max(statistics.median(runs), 1e-6)
+    gaps = [0.0]
+    stop = False
+
+    def tick() -> None:
+        last = time.perf_counter()
+        while not stop:
+            time.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    time.sleep(0.05)
+    sum(range(int(rate * seconds)))
+    stop = True
+    ticker.join()
+    return max(gaps)
+
+
+class GilHold(WorkflowDefinition):
+    """One step whose first attempt sleeps ``delay`` seconds (the GIL released), then holds
+    the GIL in a C call for about ``seconds``. The trace's end line carries when the hold
+    began and ended, and how long a ticking thread was blocked."""
+
+    name = "cluster-gil-hold"
+    version = "1"
+
+    def execute(self) -> float:
+        return self.run("hold", self.hold, max_attempts=3)
+
+    def hold(self) -> float:
+        trace, marker = self.input["trace"], Path(self.input["marker"])
+        seconds = 0.0 if marker.exists() else self.input["seconds"]
+        marker.touch()
+        started = time.time()
+        trace_callback(trace, "start", self.key, "hold", os.getpid(), f"{started:.6f}")
+        if seconds:
+            time.sleep(self.input.get("delay", 0.0))
+        began = time.time()
+        blocked = hold_the_gil(seconds) if seconds else 0.0
+        ended = time.time()
+        trace_callback(
+            trace,
+            "end",
+            self.key,
+            "hold",
+            os.getpid(),
+            f"{began - started:.3f}",
+            f"{ended - started:.3f}",
+            f"{blocked:.3f}",
+        )
+        return blocked
 
 
 class Nap(WorkflowDefinition):
