@@ -10,18 +10,17 @@ Environment variables:
 - ``WORKERFLOW_PG_NAME``: PostgreSQL database name (default ``workerflow``).
 - ``WORKERFLOW_PG_PORT``: PostgreSQL port on 127.0.0.1 (default 5432; a private server lets
   the database restart test run without disturbing others).
-- ``WORKERFLOW_TEST_APPS``: ``1`` adds the test-only app ``tests.clusterapp`` (always added
-  under pytest), so qcluster subprocesses started by the tests import its workflows.
 - ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
 - ``WORKERFLOW_TICK_BUDGET``: overrides how long a tick may execute before it yields (tests
   that stop a cluster while it works).
+
+The test suite runs ``tests/settings.py``, which adds its own apps to these.
 
 The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each with a
 default, so none are needed here.
 """
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -45,10 +44,6 @@ INSTALLED_APPS = [
     "django_workerflow",
     "testproject.shop",
 ]
-
-# The test workflows must be importable by the tests' qcluster subprocesses too.
-if "pytest" in sys.modules or os.environ.get("WORKERFLOW_TEST_APPS"):
-    INSTALLED_APPS.append("tests.clusterapp")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -186,8 +186,7 @@ def cluster_environment(extra: dict[str, str]) -> dict[str, str]:
     """The environment that points a qcluster subprocess at this test's database."""
     env = dict(os.environ)
     env.update(
-        DJANGO_SETTINGS_MODULE="testproject.settings",
-        WORKERFLOW_TEST_APPS="1",
+        DJANGO_SETTINGS_MODULE="tests.settings",
         PYTHONUNBUFFERED="1",
     )
     name = str(connection.settings_dict["NAME"])
