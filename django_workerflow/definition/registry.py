@@ -17,7 +17,7 @@ _definitions: dict[str, dict[str, type[WorkflowDefinition]]] = {}
 _replacing = 0
 
 
-def version_sort_key(version: str) -> tuple:
+def version_sort_key(version: str) -> tuple[tuple[int, int, str], ...]:
     """Order versions naturally: "2" < "10", "2026-03-19" < "2026-03-20"."""
     return tuple(
         (0, int(part), "") if part.isdigit() else (1, 0, part)

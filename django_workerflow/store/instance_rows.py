@@ -31,7 +31,7 @@ Converter = Callable[[Any, Any, Any], Any]
 @cache
 def _converters(
     model: type[Model], columns: tuple[str, ...], vendor: str
-) -> tuple[tuple[Field, tuple[Converter, ...]], ...]:
+) -> tuple[tuple[Field[Any, Any], tuple[Converter, ...]], ...]:
     """Each column's field and the converters the ORM applies to its values."""
     by_column = {field.column: field for field in model._meta.concrete_fields}
     table = model._meta.db_table
@@ -74,7 +74,7 @@ def read_instance(pk: int, *, lock: bool) -> WorkflowInstance | None:
 
 
 @cache
-def _fields_by_name() -> dict[str, Field]:
+def _fields_by_name() -> dict[str, Field[Any, Any]]:
     """The instance's concrete fields by name (a foreign key also by its ``_id`` name)."""
     fields = WorkflowInstance._meta.concrete_fields
     return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}

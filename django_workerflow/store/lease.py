@@ -105,7 +105,8 @@ class Lease:
         cursor.execute(
             sql.statement(connection_vendor(cursor), "renew_lease"), self._renewal(adapt, now)
         )
-        return cursor.rowcount == 1
+        renewed: bool = cursor.rowcount == 1
+        return renewed
 
     def stop_reason(self, cursor: Any) -> StopReason:
         """Why a fenced write matched nothing: the lease is gone, or the status changed."""
@@ -124,4 +125,5 @@ class Lease:
 
 def connection_vendor(cursor: Any) -> str:
     """The vendor of the connection a Django cursor wrapper belongs to."""
-    return cursor.db.vendor
+    vendor: str = cursor.db.vendor
+    return vendor

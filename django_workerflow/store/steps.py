@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
@@ -115,7 +116,7 @@ class StepStore(ChildStepStore):
         self._remember(record)
         return record
 
-    def _start_new_run(self, values: dict, now: datetime) -> int:
+    def _start_new_run(self, values: dict[str, Any], now: datetime) -> int:
         with hot_write(values) as cursor:
             executor.execute(cursor, start_new_run_statement(values["renew"]), values)
             row = cursor.fetchone()
@@ -130,9 +131,11 @@ class StepStore(ChildStepStore):
                     StepEventType.ATTEMPT_STARTED,
                     attempt_number=1,
                 )
-        return row[0]
+        return int(row[0])
 
-    def _succeed_and_start(self, pending: PendingSuccess, values: dict, now: datetime) -> int:
+    def _succeed_and_start(
+        self, pending: PendingSuccess, values: dict[str, Any], now: datetime
+    ) -> int:
         """Record ``pending`` and start the new run step in one statement (PostgreSQL) or one
         IMMEDIATE transaction (SQLite), committed synchronously. The success lands even if
         the start is refused (paused, cancelled): ExecutionStopped is raised after it."""
@@ -172,7 +175,7 @@ class StepStore(ChildStepStore):
                 stopped = self.lease.stop_reason(cursor)
         if stopped is not None:
             raise ExecutionStopped(stopped)
-        return new_pk
+        return int(new_pk)
 
     def _refused(self, cursor: object, step_id: str, attempt: int, now: datetime) -> None:
         """A success matched no row: the lease was taken over (and the attempt recorded as
