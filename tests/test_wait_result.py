@@ -91,7 +91,7 @@ def test_wait_result__refuses_bad_timeouts(waiter, workerflow_harness):
 def _finish_later(key: str, delay: float) -> None:
     time.sleep(delay)
     workerflow.send_event(key, "go", "late")
-    verbs.tick(verbs._pk(key))
+    verbs.tick(verbs.WorkflowInstance.objects.get(key=key).pk)
 
 
 def test_wait_result__returns_when_another_worker_finishes(transactional_db, waiter):
@@ -152,7 +152,7 @@ def _tick_after_event_in_thread(key: str) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with bells.suppressed():
-                verbs.tick(verbs._pk(key))
+                verbs.tick(verbs.WorkflowInstance.objects.get(key=key).pk)
             if verbs.WorkflowInstance.objects.get(key=key).is_terminal:
                 return
             time.sleep(0.05)

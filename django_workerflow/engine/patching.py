@@ -43,16 +43,16 @@ def patched(execution: Execution, change_id: str) -> bool:
     if record is not None and step_id in execution.seen_step_ids:
         # Asked again in the same pass: the same answer, not a duplicate step.
         return bool(record.result)
-    execution._reach(step_id)
+    execution._reach(step_id)  # noqa: SLF001 - patched() is part of Execution's replay pass
     if record is not None:
-        execution._check_kind(record, StepType.PATCH)
+        execution._check_kind(record, StepType.PATCH)  # noqa: SLF001 - patched() is part of Execution's replay pass
         return bool(record.result)
     applied = not _history_went_past(execution)
-    record = execution._write(
+    record = execution._write(  # noqa: SLF001 - patched() is part of Execution's replay pass
         store.record_patch_marker,
         step_id,
         applied=applied,
-        parent_step_id=execution._parent(),
+        parent_step_id=execution._parent(),  # noqa: SLF001 - patched() is part of Execution's replay pass
     )
     return bool(record.result)
 

@@ -63,8 +63,8 @@ class FailureTransitions:
         instance.error_message = error_message
         instance.error_traceback = traceback
         instance.error_step_id = step_id
-        instance._finish_tick(now)
-        instance._save_fields(
+        instance._finish_tick(now)  # noqa: SLF001 - this mixin is part of WorkflowInstance
+        instance._save_fields(  # noqa: SLF001 - this mixin is part of WorkflowInstance
             [
                 "status",
                 "error_name",
@@ -79,8 +79,8 @@ class FailureTransitions:
                 "finished_at",
             ]
         )
-        instance._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
-        instance._finished(now, None)
+        instance._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)  # noqa: SLF001 - this mixin is part of WorkflowInstance
+        instance._finished(now, None)  # noqa: SLF001 - this mixin is part of WorkflowInstance
 
     def set_retried(self, now: datetime, reason: str | None) -> None:
         """failed -> running, due at once; the failure's fields are cleared (its attempts
@@ -94,7 +94,7 @@ class FailureTransitions:
         instance.alarm_at = now
         instance.updated_at = now
         instance.finished_at = None
-        instance._save_fields(
+        instance._save_fields(  # noqa: SLF001 - this mixin is part of WorkflowInstance
             [
                 "status",
                 "error_name",
@@ -106,7 +106,7 @@ class FailureTransitions:
                 "finished_at",
             ]
         )
-        instance._record(
+        instance._record(  # noqa: SLF001 - this mixin is part of WorkflowInstance
             WorkflowEventType.RETRIED, now, previous=WorkflowStatus.FAILED, reason=reason
         )
 
@@ -114,7 +114,7 @@ class FailureTransitions:
         """Record on the source that ``fork`` was forked from it; nothing else changes."""
         text = f"forked to '{fork.key}'" + (f": {reason}" if reason else "")
         instance = _instance(self)
-        instance._record(WorkflowEventType.FORKED, now, previous=instance.status, reason=text)
+        instance._record(WorkflowEventType.FORKED, now, previous=instance.status, reason=text)  # noqa: SLF001 - this mixin is part of WorkflowInstance
 
 
 def _instance(mixin: FailureTransitions) -> WorkflowInstance:

@@ -75,5 +75,5 @@ def _enqueue(when: datetime) -> None:
         when.isoformat(),
         task_name="workerflow sweep",
         save=False,
-        broker=bells._delayed_orm_broker(when),
+        broker=bells._delayed_orm_broker(when),  # noqa: SLF001 - bells' one delayed-enqueue path
     )
