@@ -1,5 +1,5 @@
-"""Shared fixtures: throwaway definitions registered for one test only, and a recorder of
-the status changes the runtime announces."""
+"""Shared fixtures: throwaway definitions registered for one test only, a recorder of the
+status changes the runtime announces, and the step store of a claimed instance."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from django_workerflow import WorkflowDefinition
 from django_workerflow.definition import registry
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.signals import workflow_status_changed
+from django_workerflow.store.steps import StepStore
+
+from .factories import WorkflowInstanceFactory
+from .runtime_helpers import claim
 
 _counter = itertools.count()
 
@@ -66,6 +70,18 @@ def status_changes() -> Iterator[StatusRecorder]:
     workflow_status_changed.connect(recorder, weak=False)
     yield recorder
     workflow_status_changed.disconnect(recorder)
+
+
+@pytest.fixture
+def claimed_store(db: None) -> Callable[..., tuple[StepStore, WorkflowInstance]]:
+    """Return ``claimed_store(instance=None)``: the instance (a new one by default) claimed
+    as a tick claims it, running and leased, and that tick's step store."""
+
+    def make(instance: WorkflowInstance | None = None) -> tuple[StepStore, WorkflowInstance]:
+        instance = instance if instance is not None else WorkflowInstanceFactory()
+        return claim(instance), instance
+
+    return make
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

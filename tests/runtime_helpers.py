@@ -1,17 +1,32 @@
-"""Helpers for the runtime tests: read an instance's steps, parents, failures and events,
-and a step callback that fails once."""
+"""Helpers for the runtime tests: claim an instance as a tick does, read an instance's steps,
+parents, failures and events, and a step callback that fails once."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
+
 from django_workerflow.models import Step, WorkflowInstance
+from django_workerflow.store import lease
+from django_workerflow.store.steps import StepStore
+from django_workerflow.values.clock import now
 
 VERSION = "2026-03-19"
 OTHER_VERSION = "2026-03-20"
 ONE_DAY = timedelta(days=1)
+
+
+def claim(instance: WorkflowInstance) -> StepStore:
+    """Claim the instance as a tick does (running, leased), and return that tick's store."""
+    token = uuid.uuid4().hex
+    with transaction.atomic():
+        locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
+        lease.claim(locked, token, now())
+    return StepStore(instance.pk, lease_token=token)
 
 
 def step(instance: WorkflowInstance, step_id: str) -> Step:

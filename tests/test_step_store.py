@@ -11,19 +11,16 @@ workflow through the harness.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
 
 import django_workerflow as workerflow
 from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
-from django_workerflow.store import lease
 from django_workerflow.store.records import StepRecord
 from django_workerflow.store.steps import StepStore
 from django_workerflow.testing import Harness
@@ -31,6 +28,7 @@ from django_workerflow.values.clock import now
 from django_workerflow.values.states import StepEventType, StepState, StepType
 
 from .factories import WorkflowInstanceFactory
+from .runtime_helpers import claim
 
 RUN, SLEEP, WAIT = StepType.RUN, StepType.SLEEP, StepType.WAIT
 
@@ -43,11 +41,7 @@ def instance(db: None) -> WorkflowInstance:
 @pytest.fixture
 def store(instance: WorkflowInstance) -> StepStore:
     """The store of a tick that claimed ``instance`` (now running, leased)."""
-    token = uuid.uuid4().hex
-    with transaction.atomic():
-        locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
-        lease.claim(locked, token, now())
-    return StepStore(instance.pk, lease_token=token)
+    return claim(instance)
 
 
 # Helpers -------------------------------------------------------------------------------
