@@ -26,13 +26,10 @@ from django_workerflow import (
 from django_workerflow.definition import registry
 from django_workerflow.models import (
     InboundEvent,
-    Step,
     WorkflowEvent,
     WorkflowInstance,
     WorkflowStatus,
 )
-
-from .bad_values import IDENTIFIERS, KEYS, NOT_JSON, OPERATIONS_BY_KEY, values
 
 pytestmark = pytest.mark.django_db
 
@@ -385,28 +382,6 @@ def test_version_conflict_error__is_a_workerflow_error():
     assert issubclass(WorkflowVersionConflictError, WorkerflowError)
 
 
-@pytest.mark.parametrize("bad_input", values(NOT_JSON))
-def test_start__input_that_is_not_json_raises_input_error_and_writes_nothing(define, bad_input):
-    definition = define(returns_input)
-
-    with pytest.raises(WorkflowInputError, match="The workflow input is not JSON") as raised:
-        workerflow.start(definition, key="k", input=bad_input)
-
-    assert isinstance(raised.value, ValueError)
-    assert instance_rows() == 0
-    assert WorkflowEvent.objects.count() == 0
-
-
-@pytest.mark.parametrize("bad_key", values(KEYS))
-def test_start__unusable_key_raises_input_error_and_writes_nothing(define, bad_key):
-    definition = define(returns_input)
-
-    with pytest.raises(WorkflowInputError):
-        workerflow.start(definition, key=bad_key)
-
-    assert instance_rows() == 0
-
-
 def test_start__with_something_that_is_not_a_definition_raises_input_error():
     with pytest.raises(WorkflowInputError, match="definition name or class"):
         workerflow.start(42)  # type: ignore[arg-type]
@@ -450,43 +425,6 @@ def test_exceptions__are_exported_under_one_base(error):
 
 
 # Unknown instances and bad operations --------------------------------------------------
-
-
-@pytest.mark.parametrize("operation", OPERATIONS_BY_KEY)
-def test_operations__on_an_unknown_key_raise_does_not_exist(operation):
-    with pytest.raises(WorkflowInstance.DoesNotExist):
-        operation("nobody")
-
-    assert InboundEvent.objects.count() == 0
-    assert WorkflowEvent.objects.count() == 0
-
-
-@pytest.mark.parametrize("payload", values(NOT_JSON))
-def test_send_event__payload_that_is_not_json_raises_input_error_and_writes_nothing(
-    define, harness, payload
-):
-    instance = workerflow.start(define(waits_for_go))
-    harness.drain()
-
-    with pytest.raises(WorkflowInputError, match="payload of event 'go'") as raised:
-        workerflow.send_event(instance, "go", payload)
-
-    assert isinstance(raised.value, ValueError)
-    assert InboundEvent.objects.count() == 0
-    assert Step.objects.get(step_id="go").state == "waiting"
-
-
-@pytest.mark.parametrize("event_name", values(IDENTIFIERS))
-def test_send_event__unusable_event_name_raises_input_error_and_writes_nothing(
-    define, harness, event_name
-):
-    instance = workerflow.start(define(waits_for_go))
-    harness.drain()
-
-    with pytest.raises(WorkflowInputError):
-        workerflow.send_event(instance, event_name, {"ok": True})
-
-    assert InboundEvent.objects.count() == 0
 
 
 def test_send_event__accepts_the_instance_or_its_key(define, harness):

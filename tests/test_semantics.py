@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group
@@ -17,7 +17,6 @@ from django_workerflow import (
     NonRetryableStepError,
     SettledResult,
     WaitStepTimedOutError,
-    WorkflowInputError,
 )
 from django_workerflow.models import (
     InboundEvent,
@@ -29,7 +28,7 @@ from django_workerflow.models import (
 )
 from django_workerflow.signals import workflow_status_changed
 
-from .bad_values import DURATIONS, IDENTIFIERS, MAX_ATTEMPTS, NOT_JSON, TIMEOUTS, values
+from .bad_values import NOT_JSON, values
 
 DUPLICATE_MESSAGE = (
     "Step id '{}' was already used earlier in this workflow execution. Steps must be "
@@ -1076,94 +1075,11 @@ def test_replay__recorded_sleep_reached_as_a_run_fails_with_nondeterminism(
     assert "'shape'" in instance.error_message
 
 
-def rejected(define, harness, call) -> WorkflowInputError:
-    """Run ``call(self)`` inside execute() and return the WorkflowInputError it raised."""
-    caught = []
-
-    def execute(self):
-        try:
-            call(self)
-        except WorkflowInputError as exc:
-            caught.append(exc)
-            return "rejected"
-        return "accepted"
-
-    instance = workerflow.start(define(execute))
-    harness.drain()
-    assert fresh(instance).result == "rejected", "the call was accepted"
-    assert Step.objects.count() == 0
-    assert isinstance(caught[0], ValueError)
-    return caught[0]
-
-
-@pytest.mark.parametrize("bad_id", values(IDENTIFIERS))
-@pytest.mark.parametrize(
-    "helper",
-    [
-        pytest.param(lambda self, step_id: self.run(step_id, lambda: 1), id="run"),
-        pytest.param(lambda self, step_id: self.sleep(step_id, 1), id="sleep"),
-        pytest.param(
-            lambda self, step_id: self.sleep_until(step_id, datetime(2100, 1, 1, tzinfo=UTC)),
-            id="sleep_until",
-        ),
-        pytest.param(lambda self, step_id: self.wait(step_id, "evt"), id="wait"),
-    ],
-)
-def test_step_id__unusable_raises_input_error(define, harness, helper, bad_id):
-    rejected(define, harness, lambda self: helper(self, bad_id))
-
-
 def test_step_id__of_200_characters_is_accepted(define, harness):
     instance = workerflow.start(define(lambda self: self.run("s" * 200, lambda: "ok")))
     harness.drain()
 
     assert fresh(instance).result == "ok"
-
-
-@pytest.mark.parametrize("bad_name", values(IDENTIFIERS))
-def test_wait__unusable_event_name_raises_input_error(define, harness, bad_name):
-    rejected(define, harness, lambda self: self.wait("w", bad_name))
-
-
-@pytest.mark.parametrize("duration", values(DURATIONS))
-def test_sleep__unusable_duration_raises_input_error(define, harness, duration):
-    rejected(define, harness, lambda self: self.sleep("nap", duration))
-
-
-@pytest.mark.parametrize("timeout", values(TIMEOUTS))
-def test_wait__unusable_timeout_raises_input_error(define, harness, timeout):
-    rejected(define, harness, lambda self: self.wait("w", "evt", timeout=timeout))
-
-
-def test_sleep_until__naive_datetime_raises_input_error(define, harness):
-    error = rejected(define, harness, lambda self: self.sleep_until("nap", datetime(2100, 1, 1)))
-
-    assert "timezone-aware" in str(error)
-
-
-def test_wait__naive_timeout_at_raises_input_error(define, harness):
-    error = rejected(
-        define, harness, lambda self: self.wait("w", "evt", timeout_at=datetime(2100, 1, 1))
-    )
-
-    assert "timezone-aware" in str(error)
-
-
-def test_wait__both_timeout_and_timeout_at_raises_input_error(define, harness):
-    rejected(
-        define,
-        harness,
-        lambda self: self.wait("w", "evt", timeout=5, timeout_at=self.now() + timedelta(1)),
-    )
-
-
-@pytest.mark.parametrize("max_attempts", values(MAX_ATTEMPTS))
-def test_run__unusable_max_attempts_raises_input_error(define, harness, max_attempts):
-    rejected(define, harness, lambda self: self.run("s", lambda: 1, max_attempts=max_attempts))
-
-
-def test_run__non_callable_raises_input_error(define, harness):
-    rejected(define, harness, lambda self: self.run("s", 42))
 
 
 # Pause and cancel at step boundaries ---------------------------------------------------

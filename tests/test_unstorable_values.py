@@ -1,23 +1,23 @@
 """Text the database cannot store: refused before any write, or made safe if it is an error.
 
 A lone UTF-16 surrogate cannot be encoded as UTF-8 (both databases), and PostgreSQL's text
-columns refuse NUL; both are refused on both databases alike. Error text is never refused:
-it is escaped and cut to its column, because a failure must always be recorded.
+columns refuse NUL; both are refused on both databases alike. Where a user passes such text
+(keys, event names, step ids, inputs, payloads, reasons, definition names) the refusal is a
+case of the bad-input matrix (tests/reliability/test_bad_input.py); here are the values a
+workflow produces, and error text, which is never refused: it is escaped and cut to its
+column, because a failure must always be recorded.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 
 import django_workerflow as workerflow
-from django_workerflow import NonRetryableStepError, WorkflowDefinition, WorkflowInputError
+from django_workerflow import NonRetryableStepError
 from django_workerflow.models import (
-    InboundEvent,
     Step,
     StepEvent,
     StepState,
-    WorkflowEvent,
     WorkflowInstance,
     WorkflowStatus,
 )
@@ -28,18 +28,11 @@ from django_workerflow.values.storable import (
     safe_text,
 )
 
-SURROGATE = "\ud800"
-NUL = "\x00"
+from .bad_values import NUL, SURROGATE
+
 UNSTORABLE = [pytest.param(SURROGATE, id="surrogate"), pytest.param(NUL, id="nul")]
 
 pytestmark = pytest.mark.django_db
-
-
-def row_counts() -> tuple[int, ...]:
-    return tuple(
-        model.objects.count()
-        for model in (WorkflowInstance, Step, StepEvent, WorkflowEvent, InboundEvent)
-    )
 
 
 def fresh(instance: WorkflowInstance) -> WorkflowInstance:
@@ -51,37 +44,7 @@ def waits_for_go(self):
     return self.wait("go", "go")
 
 
-@pytest.fixture
-def waiting(define, workerflow_harness) -> WorkflowInstance:
-    instance = workerflow.start(define(waits_for_go), key="waiting")
-    workerflow_harness.drain()
-    return instance
-
-
-# User values at the call sites -------------------------------------------------------
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_start__refuses_an_unstorable_key_and_writes_nothing(define, workerflow_harness, bad):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="instance key"):
-        workerflow.start(define(waits_for_go), key=f"order{bad}1")
-    assert row_counts() == before
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        pytest.param({"name": SURROGATE}, id="value"),
-        pytest.param({SURROGATE: 1}, id="key"),
-        pytest.param([["deep", f"a{SURROGATE}b"]], id="nested"),
-    ],
-)
-def test_start__refuses_an_input_holding_a_lone_surrogate(define, workerflow_harness, value):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match=r"workflow input .*surrogate"):
-        workerflow.start(define(waits_for_go), input=value)
-    assert row_counts() == before
+# Values at the call sites -------------------------------------------------------------
 
 
 def test_start__keeps_an_input_holding_nul_as_escaped_json(define, workerflow_harness):
@@ -89,69 +52,7 @@ def test_start__keeps_an_input_holding_nul_as_escaped_json(define, workerflow_ha
     assert fresh(instance).input == {"a": f"x{NUL}y"}
 
 
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_send_event__refuses_an_unstorable_event_name_and_writes_nothing(waiting, bad):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="event name"):
-        workerflow.send_event(waiting.key, f"go{bad}")
-    assert row_counts() == before
-
-
-def test_send_event__refuses_a_payload_holding_a_lone_surrogate(waiting):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="payload of event 'go'"):
-        workerflow.send_event(waiting.key, "go", {"note": SURROGATE})
-    assert row_counts() == before
-    assert fresh(waiting).status == WorkflowStatus.RUNNING
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_send_event__refuses_an_unstorable_instance_key(waiting, bad):
-    with pytest.raises(WorkflowInputError, match="instance key"):
-        workerflow.send_event(f"waiting{bad}", "go")
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_cancel__refuses_an_unstorable_reason_and_leaves_the_instance(waiting, bad):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="cancel reason"):
-        workerflow.cancel(waiting, reason=f"because{bad}")
-    assert row_counts() == before
-    assert fresh(waiting).status == WorkflowStatus.RUNNING
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_definition__refuses_an_unstorable_name(bad):
-    with pytest.raises(ImproperlyConfigured, match="name"):
-        type(
-            "Bad",
-            (WorkflowDefinition,),
-            {"name": f"bad{bad}", "execute": lambda self: None, "__module__": __name__},
-        )
-
-
-# User values inside execute() --------------------------------------------------------
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-@pytest.mark.parametrize(
-    "body",
-    [
-        pytest.param(lambda self, bad: self.run(f"step{bad}", lambda: 1), id="run-step-id"),
-        pytest.param(lambda self, bad: self.sleep(f"nap{bad}", 5), id="sleep-step-id"),
-        pytest.param(lambda self, bad: self.wait(f"w{bad}", "go"), id="wait-step-id"),
-        pytest.param(lambda self, bad: self.wait("w", f"go{bad}"), id="event-name"),
-    ],
-)
-def test_execute__an_unstorable_step_id_or_event_name_fails_the_workflow(
-    define, workerflow_harness, body, bad
-):
-    instance = workerflow.start(define(lambda self: body(self, bad)))
-    workerflow_harness.drain()
-    instance = fresh(instance)
-    assert instance.status == WorkflowStatus.FAILED
-    assert instance.error_name == "WorkflowInputError"
-    assert Step.objects.filter(instance=instance).count() == 0
+# Values the workflow produces --------------------------------------------------------
 
 
 def test_run__a_result_holding_a_lone_surrogate_fails_the_step_as_non_retryable(
