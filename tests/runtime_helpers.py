@@ -46,6 +46,11 @@ def workflow_event_types(instance: WorkflowInstance) -> list[str]:
     return [event.type for event in instance.workflow_events.all()]
 
 
+def waits_for_go(self: Any) -> Any:
+    """A definition body that waits in step 'go' for the event 'go' and returns its payload."""
+    return self.wait("go", "go")
+
+
 def refreshed(instance: WorkflowInstance) -> WorkflowInstance:
     instance.refresh_from_db()
     return instance

@@ -31,12 +31,9 @@ from django_workerflow.models import (
     WorkflowStatus,
 )
 
+from .runtime_helpers import waits_for_go
+
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def harness(workerflow_harness):
-    return workerflow_harness
 
 
 @pytest.fixture
@@ -52,10 +49,6 @@ def scratch_registry():
 
 def returns_input(self):
     return self.input
-
-
-def waits_for_go(self):
-    return self.wait("go", "go")
 
 
 def instance_rows() -> int:

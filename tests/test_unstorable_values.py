@@ -18,7 +18,6 @@ from django_workerflow.models import (
     Step,
     StepEvent,
     StepState,
-    WorkflowInstance,
     WorkflowStatus,
 )
 from django_workerflow.values.storable import (
@@ -29,19 +28,11 @@ from django_workerflow.values.storable import (
 )
 
 from .bad_values import NUL, SURROGATE
+from .runtime_helpers import refreshed, waits_for_go
 
 UNSTORABLE = [pytest.param(SURROGATE, id="surrogate"), pytest.param(NUL, id="nul")]
 
 pytestmark = pytest.mark.django_db
-
-
-def fresh(instance: WorkflowInstance) -> WorkflowInstance:
-    instance.refresh_from_db()
-    return instance
-
-
-def waits_for_go(self):
-    return self.wait("go", "go")
 
 
 # Values at the call sites -------------------------------------------------------------
@@ -49,7 +40,7 @@ def waits_for_go(self):
 
 def test_start__keeps_an_input_holding_nul_as_escaped_json(define, workerflow_harness):
     instance = workerflow.start(define(waits_for_go), input={"a": f"x{NUL}y"})
-    assert fresh(instance).input == {"a": f"x{NUL}y"}
+    assert refreshed(instance).input == {"a": f"x{NUL}y"}
 
 
 # Values the workflow produces --------------------------------------------------------
@@ -71,8 +62,8 @@ def test_run__a_result_holding_a_lone_surrogate_fails_the_step_as_non_retryable(
     workerflow_harness.drain()
     step = Step.objects.get(instance=instance, step_id="answer")
     assert (step.state, step.attempt_count) == (StepState.FAILED, 1)
-    assert fresh(instance).status == WorkflowStatus.FAILED
-    assert fresh(instance).error_name == "NonRetryableStepError"
+    assert refreshed(instance).status == WorkflowStatus.FAILED
+    assert refreshed(instance).error_name == "NonRetryableStepError"
     assert "surrogate" in seen[0]
 
 
@@ -82,13 +73,13 @@ def test_run__an_atomic_result_holding_a_lone_surrogate_fails_the_step(define, w
     )
     workerflow_harness.drain()
     assert Step.objects.get(instance=instance).state == StepState.FAILED
-    assert fresh(instance).error_name == "NonRetryableStepError"
+    assert refreshed(instance).error_name == "NonRetryableStepError"
 
 
 def test_execute__returning_a_lone_surrogate_fails_the_workflow_once(define, workerflow_harness):
     instance = workerflow.start(define(lambda self: [SURROGATE]))
     assert workerflow_harness.drain() == 1
-    instance = fresh(instance)
+    instance = refreshed(instance)
     assert instance.status == WorkflowStatus.FAILED
     assert instance.error_name == "WorkflowInputError"
     assert "return value" in instance.error_message
@@ -113,7 +104,7 @@ def test_run__an_error_message_holding_unstorable_text_is_recorded_escaped(
     assert step.error_message == expected
     failures = StepEvent.objects.filter(step=step, error_name="ValueError")
     assert [event.error_message for event in failures] == [expected, expected]
-    assert fresh(instance).error_name == "MaxAttemptsExceededError"
+    assert refreshed(instance).error_name == "MaxAttemptsExceededError"
 
 
 @pytest.mark.parametrize("bad", UNSTORABLE)
@@ -125,7 +116,7 @@ def test_execute__raising_an_error_with_unstorable_text_fails_the_workflow(
 
     instance = workerflow.start(define(execute))
     assert workerflow_harness.drain() == 1
-    instance = fresh(instance)
+    instance = refreshed(instance)
     assert instance.status == WorkflowStatus.FAILED
     assert instance.error_message == f"RuntimeError: bad{bad!r}".replace("'", "")
 
@@ -145,7 +136,7 @@ def test_run__an_error_class_name_longer_than_its_column_is_recorded_cut(
     assert len(step.error_name) == MAX_ERROR_NAME_LENGTH
     assert step.error_name.endswith(TRUNCATION_MARKER)
     assert step.error_message == f"{step.error_name}: boom"
-    assert fresh(instance).error_name == "MaxAttemptsExceededError"
+    assert refreshed(instance).error_name == "MaxAttemptsExceededError"
 
 
 def test_execute__an_error_class_name_longer_than_its_column_fails_the_workflow(
@@ -158,7 +149,7 @@ def test_execute__an_error_class_name_longer_than_its_column_fails_the_workflow(
 
     instance = workerflow.start(define(execute))
     workerflow_harness.drain()
-    instance = fresh(instance)
+    instance = refreshed(instance)
     assert instance.status == WorkflowStatus.FAILED
     assert instance.error_name == "E" * (MAX_ERROR_NAME_LENGTH - len(TRUNCATION_MARKER)) + (
         TRUNCATION_MARKER

@@ -42,6 +42,7 @@ from ..bad_values import (
     embedded,
     nested_levels,
 )
+from ..runtime_helpers import waits_for_go
 from .conftest import print_figures, table_counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]
@@ -66,20 +67,6 @@ def tally() -> Iterator[None]:
 def small_json_limit(settings) -> int:
     settings.WORKERFLOW_MAX_JSON_BYTES = SMALL_LIMIT
     return SMALL_LIMIT
-
-
-def waits_for_go(self):
-    return self.wait("go", "go")
-
-
-@pytest.fixture
-def waiting(define, workerflow_harness) -> WorkflowInstance:
-    """An instance waiting for event 'go', so that calls on it have rows to disturb."""
-    instance = workerflow.start(define(waits_for_go), key="waiting-1", input={"n": 1})
-    workerflow_harness.drain()
-    instance.refresh_from_db()
-    assert instance.status == WorkflowStatus.RUNNING
-    return instance
 
 
 def refused(call: Callable[[], Any], error: type[BaseException], *fragments: str) -> BaseException:

@@ -4,7 +4,6 @@ lock, and what each returns and raises."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
@@ -16,19 +15,6 @@ from django_workerflow.values.states import StepState
 from ...runtime_helpers import refreshed, step
 
 pytestmark = pytest.mark.django_db
-
-
-def waits_for_go(self: Any) -> Any:
-    return self.wait("go", "go")
-
-
-@pytest.fixture
-def waiting(define, workerflow_harness) -> WorkflowInstance:
-    """A running instance whose wait step 'go' waits for the event 'go'."""
-    instance = verbs.start(define(waits_for_go), key="waiting")
-    workerflow_harness.drain()
-    assert refreshed(instance).status == WorkflowStatus.RUNNING
-    return instance
 
 
 # pause, resume, cancel, wake -----------------------------------------------------------
