@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import transaction
 
+from django_workerflow.conf import settings
 from django_workerflow.models import Step, WorkflowInstance
 from django_workerflow.store import lease
 from django_workerflow.store.steps import StepStore
@@ -27,6 +28,15 @@ def claim(instance: WorkflowInstance) -> StepStore:
         locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
         lease.claim(locked, token, now())
     return StepStore(instance.pk, lease_token=token)
+
+
+def get(key: str) -> WorkflowInstance:
+    """The instance of ``key``, read afresh."""
+    return WorkflowInstance.objects.get(key=key)
+
+
+def status_of(key: str) -> str:
+    return get(key).status
 
 
 def step(instance: WorkflowInstance, step_id: str) -> Step:
@@ -54,6 +64,20 @@ def waits_for_go(self: Any) -> Any:
 def refreshed(instance: WorkflowInstance) -> WorkflowInstance:
     instance.refresh_from_db()
     return instance
+
+
+def fail_every_attempt(harness: Any) -> None:
+    """Run the instances' attempts one by one until their retries are used up (three
+    attempts, backoffs under ten minutes)."""
+    harness.drain()
+    for _ in range(3):
+        harness.advance(600)
+
+
+def lease_runs_out(harness: Any) -> None:
+    """Let a dead tick's lease expire: the take-over, then the interrupted step's retry."""
+    harness.advance(settings.LEASE_SECONDS + 1)
+    harness.advance(1)
 
 
 def fail_first_attempt(calls: list[int], value: Any = 1) -> Callable[[], Any]:

@@ -24,6 +24,8 @@ from django_workerflow.models import (
 )
 from django_workerflow.runtime import purge
 
+from .runtime_helpers import status_of
+
 pytestmark = pytest.mark.django_db
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,10 +35,6 @@ def run(*args: str) -> str:
     out = StringIO()
     call_command("workerflow", *args, stdout=out)
     return out.getvalue()
-
-
-def status_of(key: str) -> str:
-    return WorkflowInstance.objects.get(key=key).status
 
 
 def shop_execute(self):
