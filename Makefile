@@ -47,7 +47,7 @@ check: install
 	$(BIN)/python manage.py check --fail-level WARNING
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
-# The inner loop: SQLite, no test that starts real worker processes (`slow`), no browser.
+# The inner loop: SQLite, no test that starts real processes or takes seconds (`slow`), no browser.
 test-fast: install
 	@WORKERFLOW_DB=sqlite $(BIN)/pytest -q -rfE -m 'not slow and not browser' $(PYTEST_ARGS)
 

@@ -511,6 +511,7 @@ def manage(*args: str, db_path: Path | None = None) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -532,6 +533,7 @@ def test_command_line__bad_arguments_exit_2_with_one_line(args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 def test_command_line__a_refused_operation_exits_1_with_one_line(tmp_path):
     db_path = tmp_path / "cli.sqlite3"
     migrate = manage("migrate", "--verbosity", "0", db_path=db_path)

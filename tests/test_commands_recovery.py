@@ -227,6 +227,7 @@ def test_show__warns_of_a_definition_no_worker_has(db):
 # The command line ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 def test_command_line__recovery_subcommands_exit_1_or_2_with_one_line(tmp_path):
     db_path = tmp_path / "cli.sqlite3"
     assert manage("migrate", "--verbosity", "0", db_path=db_path).returncode == 0
