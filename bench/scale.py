@@ -140,12 +140,12 @@ def explain_due() -> str:
     return queryset.explain()
 
 
-def sweep_seconds(repeats: int, *, bells: bool) -> tuple[float, int]:
+def sweep_seconds(repeats: int, *, ringing: bool) -> tuple[float, int]:
     """Median seconds of a sweeper pass (ringing bells or not), and how many it rang."""
     timings = []
     rang = 0
     for _ in range(repeats):
-        with nullcontext() if bells else bells.suppressed():
+        with nullcontext() if ringing else bells.suppressed():
             began = time.perf_counter()
             rang = verbs.sweep()
             timings.append(time.perf_counter() - began)
@@ -188,8 +188,8 @@ def scale(sizes: Sizes, progress: Any) -> dict[str, Any]:
     lookup, found = due_lookup(sizes)
     plan = explain_due()
     progress("sweeper passes")
-    sweep_quiet, swept_quiet = sweep_seconds(sizes.sweep_repeats, bells=False)
-    sweep_ringing, swept_ringing = sweep_seconds(sizes.sweep_repeats, bells=True)
+    sweep_quiet, swept_quiet = sweep_seconds(sizes.sweep_repeats, ringing=False)
+    sweep_ringing, swept_ringing = sweep_seconds(sizes.sweep_repeats, ringing=True)
     if connection.vendor == "postgresql":
         lookup_analyzed, plan_analyzed = lookup, None
     else:

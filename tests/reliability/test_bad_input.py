@@ -406,7 +406,7 @@ def caught_inside(define, harness, bad_call) -> workerflow.WorkflowInputError:
     """Run ``bad_call(self)`` inside execute() and return the WorkflowInputError it raised,
     which the workflow caught; nothing was recorded for the call."""
     TRIED["inside_execute"] += 1
-    caught = []
+    caught: list[workerflow.WorkflowInputError] = []
 
     def execute(self):
         try:
