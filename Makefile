@@ -2,7 +2,7 @@
 #
 #   make demo    run the example shop demo (creates .venv on first use)
 #   make test    everything a developer runs: make lint, make check, make test-suite
-#   make lint    ruff lint + format check, mypy, lint-imports (once configured)
+#   make lint    ruff lint + format check, mypy, lint-imports (the layers contract)
 #   make check   Django's system checks and the migrations check
 #   make test-suite  pytest with coverage (fails under pyproject's fail_under)
 #   make test-fast  pytest on SQLite without the slow tests (real worker processes) or the browser
@@ -52,14 +52,12 @@ test-fast: install
 	@WORKERFLOW_DB=sqlite $(BIN)/pytest -q -rfE -m 'not slow and not browser' $(PYTEST_ARGS)
 
 # Static checks: they do not depend on the database or the Django version, so .ci/run runs
-# them once. lint-imports runs once pyproject.toml configures [tool.importlinter].
+# them once.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	@if grep -q '^\[tool\.importlinter\]' pyproject.toml; then \
-		echo "$(BIN)/lint-imports"; $(BIN)/lint-imports; \
-	else echo "lint-imports: no [tool.importlinter] in pyproject.toml, skipped"; fi
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff check --fix .

@@ -66,6 +66,11 @@ class Sizes:
     admin_instances: int = 1_000_000
     admin_steps: int = 10_000
     admin_repeats: int = 5
+    # 14. Tasks: django.tasks enqueued one at a time (start latency), then released at once
+    # in one transaction (drained by one cluster, or as many django-tasks-db workers).
+    task_latency: int = 100
+    task_spacing: float = 0.05
+    task_drain: int = 2_000
 
 
 FULL = Sizes()
@@ -99,6 +104,8 @@ SMOKE = Sizes(
     admin_instances=2_000,
     admin_steps=50,
     admin_repeats=2,
+    task_latency=3,
+    task_drain=10,
 )
 
 

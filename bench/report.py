@@ -363,6 +363,7 @@ def figures_table(results: Results) -> Table:
             lambda r, key=key: server_cost_cell(dig(r, "wal", key)),
             "wal",
         )
+    tasks_section(table, results)
     return table
 
 
@@ -414,6 +415,36 @@ def starts_section(table: Table, results: Results) -> None:
             ),
             "starts",
         )
+
+
+def tasks_section(table: Table, results: Results) -> None:
+    table.section(
+        "14. django.tasks: a trivial @task, one cluster vs django-tasks-db with as many "
+        "db_workers as the cluster has workers"
+    )
+    table.row(
+        "workers (ours) = db_workers (django-tasks-db)",
+        lambda r: str(dig(r, "tasks", "workers")),
+        "tasks",
+    )
+    for backend, name in (("ours", "ours"), ("django_tasks_db", "django-tasks-db")):
+
+        def started(r: dict[str, Any], backend: str = backend) -> str:
+            section = dig(r, "tasks", backend)
+            if "skipped" in section:
+                return "skipped"
+            stats = section["start_latency"]
+            return f"{ms(stats['median'])} / {ms(stats['p99'])} ms"
+
+        def drained(r: dict[str, Any], backend: str = backend) -> str:
+            section = dig(r, "tasks", backend)
+            if "skipped" in section:
+                return "skipped"
+            return f"{number(section['tasks_per_second'])} tasks/s"
+
+        table.row(f"enqueue to started, {name}: median / p99", started, "tasks")
+        tasks = any_result(results, "tasks", backend, "tasks") or 0
+        table.row(f"{tasks:,} tasks drained, {name}", drained, "tasks")
 
 
 def admin_section(table: Table, results: Results) -> None:

@@ -37,6 +37,7 @@ SCENARIOS = (
     "queue",
     "admin",
     "wal",
+    "tasks",
 )
 
 
@@ -105,7 +106,19 @@ def environment(described: str) -> dict[str, Any]:
 def scenario_runners(
     args: argparse.Namespace, sizes: Sizes, workdir: Path, progress: Callable[[str], None]
 ) -> dict[str, Callable[[], Any]]:
-    from . import admin_scale, cluster, composition, deploy, flow, inline, peer, scale, starts, wal
+    from . import (
+        admin_scale,
+        cluster,
+        composition,
+        deploy,
+        flow,
+        inline,
+        peer,
+        scale,
+        starts,
+        tasks,
+        wal,
+    )
 
     vendor = "postgresql" if args.db == "postgres" else "sqlite"
     profile_file = args.artifacts / f"profile-{vendor}{'-smoke' if args.smoke else ''}.txt"
@@ -124,6 +137,7 @@ def scenario_runners(
         "queue": lambda: flow.queue_drain(sizes),
         "admin": lambda: admin_scale.admin_scale(sizes, progress),
         "wal": lambda: wal.wal(sizes),
+        "tasks": lambda: tasks.tasks_scenario(sizes, workdir, progress),
     }
 
 

@@ -8,12 +8,23 @@
   a time).
 """
 
+import importlib.util
+
 from testproject.settings import *  # noqa: F403 - the benchmark runs the test project
 from testproject.settings import INSTALLED_APPS, Q_CLUSTER, WORKERFLOW_DB
 
 DEBUG = False
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]
+
+# The tasks scenario measures django-tasks-db's database backend beside ours, when it is
+# installed (the `bench` extra): its own alias, its own table, its own worker.
+if importlib.util.find_spec("django_tasks_db") and "TASKS" in globals():
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {
+        **TASKS,  # noqa: F405 - TASKS comes from the test project's settings
+        "database": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+    }
 
 Q_CLUSTER = {
     **Q_CLUSTER,

@@ -6,15 +6,15 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import SettledResult
-from django_workerflow.engine.outcomes import Outcome
 from django_workerflow.exceptions import (
     DuplicateStepIdError,
     MaxAttemptsExceededError,
     NondeterminismError,
     NonRetryableStepError,
+    StepOutcomeError,
     WaitStepTimedOutError,
     WorkerflowError,
     WorkflowCancelledError,
@@ -25,6 +25,7 @@ from django_workerflow.exceptions import (
     WorkflowStateError,
     WorkflowVersionConflictError,
 )
+from django_workerflow.store.outcomes import Outcome
 
 if TYPE_CHECKING:
     from django_workerflow.models import InboundEvent, WorkflowInstance
@@ -36,6 +37,7 @@ __all__ = [
     "NondeterminismError",
     "Outcome",
     "SettledResult",
+    "StepOutcomeError",
     "WaitStepTimedOutError",
     "WorkerflowError",
     "WorkflowCancelledError",
@@ -48,7 +50,9 @@ __all__ = [
     "WorkflowVersionConflictError",
     "asend_event",
     "astart",
+    "await_result",
     "cancel",
+    "failed_children",
     "fork",
     "pause",
     "registry",
@@ -61,8 +65,8 @@ __all__ = [
 ]
 
 
-# The runtime imports models, which Django cannot import before the app registry is
-# ready, so these functions import it when called.
+# The runtime needs Django's app registry, which is not ready when this package is
+# imported (INSTALLED_APPS names it), so each verb imports the runtime when called.
 
 
 def start(
@@ -73,24 +77,32 @@ def start(
     version: str | None = None,
     priority: int = 0,
 ) -> WorkflowInstance:
-    """Start a workflow (idempotent on ``key``) and return its instance; ``priority``
-    orders the queue of a workflow with a concurrency or rate limit (lower first)."""
-    from django_workerflow.runtime import verbs
+    """Start a workflow and return its instance; idempotent on ``key``.
 
-    return verbs.start(definition, key=key, input=input, version=version, priority=priority)
+    The first start under a key pins the input and the version; a later one returns that
+    instance. ``priority`` orders the queue of a workflow with a concurrency or rate limit
+    (lower first). Raises :class:`WorkflowNotRegisteredError` for an unknown definition or
+    version, :class:`WorkflowVersionConflictError` for another ``version`` of an unfinished
+    instance, and :class:`WorkflowInputError` for input that is not JSON, a bad key or
+    priority, or a key that belongs to another workflow.
+    """
+    from django_workerflow.runtime import starting
+
+    return starting.start(definition, key=key, input=input, version=version, priority=priority)
 
 
 def start_many(
-    workflow: str | type[WorkflowDefinition],
+    definition: str | type[WorkflowDefinition],
     items: Iterable[tuple[str | None, Any]],
     *,
     version: str | None = None,
 ) -> list[WorkflowInstance]:
-    """Start one instance per ``(key, input)`` pair, idempotent by key like :func:`start`:
-    every item is validated before any write, rows are written 1,000 per statement."""
+    """Start one instance per ``(key, input)`` pair and return them in order, idempotent by
+    key like :func:`start`. Every item is validated before any write (one bad item raises
+    :class:`WorkflowInputError` and writes nothing); rows are written 1,000 per statement."""
     from django_workerflow.runtime.bulk_start import start_many as start_many_
 
-    return start_many_(workflow, items, version=version)
+    return start_many_(definition, items, version=version)
 
 
 def send_event(
@@ -100,43 +112,68 @@ def send_event(
     *,
     missing_ok: bool = False,
 ) -> InboundEvent | None:
-    """Send an event to an instance (by key or object); None if it has finished, or if
-    the key is unknown and ``missing_ok``."""
+    """Send an event to an instance (a key or the instance) and return the stored event.
+
+    Returns None if the instance has finished, or if the key is unknown and ``missing_ok``
+    (for signal handlers). Raises ``WorkflowInstance.DoesNotExist`` for an unknown key, and
+    :class:`WorkflowInputError` for a bad event name or a payload that is not JSON.
+    """
     from django_workerflow.runtime import verbs
 
     return verbs.send_event(instance, event_name, payload, missing_ok=missing_ok)
 
 
 def pause(instance: WorkflowInstance | str) -> bool:
-    """Pause a running instance at its next step boundary."""
+    """Pause a running instance at its next step boundary. Returns False if it was not
+    running (nothing changed); raises ``WorkflowInstance.DoesNotExist`` for an unknown key."""
     from django_workerflow.runtime import verbs
 
     return verbs.pause(instance)
 
 
 def resume(instance: WorkflowInstance | str) -> None:
-    """Resume a paused instance."""
+    """Resume a paused instance at once; returns None. Raises :class:`WorkflowStateError`
+    if it is not paused, ``WorkflowInstance.DoesNotExist`` for an unknown key."""
     from django_workerflow.runtime import verbs
 
     verbs.resume(instance)
 
 
 def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
-    """Cancel an unfinished instance."""
+    """Cancel an unfinished instance and its unfinished children; no step starts after
+    this. Returns False if it had already finished; raises :class:`WorkflowInputError` for a
+    reason that is not storable text, ``WorkflowInstance.DoesNotExist`` for an unknown key."""
     from django_workerflow.runtime import verbs
 
     return verbs.cancel(instance, reason=reason)
 
 
-def retry(key_or_instance: WorkflowInstance | str, reason: str | None = None) -> None:
-    """Run a failed instance again from the step that failed it."""
+def retry(
+    instance: WorkflowInstance | str,
+    reason: str | None = None,
+    *,
+    with_children: bool = False,
+) -> None:
+    """Run a failed instance again from the step that failed it, with the code now
+    deployed; ``with_children`` also retries the failed children it waits for. Returns
+    None. Raises :class:`WorkflowStateError` unless it is failed, and
+    :class:`WorkflowInputError` for a reason that is not storable text."""
     from django_workerflow.runtime import reruns
 
-    reruns.retry(key_or_instance, reason=reason)
+    reruns.retry(instance, reason=reason, with_children=with_children)
+
+
+def failed_children(instance: WorkflowInstance | str) -> list[WorkflowInstance]:
+    """Return the failed (or cancelled) instances a retry of this failed one would meet
+    again: what ``retry(..., with_children=True)`` retries with it (the cancelled ones it
+    cannot). Raises ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    from django_workerflow.runtime import reruns
+
+    return reruns.failed_children(instance)
 
 
 def fork(
-    key_or_instance: WorkflowInstance | str,
+    instance: WorkflowInstance | str,
     *,
     from_step: str | None = None,
     key: str | None = None,
@@ -144,17 +181,18 @@ def fork(
     input: Any = ...,
     reason: str | None = None,
 ) -> WorkflowInstance:
-    """Fork an instance from a step onto a version (default: the registered default)."""
+    """Fork an instance from a step onto a version (default: the registered default) and
+    return the new instance, which keeps the source's settled steps before ``from_step``.
+    Raises :class:`WorkflowInputError` for an unknown step, a taken key or bad input, and
+    :class:`WorkflowNotRegisteredError` for an unknown version."""
     from django_workerflow.runtime import reruns
 
     return reruns.fork(
-        key_or_instance, from_step=from_step, key=key, version=version, input=input, reason=reason
+        instance, from_step=from_step, key=key, version=version, input=input, reason=reason
     )
 
 
-def wait_result(
-    key_or_instance: WorkflowInstance | str, timeout: float | timedelta | None = None
-) -> Any:
+def wait_result(instance: WorkflowInstance | str, timeout: float | timedelta | None = None) -> Any:
     """Block until the instance finishes and return its result.
 
     Raises :class:`WorkflowFailedError` (:class:`WorkflowCancelledError` if cancelled), or
@@ -163,7 +201,7 @@ def wait_result(
     """
     from django_workerflow.runtime.composition import results
 
-    return results.wait_result(key_or_instance, timeout)
+    return results.wait_result(instance, timeout)
 
 
 async def astart(
@@ -172,17 +210,34 @@ async def astart(
     key: str | None = None,
     input: Any = None,
     version: str | None = None,
+    priority: int = 0,
 ) -> WorkflowInstance:
-    """:func:`start` for async code."""
+    """:func:`start` for async code: the same parameters, returns and errors."""
     from asgiref.sync import sync_to_async
 
-    return await sync_to_async(start)(definition, key=key, input=input, version=version)
+    return await sync_to_async(start)(
+        definition, key=key, input=input, version=version, priority=priority
+    )
 
 
 async def asend_event(
-    instance: WorkflowInstance | str, event_name: str, payload: Any = None
+    instance: WorkflowInstance | str,
+    event_name: str,
+    payload: Any = None,
+    *,
+    missing_ok: bool = False,
 ) -> InboundEvent | None:
-    """:func:`send_event` for async code."""
+    """:func:`send_event` for async code: the same parameters, returns and errors."""
     from asgiref.sync import sync_to_async
 
-    return await sync_to_async(send_event)(instance, event_name, payload)
+    return await sync_to_async(send_event)(instance, event_name, payload, missing_ok=missing_ok)
+
+
+async def await_result(
+    instance: WorkflowInstance | str, timeout: float | timedelta | None = None
+) -> Any:
+    """:func:`wait_result` for async code, without holding a thread for the whole wait:
+    the same parameters, returns and errors."""
+    from django_workerflow.runtime.composition import results
+
+    return await results.await_result(instance, timeout)

@@ -5,9 +5,21 @@ from django.utils.module_loading import autodiscover_modules
 
 def sync_workflow_schedules(using: str = "default", **_: object) -> None:
     """post_migrate: keep the WorkflowSchedule rows in sync with the definitions."""
+    # An AppConfig module is imported before the models are.
     from django_workerflow.runtime.flow.schedules import sync_after_migrate
 
     sync_after_migrate(using)
+
+
+def uses_task_backend() -> bool:
+    """True when a ``TASKS`` backend is django_workerflow's (its module then imports)."""
+    from django.conf import settings
+
+    backends = getattr(settings, "TASKS", None) or {}
+    return any(
+        str(params.get("BACKEND", "")).startswith("django_workerflow.task_backend.")
+        for params in backends.values()
+    )
 
 
 class WorkerflowConfig(AppConfig):
@@ -18,15 +30,22 @@ class WorkerflowConfig(AppConfig):
 
     def ready(self) -> None:
         from django_workerflow import checks  # noqa: F401 - registers the system checks
+
+        # An AppConfig module is imported before the models are.
         from django_workerflow.workers.sweeper_schedule import ensure_sweeper_schedule
 
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
+        if uses_task_backend():
+            from .task_backend import install
+
+            install()  # workers define a task's definition when they first meet it
         post_migrate.connect(ensure_sweeper_schedule, sender=self)
         post_migrate.connect(sync_workflow_schedules, sender=self)
         if apps.is_installed("django_q"):
             from django_q.signals import post_spawn
 
+            # An AppConfig module is imported before the models are.
             from django_workerflow.workers.sweep_chain import seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")

@@ -64,6 +64,7 @@ from django.apps import apps
 from django.core.checks import Tags, Warning, register
 
 from django_workerflow.conf import settings
+from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
 
 # Appended to every hint: documentation that ships with the package. (Django's settings are
 # reached through django.conf, not imported: pydoc can then read this module without them.)
@@ -217,9 +218,12 @@ def check_sqlite_database(database: dict[str, Any]) -> list[Warning]:
 
 @register(Tags.compatibility)
 def check_definition_modules(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
-    """W011: definitions registered from a module that workers do not import."""
-    from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
+    """W011: definitions registered from a module that workers do not import.
 
+    The URLconf is imported first, as the web process (and Django's URL check) imports it:
+    the definitions its views declare are then registered whatever order the checks run in.
+    """
+    _import_urlconf()
     return [
         Warning(
             f"Workflow definition {definition.name!r} version {definition.version!r} is "
@@ -232,3 +236,15 @@ def check_definition_modules(app_configs: Any = None, **kwargs: Any) -> list[War
         )
         for definition in unimported_definitions()
     ]
+
+
+def _import_urlconf() -> None:
+    """Import the project's URLconf and the views it names, as serving a request would."""
+    if not getattr(django_conf.settings, "ROOT_URLCONF", None):
+        return
+    from django.urls import get_resolver  # pydoc reads this module without Django's settings
+
+    try:
+        get_resolver().url_patterns  # noqa: B018 (reading it imports the URLconf)
+    except Exception:  # a broken URLconf is for Django's URL checks to report
+        return

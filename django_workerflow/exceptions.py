@@ -5,6 +5,8 @@ This module is a leaf: it imports nothing from the package.
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 
 class WorkerflowError(Exception):
     """Base class of every error raised by django-workerflow."""
@@ -56,11 +58,10 @@ class WaitStepTimedOutError(StepOutcomeError):
     """A wait step's deadline passed before a matching event arrived."""
 
 
-class WorkflowDefinitionError(WorkerflowError):
-    """The definition's code is broken in a way no retry can fix.
-
-    It fails the workflow even when user code catches it.
-    """
+class WorkflowDefinitionError(WorkerflowError, ImproperlyConfigured):
+    """The definition is broken in a way no retry can fix: an invalid declaration (raised
+    when the class is defined), or code that breaks the replay rules (raised in a tick,
+    where it fails the workflow even when user code catches it)."""
 
 
 class DuplicateStepIdError(WorkflowDefinitionError):

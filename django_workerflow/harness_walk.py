@@ -46,6 +46,7 @@ def walk_to(harness: Harness, when: datetime) -> int:
 def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) -> datetime | None:
     """The earliest instance alarm or occurrence of a schedule the harness runs (``None``:
     all) in ``(now, when]``."""
+    # Models need the app registry; the pytest plugin imports this before Django's setup.
     from django_workerflow.models import WorkflowInstance, WorkflowSchedule
 
     alarm = (
@@ -68,6 +69,7 @@ def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) 
 def next_delivery(after: datetime, until: datetime) -> datetime | None:
     """When the next pending on_finish delivery falls due (a retry, or a lease running
     out) within ``(after, until]``."""
+    # Models need the app registry; the pytest plugin imports this before Django's setup.
     from django_workerflow.models import FinishDelivery
 
     pending = FinishDelivery.objects.pending()

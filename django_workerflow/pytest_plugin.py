@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 @pytest.fixture
 def workerflow_harness(db: None) -> Iterator[Harness]:
     """A :class:`~django_workerflow.testing.Harness` on a database-enabled test."""
+    # Django is set up after pytest loads its plugins.
     from django_workerflow.testing import (
         Harness,
     )  # imported late: Django is configured after plugins load

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django_workerflow.runtime import verbs
+from django_workerflow.runtime.composition import deliveries
 from django_workerflow.runtime.flow import schedules
+from django_workerflow.workers import sweep_chain
 
 
 def tick(instance_pk: int) -> str:
@@ -15,34 +19,24 @@ def sweep() -> int:
     """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
     the schedules left due (scheduled about once a minute); report, and restart the fast
     sweeper chain if it broke."""
-    from django_workerflow.workers import sweep_chain
-
     sweep_chain.beat(None)
     return _sweep_all()
 
 
 def sweep_and_beat(link: str) -> int:
     """One link of the fast sweeper chain: report, queue the next link, sweep."""
-    from datetime import datetime
-
-    from django_workerflow.workers import sweep_chain
-
     sweep_chain.beat(datetime.fromisoformat(link))
     return _sweep_all()
 
 
 def deliver(delivery_pk: int) -> bool | None:
     """Call a finished instance's ``on_finish`` hook if its delivery is due."""
-    from django_workerflow.runtime.composition import deliveries
-
     return deliveries.deliver(delivery_pk)
 
 
 def _sweep_all() -> int:
     """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
     the schedules left due."""
-    from django_workerflow.runtime.composition import deliveries
-
     return verbs.sweep() + deliveries.ring_due() + schedules.sweep()
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DEFAULT_DB_ALIAS
 from django.test import TestCase
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.exceptions import NondeterminismError
 from django_workerflow.harness_walk import walk_to
 from django_workerflow.runtime.composition.results import set_drainer
@@ -98,6 +98,7 @@ class Harness:
     def drain(self) -> int:
         """Tick every instance whose alarm is due and deliver the due ``on_finish`` hooks,
         until nothing is due; return the ticks run."""
+        # Models need the app registry; the pytest plugin imports this before Django's setup.
         from django_workerflow.models import WorkflowInstance
         from django_workerflow.runtime import verbs
         from django_workerflow.runtime.composition import deliveries
@@ -138,6 +139,7 @@ class Harness:
         """Start the due occurrences of the schedules the harness runs, at the virtual time.
         At the first drain the schedule rows are synced with the definitions and start from
         the virtual now."""
+        # Models need the app registry; the pytest plugin imports this before Django's setup.
         from django_workerflow.runtime.flow import schedules
 
         if self.schedules is not None and not self.schedules:
@@ -201,16 +203,22 @@ def registered(*definitions: type[WorkflowDefinition]) -> Iterator[None]:
 
 
 def replay(
-    history: dict[str, Any] | str | Path, definition: type[WorkflowDefinition] | None = None
+    history: dict[str, Any] | str | Path,
+    definition: type[WorkflowDefinition] | None = None,
+    *,
+    allow_new_steps: bool = False,
 ) -> ReplayReport:
     """Replay an exported history against the code of its workflow now registered (or
     against ``definition``), calling no callback.
 
     Raise :class:`NondeterminismError` naming the step and what differed when the code
-    would break the history; otherwise return a :class:`~.replay.ReplayReport` (check its
-    ``unreached`` for recorded steps the code no longer reaches). Runs in a read-only
-    transaction that is rolled back, so the test needs database access (``django_db``).
+    would break the history (a new step reached where the history recorded another breaks
+    it too, unless ``allow_new_steps``: for a step added there, not a rename); otherwise
+    return a :class:`~.replay.ReplayReport` (check its ``unreached`` for recorded steps the
+    code no longer reaches). Runs in a read-only transaction that is rolled back, so the
+    test needs database access (``django_db``).
     """
+    # Models need the app registry; the pytest plugin imports this before Django's setup.
     from django_workerflow.deploy import histories
     from django_workerflow.deploy.replay import replay_records, unregistered_problem
     from django_workerflow.store.readonly import read_only_transaction
@@ -222,11 +230,19 @@ def replay(
     if definition_class is None:
         problem = unregistered_problem(key, name, version, registry.versions(name))
         raise NondeterminismError(problem.message)
+    recorded_error = (
+        (str(loaded.get("error_name") or ""), str(loaded.get("error_message") or ""))
+        if loaded.get("status") == "failed"
+        else None
+    )
     with read_only_transaction():
         report = replay_records(
-            definition_class, key=key, input=loaded.get("input"), records=records
+            definition_class,
+            key=key,
+            input=loaded.get("input"),
+            records=records,
+            recorded_error=recorded_error,
         )
-    for problem in report.problems:
-        if problem.breaks:
-            raise NondeterminismError(problem.message)
+    for problem in report.breaking(allow_new_steps=allow_new_steps):
+        raise NondeterminismError(problem.message)
     return report

@@ -20,8 +20,10 @@ The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each wit
 default, so none are needed here.
 """
 
+import importlib.util
 import os
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,26 @@ if "WORKERFLOW_TICK_BUDGET" in os.environ:
     WORKERFLOW_TICK_BUDGET = float(os.environ["WORKERFLOW_TICK_BUDGET"])
 if "WORKERFLOW_SWEEP_SECONDS" in os.environ:
     WORKERFLOW_SWEEP_SECONDS = float(os.environ["WORKERFLOW_SWEEP_SECONDS"])
+
+# --- Django's tasks framework ---------------------------------------------------------
+
+# Tasks run on the engine (docs/tasks.md). Django 5.2 needs the django-tasks backport
+# (the `tasks` extra); without it the project runs without TASKS.
+if importlib.util.find_spec("django.tasks") or importlib.util.find_spec("django_tasks"):
+    TASKS = {
+        "default": {
+            "BACKEND": "django_workerflow.task_backend.WorkflowTaskBackend",
+            "QUEUES": ["default", "serial", "retries", "rated"],
+            "OPTIONS": {
+                "queues": {
+                    # One task at a time, whatever its function: priorities order the rest.
+                    "serial": {"max_concurrency": 1},
+                    "retries": {"max_attempts": 3},
+                    "rated": {"rate_limit": (2, timedelta(seconds=1))},
+                },
+            },
+        }
+    }
 
 # --- Logging ---------------------------------------------------------------------------
 

@@ -11,14 +11,15 @@ public path cannot reach), ``flow_helpers`` (flow-control definitions), ``admin_
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition
-from django_workerflow.definition import registry
+from django_workerflow import WorkflowDefinition, registry
+from django_workerflow.definition import drift
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store.steps import StepStore
@@ -28,6 +29,20 @@ from .factories import WorkflowInstanceFactory
 from .runtime_helpers import claim, waits_for_go
 
 _counter = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def workers_have_the_test_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this suite the harness (and the cluster tests' workers) run the definitions the
+    test modules declare: count those modules as imported by workers, so that the console
+    says "no worker has workflow ..." (drift.missing_definition) only where a test means it,
+    with a module name outside ``tests``."""
+    imported = drift.worker_imported_modules
+    monkeypatch.setattr(
+        drift,
+        "worker_imported_modules",
+        lambda: imported() | {name for name in sys.modules if name.startswith("tests.")},
+    )
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from django_workerflow import WorkflowDefinition
-from django_workerflow.definition import registry
+from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 
 _counter = itertools.count()

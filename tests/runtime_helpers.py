@@ -12,6 +12,7 @@ from django.db import transaction
 
 from django_workerflow.conf import settings
 from django_workerflow.models import Step, WorkflowInstance
+from django_workerflow.runtime.starting import start
 from django_workerflow.store import lease
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values.clock import now
@@ -27,7 +28,7 @@ def claim(instance: WorkflowInstance) -> StepStore:
     with transaction.atomic():
         locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
         lease.claim(locked, token, now())
-    return StepStore(instance.pk, lease_token=token)
+    return StepStore(instance.pk, lease_token=token, start_child=start)
 
 
 def get(key: str) -> WorkflowInstance:

@@ -20,8 +20,7 @@ from django.test import Client
 from django.urls import reverse
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition
-from django_workerflow.definition import registry
+from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.models import (
     InboundEvent,
     Step,

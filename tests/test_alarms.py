@@ -67,7 +67,7 @@ def test_bell__is_not_handed_out_before_its_due_time():
     broker = get_broker()
     OrmQ.objects.all().delete()
     with transaction.atomic():
-        bells._enqueue(1, broker=bells._delayed_orm_broker(now() + timedelta(hours=1)))  # noqa: SLF001 - the contract test of bells' delayed enqueue
+        bells.queue_task(bells.TICK_TASK, 1, when=now() + timedelta(hours=1), name="far")
     assert broker.dequeue() is None
     OrmQ.objects.update(lock=now() - timedelta(seconds=1))
     [(_, payload)] = broker.dequeue()

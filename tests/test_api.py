@@ -22,8 +22,8 @@ from django_workerflow import (
     WorkflowNotRegisteredError,
     WorkflowStateError,
     WorkflowVersionConflictError,
+    registry,
 )
-from django_workerflow.definition import registry
 from django_workerflow.models import (
     InboundEvent,
     WorkflowEvent,

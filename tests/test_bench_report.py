@@ -57,6 +57,14 @@ def _results(vendor: str) -> dict[str, Any]:
     else:
         results["admin"] = {"skipped": "measured on PostgreSQL"}
         results["wal"] = {"skipped": "PostgreSQL only"}
+    latency = {"count": 100, "min": 0.01, "median": 0.0326, "p99": 0.101, "max": 0.2, "early": 0}
+    results["tasks"] = {
+        "workers": 4 if postgresql else 2,
+        "ours": {"start_latency": latency, "tasks": 2_000, "tasks_per_second": 164.2},
+        "django_tasks_db": {"skipped": "django-tasks-db is not installed"}
+        if postgresql
+        else {"start_latency": latency, "tasks": 2_000, "tasks_per_second": 211.0},
+    }
     return results
 
 
@@ -69,7 +77,18 @@ def test_report__numbers_every_section_once_in_order():
     numbers = [int(m.group(1)) for line in _table() if (m := re.match(r"(\d+)\. ", line))]
 
     assert numbers == list(range(1, len(numbers) + 1))
-    assert len(numbers) == 13
+    assert len(numbers) == 14
+
+
+def test_report__prints_the_django_tasks_figures_beside_django_tasks_db():
+    lines = _table()
+    section = lines.index(next(line for line in lines if line.startswith("14. django.tasks")))
+    tasks = lines[section + 1 : section + 6]
+
+    assert tasks[0].split()[-2:] == ["2", "4"]  # workers per database
+    assert "32.6 / 101 ms" in tasks[1]
+    assert "164 tasks/s" in tasks[2]
+    assert tasks[4].split()[-3:] == ["211", "tasks/s", "skipped"]
 
 
 def test_report__prints_the_starting_figures():

@@ -31,6 +31,7 @@ SECTIONS = (
     "8. Composition",
     "9. Deploy safety",
     "10. Queue",
+    "14. django.tasks",
     "Targets (issue 5)",
 )
 SCENARIOS = (
@@ -45,6 +46,7 @@ SCENARIOS = (
     "check_replay",
     "recovery",
     "queue",
+    "tasks",
 )
 
 

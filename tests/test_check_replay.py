@@ -17,7 +17,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, testing
+from django_workerflow import NondeterminismError, WorkflowDefinition, testing
+from django_workerflow.deploy import histories
 from django_workerflow.deploy.replay_check import CheckFilter, check_instances
 from django_workerflow.models import Step, StepEvent, WorkflowEvent, WorkflowInstance
 
@@ -111,7 +112,7 @@ def test_check_replay__reports_a_duplicate_step_id(sleeping):
 def test_check_replay__reports_a_version_that_is_not_registered(sleeping, define):
     workerflow.start(define(onboarding, name="onboarding", version="2"), key="v2")
     with testing.registered():
-        from django_workerflow.definition import registry
+        from django_workerflow import registry
 
         registry.unregister(registry.get("onboarding", "2"))
         output, code = check("--name", "onboarding", "--version", "2")
@@ -131,21 +132,97 @@ def test_check_replay__reports_execute_raising_outside_a_step(sleeping):
     assert "execute() raised KeyError: 'plan' outside a step" in output
 
 
-def test_check_replay__warns_of_recorded_steps_no_longer_reached(sleeping):
+def test_check_replay__fails_on_a_step_renamed_in_place_naming_both_steps(sleeping):
     def renamed(self):
         self.run("create-account", lambda: None)
         self.run("send-welcome", lambda: None)  # renamed: it would send the email again
         self.sleep("nap", 3600)
 
     with testing.registered(definition(renamed)):
+        output, code = check()
+    assert code == 1
+    assert output.count("BREAK") == 3
+    for key in ["user-0", "user-1", "user-2"]:
+        assert (
+            f"Instance '{key}' reaches the new step 'send-welcome' where its history recorded "
+            "'welcome'"
+        ) in output
+    assert "'nap'" not in output  # reached after the renamed step: not judged
+    assert "3 of 3 instances would break" in output
+
+
+def test_check_replay__a_renamed_step_that_the_instances_sleep_past__is_caught(
+    define, workerflow_harness
+):
+    def checkout(self):
+        self.run("charge", lambda: CALLS.append("charge"))
+        self.sleep("nap", 3600)
+        return "shipped"
+
+    define(checkout, name="checkout", version="1")
+    workerflow.start("checkout", key="order-1")
+    workerflow_harness.drain()
+
+    def renamed(self):
+        self.run("charge-card", lambda: CALLS.append("charge"))  # would charge again
+        self.sleep("nap", 3600)
+        return "shipped"
+
+    changed = definition(renamed)
+    changed.name = "checkout"
+    with testing.registered(changed):
+        output, code = check("--format", "json")
+    assert code == 1
+    [problem] = json.loads(output[: output.rindex("}") + 1])["breaks"]
+    assert (problem["key"], problem["kind"], problem["step"]) == (
+        "order-1",
+        "new_step",
+        "charge-card",
+    )
+    assert "where its history recorded 'charge'" in problem["message"]
+
+
+def test_check_replay__allow_new_steps__turns_a_new_step_in_place_into_a_warning(sleeping):
+    def inserted(self):
+        self.run("create-account", lambda: None)
+        self.run("check-fraud", lambda: None)  # added before recorded steps, no rename
+        self.run("welcome", lambda: None)
+        self.sleep("nap", 3600)
+
+    with testing.registered(definition(inserted)):
+        output, code = check("--allow-new-steps", "--format", "json")
+    assert code == 0
+    report = json.loads(output)
+    assert report["broken"] == 0
+    assert [warning["kind"] for warning in report["warnings"]] == ["new_step"] * 3
+    assert "'check-fraud' where its history recorded 'welcome'" in report["warnings"][0]["message"]
+
+
+def test_check_replay__warns_of_recorded_steps_no_longer_reached(sleeping):
+    def removed(self):
+        self.run("create-account", lambda: None)  # 'welcome' removed
+        self.sleep("nap", 3600)
+
+    with testing.registered(definition(removed)):
         output, code = check("--format", "json")
     assert code == 0
     report = json.loads(output)
-    assert report["checked"] == 3
     assert report["broken"] == 0
     assert [warning["kind"] for warning in report["warnings"]] == ["unreached"] * 3
-    assert "'welcome', 'nap'" in report["warnings"][0]["message"]
-    assert "new step 'send-welcome'" in report["warnings"][0]["message"]
+    assert report["warnings"][0]["message"] == (
+        "Instance 'user-0': recorded steps no longer reached on replay: 'welcome'."
+    )
+
+
+def test_check_replay__passes_a_step_added_after_the_last_recorded_one(sleeping):
+    def extended(self):
+        onboarding(self)
+        self.run("thank-you", lambda: None)
+
+    with testing.registered(definition(extended)):
+        output, code = check()
+    assert code == 0
+    assert "0 would break, 0 with warnings" in output
 
 
 def test_check_replay__runs_no_callback_and_writes_nothing(sleeping, define, workerflow_harness):
@@ -255,3 +332,49 @@ def test_check_replay__stops_at_a_child_step_still_waiting(define, workerflow_ha
     assert reports["parent-1"].problems == ()
     assert reports["parent-1"].steps_replayed == 2
     assert CALLS == []
+
+
+def fails_outside_a_step(self):
+    self.run("create-account", lambda: CALLS.append("create-account"))
+    raise LookupError(f"no plan for {self.key}")
+
+
+@pytest.fixture
+def failed_outside_a_step(define, workerflow_harness):
+    """An instance that failed outside any step, after one step."""
+    define(fails_outside_a_step, name="onboarding-failing")
+    instance = workerflow.start("onboarding-failing", key="failing-1")
+    workerflow_harness.drain()
+    instance.refresh_from_db()
+    assert (instance.status, instance.error_name) == ("failed", "LookupError")
+    return instance
+
+
+def test_replay__of_an_unchanged_failure_outside_a_step__is_the_recorded_failure(
+    failed_outside_a_step,
+):
+    report = testing.replay(histories.export_history(failed_outside_a_step))
+    assert report.outcome == "failed"
+    assert report.problems == ()
+    output, code = check("--include-failed")
+    assert code == 0
+    assert "Checked 1 instance in" in output
+    assert "0 would break, 0 with warnings" in output
+
+
+def test_replay__of_a_failure_outside_a_step_that_now_raises_another_error__breaks(
+    failed_outside_a_step,
+):
+    def changed(self):
+        self.run("create-account", lambda: None)
+        raise LookupError("no plan at all")
+
+    changed_definition = definition(changed, version=failed_outside_a_step.definition_version)
+    changed_definition.name = "onboarding-failing"
+    history = histories.export_history(failed_outside_a_step)
+    with pytest.raises(NondeterminismError, match="raised LookupError: no plan at all outside"):
+        testing.replay(history, changed_definition)
+    with testing.registered(changed_definition):
+        output, code = check("--include-failed")
+    assert code == 1
+    assert "execute() raised LookupError: no plan at all outside a step" in output

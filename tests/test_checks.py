@@ -125,6 +125,7 @@ def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_
         del django_settings.Q_CLUSTER
         warnings += check_worker_settings()
     definition = define(lambda self: None)
+    definition.__module__ = "testproject.shop.views"  # a module workers do not import
     warnings += [w for w in check_definition_modules() if w.obj is definition]
 
     assert sorted({warning.id for warning in warnings}) == [

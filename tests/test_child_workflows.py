@@ -408,3 +408,284 @@ def test_child__all_settled_collects_each_childs_outcome(define, quick, workerfl
     parent = workerflow.start(define(execute), key="s")
     workerflow_harness.drain()
     assert refreshed(parent).result == [[True, 8, "NoneType"], [False, None, "WorkflowFailedError"]]
+
+
+# Issue 20: recovering a fan-out, a refused start, and a parent whose child failed ----------
+
+
+@pytest.fixture
+def fan_out(define):
+    """A parent whose ``all()`` awaits three children: 'done' completes, 'flaky' fails on
+    its first run, 'slow' works, then waits for 'go'. Each child counts its work."""
+    work = {"done": 0, "flaky": 0, "slow": 0, "slow-after": 0}
+    broken = {"on": True}
+
+    def count(name, value):
+        def callback():
+            work[name] += 1
+            return value
+
+        return callback
+
+    def flaky_work():
+        work["flaky"] += 1
+        if broken["on"]:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    done = define(lambda self: self.run("work", count("done", "packed")), name="fan-done")
+    flaky = define(lambda self: self.run("work", flaky_work, max_attempts=1), name="fan-flaky")
+
+    def slow_execute(self):
+        self.run("work", count("slow", None))
+        self.wait("go", "go")
+        return self.run("after", count("slow-after", "billed"))
+
+    slow = define(slow_execute, name="fan-slow")
+
+    def execute(self):
+        return self.all(
+            lambda: self.child("done", done),
+            lambda: self.child("flaky", flaky),
+            lambda: self.child("slow", slow),
+        )
+
+    parent = define(execute, name="fan-parent")
+    return parent, work, broken
+
+
+def _failed_fan_out(fan_out, harness):
+    parent_definition, work, _ = fan_out
+    parent = workerflow.start(parent_definition, key="fan")
+    harness.drain()
+    parent = refreshed(parent)
+    assert (parent.status, parent.error_step_id) == ("failed", "flaky")
+    slow = WorkflowInstance.objects.get(key="fan/slow")
+    assert slow.status == "cancelled"
+    assert slow.workflow_events.get(type="cancelled").reason == "parent finished"
+    assert work == {"done": 1, "flaky": 1, "slow": 1, "slow-after": 0}
+    return parent
+
+
+def _finish_fan_out(parent, harness, work):
+    harness.drain()
+    assert refreshed(parent).status == "running"
+    workerflow.send_event("fan/slow", "go")
+    harness.drain()
+    assert (refreshed(parent).status, parent.result) == (
+        "completed",
+        ["packed", "shipped", "billed"],
+    )
+    # No finished work ran again: 'done' once, 'slow' once before its wait.
+    assert work == {"done": 1, "flaky": 2, "slow": 1, "slow-after": 1}
+    assert WorkflowInstance.objects.filter(parent=parent).count() == 3
+
+
+def test_retry__the_child_then_the_parent_completes_a_fan_out(fan_out, workerflow_harness):
+    """Retrying the failed child, then the parent, takes back the cancellation of the
+    sibling the failure cancelled: it goes on where it stopped (issue 20, item 5)."""
+    parent = _failed_fan_out(fan_out, workerflow_harness)
+    _, work, broken = fan_out
+    broken["on"] = False
+
+    workerflow.retry("fan/flaky")
+    workerflow.retry(parent)
+
+    slow = WorkflowInstance.objects.get(key="fan/slow")
+    assert slow.status == "running"
+    assert slow.workflow_events.last().reason == "taken back by the retry of 'fan'"
+    _finish_fan_out(parent, workerflow_harness, work)
+
+
+def test_retry__the_parent_with_its_children_completes_a_fan_out(fan_out, workerflow_harness):
+    """One retry of the parent, ``with_children``, retries the failed child and takes back
+    the cancelled one (issue 20, items 5 and 9)."""
+    parent = _failed_fan_out(fan_out, workerflow_harness)
+    _, work, broken = fan_out
+    broken["on"] = False
+
+    assert [child.key for child in workerflow.failed_children(parent)] == ["fan/flaky"]
+    parent.retry(reason="carrier is back", with_children=True)
+
+    flaky = WorkflowInstance.objects.get(key="fan/flaky")
+    assert flaky.status == "running"
+    assert flaky.workflow_events.last().reason == "retried with 'fan': carrier is back"
+    _finish_fan_out(parent, workerflow_harness, work)
+
+
+def test_retry__a_parent_alone_meets_its_failed_child_again_until_retried_with_it(
+    fan_out, workerflow_harness
+):
+    parent = _failed_fan_out(fan_out, workerflow_harness)
+    _, work, broken = fan_out
+    broken["on"] = False
+
+    workerflow.retry(parent)
+    workerflow_harness.drain()
+    assert (refreshed(parent).status, parent.error_step_id) == ("failed", "flaky")
+    assert [child.key for child in workerflow.failed_children(parent)] == ["fan/flaky"]
+
+    workerflow.retry(parent, with_children=True)
+    _finish_fan_out(parent, workerflow_harness, work)
+
+
+def test_retry__one_retry_with_children_recovers_an_all_whose_two_children_failed(
+    define, workerflow_harness
+):
+    """Both failed branches of the ``all()`` reopen at once (issue 20, item 6)."""
+    broken = {"on": True}
+    calls = []
+
+    def work():
+        calls.append(1)
+        if broken["on"]:
+            raise RuntimeError("down")
+        return "ok"
+
+    child_definition = define(lambda self: self.run("work", work, max_attempts=1))
+
+    def execute(self):
+        return self.all(
+            lambda: self.child("a", child_definition),
+            lambda: self.child("b", child_definition),
+        )
+
+    parent = workerflow.start(define(execute), key="two")
+    workerflow_harness.drain()
+    parent = refreshed(parent)
+    assert (parent.status, parent.error_step_id, parent.other_error_step_ids) == (
+        "failed",
+        "a",
+        ["b"],
+    )
+    assert [child.key for child in workerflow.failed_children(parent)] == ["two/a", "two/b"]
+
+    broken["on"] = False
+    workerflow.retry(parent, with_children=True)
+    workerflow_harness.drain()
+    assert (refreshed(parent).status, parent.result) == ("completed", ["ok", "ok"])
+    assert len(calls) == 4
+
+
+def test_retry__a_grandchild_failure_is_named_and_retried_down_the_family(
+    define, workerflow_harness
+):
+    broken = {"on": True}
+
+    def leaf_work():
+        if broken["on"]:
+            raise RuntimeError("down")
+        return "leaf"
+
+    leaf = define(lambda self: self.run("work", leaf_work, max_attempts=1))
+    middle = define(lambda self: self.child("leaf", leaf))
+    top = workerflow.start(define(lambda self: self.child("middle", middle)), key="top")
+    workerflow_harness.drain()
+    assert refreshed(top).status == "failed"
+    assert [child.key for child in workerflow.failed_children(top)] == [
+        "top/middle",
+        "top/middle/leaf",
+    ]
+
+    broken["on"] = False
+    workerflow.retry(top, with_children=True)
+    workerflow_harness.drain()
+    assert (refreshed(top).status, top.result) == ("completed", "leaf")
+
+
+def test_retry__a_refused_child_start_starts_the_child_once_it_is_deployed(
+    define, workerflow_harness
+):
+    """A child whose definition was not deployed failed the parent; after the deploy, a
+    retry starts it, in the same step (issue 20, item 7)."""
+
+    def execute(self):
+        return self.child("ship", "test-later-shipment", input=3)
+
+    parent = workerflow.start(define(execute), key="later")
+    workerflow_harness.drain()
+    parent = refreshed(parent)
+    assert (parent.status, parent.error_name, parent.error_step_id) == (
+        "failed",
+        "WorkflowNotRegisteredError",
+        "ship",
+    )
+
+    define(lambda self: self.run("double", lambda: self.input * 2), name="test-later-shipment")
+    workerflow.retry(parent)
+    step = Step.objects.get(instance=parent, step_id="ship")
+    assert (step.state, step.error_name) == ("pending", "")
+    workerflow_harness.drain()
+
+    assert (refreshed(parent).status, parent.result) == ("completed", 6)
+    step = Step.objects.get(instance=parent, step_id="ship")
+    assert step.child_instance == WorkflowInstance.objects.get(key="later/ship")
+    assert list(step.events.values_list("type", flat=True)) == [
+        "child_waiting",
+        "child_finished",
+        "child_waiting",
+        "child_finished",
+    ]
+
+
+def test_retry__a_wait_child_for_a_missing_key_looks_again(define, quick, workerflow_harness):
+    def execute(self):
+        return self.wait_child("await", "started-later")
+
+    waiter = workerflow.start(define(execute), key="waiter")
+    workerflow_harness.drain()
+    assert (refreshed(waiter).status, waiter.error_step_id) == ("failed", "await")
+
+    workerflow.start(quick, key="started-later", input=5)
+    workerflow.retry(waiter)
+    workerflow_harness.drain()
+    assert (refreshed(waiter).status, waiter.result) == ("completed", 10)
+
+
+def test_retry__does_not_take_back_a_cancellation_an_operator_made(
+    define, shipment, workerflow_harness
+):
+    """Only the cancellations the parent's own failure made are taken back; a child an
+    operator cancelled is named, and stays cancelled."""
+
+    def execute(self):
+        return self.child("ship", shipment, input={"parcel": 1})
+
+    parent = workerflow.start(define(execute), key="op")
+    workerflow_harness.drain()
+    workerflow.cancel("op/ship", reason="out of stock")
+    workerflow_harness.drain()
+    assert (refreshed(parent).status, parent.error_name) == ("failed", "WorkflowCancelledError")
+    assert [(c.key, c.status) for c in workerflow.failed_children(parent)] == [
+        ("op/ship", "cancelled")
+    ]
+
+    workerflow.retry(parent, with_children=True)
+    workerflow_harness.drain()
+    assert refreshed(parent).status == "failed"
+    assert WorkflowInstance.objects.get(key="op/ship").status == "cancelled"
+
+
+def test_retry__takes_back_a_paused_child_as_paused(define, shipment, workerflow_harness):
+    def broken(self):
+        self.sleep("nap", 60)
+        raise RuntimeError("no")
+
+    broken_definition = define(broken)
+
+    def execute(self):
+        return self.all(
+            lambda: self.child("ship", shipment, input={"parcel": 1}),
+            lambda: self.child("bad", broken_definition),
+        )
+
+    parent = workerflow.start(define(execute), key="pp")
+    workerflow_harness.drain()
+    workerflow.pause("pp/ship")
+    workerflow_harness.advance(61)
+    assert refreshed(parent).status == "failed"
+    assert WorkflowInstance.objects.get(key="pp/ship").status == "cancelled"
+
+    workerflow.retry(parent)
+    ship = WorkflowInstance.objects.get(key="pp/ship")
+    assert (ship.status, ship.alarm_at) == ("paused", None)

@@ -553,3 +553,28 @@ def test_command_line__a_refused_operation_exits_1_with_one_line(tmp_path):
     assert bad_json.stderr.startswith("CommandError: --payload is not valid JSON")
     assert listed.returncode == 0
     assert listed.stdout == "No workflow instance matches.\n"
+
+
+def test_command_line__show_into_a_closed_pipe_exits_quietly(tmp_path):
+    # As `workerflow show KEY | head` once `head` has gone: the reading end is closed.
+    db_path = tmp_path / "cli.sqlite3"
+    assert manage("migrate", "--verbosity", "0", db_path=db_path).returncode == 0
+    assert manage("workerflow", "start", "order-fulfillment", "--key", "o-1", db_path=db_path)
+    reading, writing = os.pipe()
+    os.close(reading)
+    try:
+        shown = subprocess.run(
+            [sys.executable, "manage.py", "workerflow", "show", "o-1"],
+            cwd=ROOT,
+            env={**os.environ, "WORKERFLOW_DB": "sqlite", "WORKERFLOW_SQLITE_PATH": str(db_path)},
+            stdout=writing,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(writing)
+
+    assert shown.stderr == ""
+    assert shown.returncode == 1

@@ -93,6 +93,83 @@ def test_retry__is_refused_for_an_instance_that_has_not_failed(sleeping):
     assert get("sleeping-1").status == WorkflowStatus.RUNNING
 
 
+@pytest.fixture
+def failed_parent(define, workerflow_harness):
+    """'parcel' fails while ``BROKEN["ship"]``; its parent 'order-p' failed with it."""
+    BROKEN["ship"] = True
+
+    def ship():
+        if BROKEN["ship"]:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    child = define(lambda self: self.run("ship", ship, max_attempts=1), name="parcel")
+    workerflow.start(define(lambda self: self.child("ship", child), name="order"), key="order-p")
+    workerflow_harness.drain()
+    assert get("order-p").status == get("order-p/ship").status == WorkflowStatus.FAILED
+    yield get("order-p")
+    BROKEN.pop("ship")
+
+
+def test_retry__names_the_failed_child_a_parent_meets_again(failed_parent, workerflow_harness):
+    """Issue 20, item 9: the output says the parent fails again at once, and why."""
+    BROKEN["ship"] = False
+
+    out = run("retry", "order-p")
+
+    assert out == (
+        "Retried 'order-p'. It waits again for 'order-p/ship' (failed), so it fails again at "
+        "once when it meets it. Retry 'order-p' with its failed children, or retry them "
+        "first. No reason given.\n"
+        "Run `workerflow retry order-p --with-children` to retry them with it.\n"
+    )
+    workerflow_harness.drain()
+    assert get("order-p").status == WorkflowStatus.FAILED
+
+
+def test_retry__with_children_retries_the_failed_child_too(failed_parent, workerflow_harness):
+    BROKEN["ship"] = False
+
+    out = run("retry", "order-p", "--with-children", "--reason", "carrier back")
+
+    assert out == ("Retried 'order-p' with its failed child 'order-p/ship'. Reason: carrier back\n")
+    assert get("order-p/ship").status == WorkflowStatus.RUNNING
+    workerflow_harness.drain()
+    assert (get("order-p").status, get("order-p").result) == ("completed", "shipped")
+
+
+def test_retry__says_which_cancelled_children_go_on(define, workerflow_harness):
+    """A sibling that the parent's failure cancelled goes on when the parent is retried
+    with its failed child (issue 20, item 5)."""
+    broken = {"on": True}
+
+    def ship():
+        if broken["on"]:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    shipping = define(lambda self: self.run("ship", ship, max_attempts=1), name="parcel")
+    billing = define(lambda self: self.wait("billed", "billed"), name="bill")
+
+    def execute(self):
+        return self.all(lambda: self.child("ship", shipping), lambda: self.child("bill", billing))
+
+    workerflow.start(define(execute, name="order"), key="order-f")
+    workerflow_harness.drain()
+    assert get("order-f/bill").status == WorkflowStatus.CANCELLED
+    broken["on"] = False
+
+    out = run("retry", "order-f", "--with-children")
+
+    assert out == (
+        "Retried 'order-f' with its failed child 'order-f/ship'. Its child 'order-f/bill', "
+        "cancelled when it failed, goes on. No reason given.\n"
+    )
+    workerflow.send_event("order-f/bill", "billed", "paid")
+    workerflow_harness.drain()
+    assert (get("order-f").status, get("order-f").result) == ("completed", ["shipped", "paid"])
+
+
 # fork ---------------------------------------------------------------------------------------
 
 

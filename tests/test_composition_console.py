@@ -101,3 +101,16 @@ def test_show__prints_parent_children_and_delivery(family):
     call_command("workerflow", "show", "order-1/parcel-1", stdout=child)
     assert "Parent: order-1 (running)" in child.getvalue()
     assert "on_finish delivery: none (the definition has no on_finish)" in child.getvalue()
+
+
+def test_show__prints_a_finished_child_steps_result_as_the_admin_does(
+    admin_client, family, workerflow_harness
+):
+    workerflow.send_event("order-1/parcel-1", "shipped", {"tracking": "T-1"})
+    workerflow_harness.drain()
+    out = StringIO()
+    call_command("workerflow", "show", "order-1", stdout=out)
+    [line] = [line for line in out.getvalue().splitlines() if line.lstrip().startswith("parcel-1")]
+    assert line.endswith('-> {"tracking":"T-1"}')
+    body = admin_client.get(change_url(family)).content.decode()
+    assert "&quot;tracking&quot;: &quot;T-1&quot;" in body

@@ -142,6 +142,89 @@ def test_retry__of_an_instance_no_longer_failed_is_skipped_with_its_status(
     assert not LogEntry.objects.exists()
 
 
+@pytest.fixture
+def failed_parent(define, workerflow_harness):
+    """'order-p' failed because its child 'order-p/ship' failed (while ``BROKEN["ship"]``)."""
+    BROKEN["ship"] = True
+
+    def ship():
+        if BROKEN["ship"]:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    child = define(lambda self: self.run("ship", ship, max_attempts=1), name="parcel")
+    workerflow.start(define(lambda self: self.child("ship", child), name="order"), key="order-p")
+    workerflow_harness.drain()
+    assert get("order-p").status == get("order-p/ship").status == WorkflowStatus.FAILED
+    yield get("order-p")
+    BROKEN.pop("ship")
+
+
+def test_retry_form__names_the_failed_child_and_offers_to_retry_it_too(
+    admin_client, failed_parent, workerflow_harness
+):
+    """Issue 20, item 9: the form names the failed child; retrying alone says the parent
+    fails again; the checkbox retries both."""
+    confirm = admin_client.get(change_url(failed_parent, "retry"))
+    assert "'order-p' waits again for 'order-p/ship' (failed)." in text(confirm)
+    assert 'name="with_children"' in text(confirm)
+
+    BROKEN["ship"] = False
+    alone = admin_client.post(change_url(failed_parent, "retry"), {"reason": ""}, follow=True)
+    assert messages_of(alone) == [
+        "Retried 'order-p'. It waits again for 'order-p/ship' (failed), so it fails again at "
+        "once when it meets it. Retry 'order-p' with its failed children, or retry them "
+        "first. No reason given."
+    ]
+    assert [m.level_tag for m in alone.context["messages"]] == ["warning"]
+    workerflow_harness.drain()
+    assert get("order-p").status == WorkflowStatus.FAILED
+
+    both = admin_client.post(
+        change_url(failed_parent, "retry"),
+        {"reason": "carrier back", "with_children": "on"},
+        follow=True,
+    )
+    assert messages_of(both) == [
+        "Retried 'order-p' with its failed child 'order-p/ship'. Reason: carrier back"
+    ]
+    workerflow_harness.drain()
+    assert (get("order-p").status, get("order-p").result) == ("completed", "shipped")
+
+
+def test_retry_form__without_failed_children_offers_no_checkbox(admin_client, checkout):
+    confirm = admin_client.get(change_url(get("failed-1"), "retry"))
+    assert "with_children" not in confirm.context["form"].fields
+    assert "wf-failed-children" not in text(confirm)
+
+
+def test_retry_selected__retries_the_selection_with_its_failed_children(
+    admin_client, failed_parent, checkout, workerflow_harness
+):
+    BROKEN["ship"] = False
+    BROKEN["charge"] = False
+    selected = [failed_parent.pk, get("failed-1").pk]
+    confirm = admin_client.post(
+        changelist_url(), {"action": "retry_selected", "index": 0, "_selected_action": selected}
+    )
+    assert "'order-p' waits again for 'order-p/ship' (failed)." in text(confirm)
+
+    done = admin_client.post(
+        changelist_url(),
+        {
+            "action": "retry_selected",
+            "index": 0,
+            "_selected_action": selected,
+            "apply": "1",
+            "with_children": "on",
+        },
+        follow=True,
+    )
+    assert messages_of(done) == ["1 workflow retried with failed children; 1 workflow retried"]
+    workerflow_harness.drain()
+    assert get("order-p").status == get("failed-1").status == WorkflowStatus.COMPLETED
+
+
 # Fork ---------------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 
 import django_workerflow as workerflow
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 
 from .admin_helpers import change_url, changelist_url, text

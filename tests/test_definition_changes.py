@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ def test_replay__reports_recorded_steps_it_no_longer_reaches(define, workerflow_
     workerflow_harness.drain()
     shape["version"] = 2
     WorkflowInstance.objects.filter(pk=instance.pk).update(alarm_at=workerflow_harness.now())
-    with caplog.at_level(logging.WARNING, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.WARNING, logger="django_workerflow"):
         workerflow_harness.drain()
     instance.refresh_from_db()
     assert instance.unreached_step_ids == ["b"]
@@ -68,7 +68,7 @@ def test_tick__leaves_an_instance_whose_version_is_not_registered_untouched_unti
     workerflow_harness.drain()
     registry.unregister(definition)
     steps_before = list(instance.steps.values_list("step_id", "state"))
-    with caplog.at_level(logging.WARNING, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.WARNING, logger="django_workerflow"):
         workerflow_harness.advance(40)
     instance.refresh_from_db()
     assert instance.status == "running"

@@ -7,20 +7,26 @@ import logging
 import sys
 import types
 from datetime import timedelta
+from io import StringIO
 
 import pytest
 from django import conf as django_conf
+from django.core.management import call_command
 from django.test import override_settings
+from django.urls import get_resolver
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition
+from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.checks import check_definition_modules, check_worker_settings
-from django_workerflow.definition import registry
+from django_workerflow.definition import drift
 from django_workerflow.definition.drift import (
     awaited_event_names,
     missing_definition,
     unimported_definitions,
     worker_imported_modules,
+)
+from django_workerflow.definition.drift import (
+    worker_imported_modules as drift_worker_imported_modules,
 )
 from django_workerflow.models import InboundEvent, WorkflowInstance
 
@@ -58,7 +64,7 @@ def test_unregistered_instance__log_hint_says_where_definitions_must_live(
         input=None,
         now=workerflow_harness.now(),
     )
-    with caplog.at_level(logging.WARNING, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.WARNING, logger="django_workerflow"):
         workerflow_harness.drain()
 
     [record] = [r for r in caplog.records if "definition not registered" in r.getMessage()]
@@ -116,6 +122,56 @@ def test_check_w011__passes_a_definition_a_workflows_module_imports(monkeypatch)
         registry.unregister(Shared)
 
 
+# The package too: a package keeps its submodules as attributes, which a fresh import of
+# the URLconf would otherwise find instead of importing the view module again.
+VIEW_ONLY = ("tests.viewonly.urls", "tests.viewonly.views", "tests.viewonly")
+
+
+@pytest.fixture
+def view_only_urlconf(monkeypatch):
+    """ROOT_URLCONF is a URLconf whose view module declares 'view-only-report', not yet
+    imported; counted as a module outside the suite's (see conftest)."""
+    for name in VIEW_ONLY:
+        sys.modules.pop(name, None)
+    monkeypatch.setattr(drift, "worker_imported_modules", drift_worker_imported_modules)
+    with override_settings(ROOT_URLCONF=VIEW_ONLY[0]):
+        yield
+    views = sys.modules.get(VIEW_ONLY[1])
+    if views is not None:
+        registry.unregister(views.ViewOnlyReport)
+    for name in VIEW_ONLY:
+        sys.modules.pop(name, None)
+
+
+def w011_names() -> list[str]:
+    return [w.obj.name for w in check_definition_modules() if w.id == "workerflow.W011"]
+
+
+def test_check_w011__is_the_same_whether_or_not_another_check_imported_the_urlconf_first(
+    view_only_urlconf,
+):
+    # manage.py check runs the checks in no fixed order: the URL checks may come first.
+    first = w011_names()
+    assert get_resolver().url_patterns  # what Django's URL check does when it runs first
+    second = w011_names()
+    assert "view-only-report" in first
+    assert first == second
+
+
+@pytest.mark.django_db
+def test_show__warns_that_no_worker_has_a_definition_registered_from_a_view_module(
+    view_only_urlconf, workerflow_harness
+):
+    assert get_resolver().url_patterns  # the command's system checks import the URLconf
+    workerflow.start("view-only-report", key="report-1")
+    out = StringIO()
+    call_command("workerflow", "show", "report-1", stdout=out)
+    assert (
+        "Warning: no worker has workflow 'view-only-report' version '1': it is registered "
+        "from tests.viewonly.views, which workers do not import."
+    ) in out.getvalue()
+
+
 # Events -------------------------------------------------------------------------------
 
 
@@ -141,7 +197,7 @@ def test_send_event__under_a_name_no_step_waits_for_says_which_names_are_awaited
     workerflow_harness.drain()
     assert awaited_event_names(instance) == ["order.approved", "order.paid"]
 
-    with caplog.at_level(logging.INFO, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.INFO, logger="django_workerflow"):
         event = workerflow.send_event("waits", "order.aproved")
 
     assert event is not None

@@ -215,6 +215,21 @@ def test_rate_limit_and_concurrency__both_hold(define_with):
         assert admitted_keys(definition.name) == ["b"]
 
 
+def test_rate_limit__cancelling_the_queue_head__passes_its_turn_to_the_next(define_with):
+    definition = define_with(lambda self: "done", rate_limit=(1, timedelta(minutes=1)))
+    with Harness(start=T0) as harness:
+        for key in ["a", "b", "c", "d"]:
+            workerflow.start(definition, key=key)
+        harness.drain()
+        assert WorkflowInstance.objects.get(key="b").alarm_at == T0 + timedelta(minutes=1)
+        assert workerflow.cancel("b") is True
+        harness.advance(timedelta(minutes=1))
+        assert WorkflowInstance.objects.get(key="c").status == WorkflowStatus.COMPLETED
+        assert WorkflowInstance.objects.get(key="d").alarm_at == T0 + timedelta(minutes=2)
+        harness.advance(timedelta(minutes=1))
+        assert WorkflowInstance.objects.get(key="d").status == WorkflowStatus.COMPLETED
+
+
 # Waiting on ----------------------------------------------------------------------------
 
 

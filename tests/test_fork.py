@@ -216,3 +216,127 @@ def test_fork__refuses_a_default_key_longer_than_keys_may_be(workerflow_harness,
     with pytest.raises(WorkflowInputError, match="Pass a shorter key"):
         workerflow.fork(source)
     assert workerflow.fork(source, key="short").key == "short"
+
+
+# Issue 20: a fork keeps what the source decided and did (patch markers, children) ---------
+
+
+def test_fork__keeps_the_sources_patched_answer(workerflow_harness, define):
+    """A source that took the new branch of ``patched()`` forks into one that takes it too:
+    the marker is copied with the steps (issue 20, item 3)."""
+    fees = []
+
+    def execute(self):
+        if self.patched("fee-new"):
+            self.run("fee-new", lambda: fees.append("new") or 7)
+        else:
+            self.run("fee-old", lambda: fees.append("old") or 5)
+        self.wait("approval", "approved")
+        return "done"
+
+    source = workerflow.start(define(execute), key="fee")
+    workerflow_harness.drain()
+    assert fees == ["new"]
+
+    fork = workerflow.fork(source)
+    assert {s.step_id: s.type for s in fork.steps.all()} == {
+        "patch:fee-new": "patch",
+        "fee-new": "run",
+    }
+    workerflow_harness.drain()
+    workerflow.send_event(fork, "approved")
+    workerflow_harness.drain()
+
+    fork = refreshed(fork)
+    assert fork.status == "completed"
+    assert fees == ["new"]
+    assert not fork.steps.filter(step_id="fee-old").exists()
+    assert step(fork, "patch:fee-new").result is True
+
+
+def test_fork__keeps_a_completed_child_and_starts_no_second_one(workerflow_harness, define):
+    """A child that completed in the source is not started again by the fork: its step is
+    copied, linked to the same child (issue 20, item 4)."""
+    charges = []
+    card = define(lambda self: self.run("charge", lambda: charges.append(1) or "paid"))
+    broken = {"on": True}
+
+    def ship():
+        if broken["on"]:
+            raise RuntimeError("carrier down")
+        return "shipped"
+
+    def execute(self):
+        paid = self.child("pay", card)
+        return [paid, self.run("ship", ship, max_attempts=1)]
+
+    source = workerflow.start(define(execute), key="order-c")
+    workerflow_harness.drain()
+    assert refreshed(source).status == "failed"
+    assert charges == [1]
+    child = WorkflowInstance.objects.get(key="order-c/pay")
+
+    broken["on"] = False
+    fork = workerflow.fork(source)
+    assert step(fork, "pay").child_instance_id == child.pk
+    workerflow_harness.drain()
+
+    fork = refreshed(fork)
+    assert (fork.status, fork.result) == ("completed", ["paid", "shipped"])
+    assert charges == [1]
+    assert not WorkflowInstance.objects.filter(key__startswith=f"{fork.key}/").exists()
+
+
+def test_fork__keeps_a_start_child_whose_child_completed_and_restarts_a_cancelled_one(
+    workerflow_harness, define
+):
+    """A ``start_child`` step is copied while its child completed, or is detached and still
+    running (the fork's ``wait_child`` finds either); a child cancelled when the source
+    failed is started anew, under the fork's key."""
+    calls = []
+    broken = {"on": True}
+    quick = define(lambda self: self.run("work", lambda: calls.append(self.key) or self.key))
+    slow = define(lambda self: self.wait("go", "go"))
+
+    def execute(self):
+        done = self.start_child("done", quick)
+        pending = self.start_child("pending", slow)
+        side = self.start_child("side", slow, detached=True)
+        self.sleep("nap", 60)
+        self.run("boom", lambda: broken["on"] and 1 / 0, max_attempts=1)
+        return [self.wait_child(f"await-{key}", key) for key in (done, pending, side)]
+
+    source = workerflow.start(define(execute), key="sc")
+    workerflow_harness.advance(61)
+    assert refreshed(source).status == "failed"
+    assert WorkflowInstance.objects.get(key="sc/pending").status == "cancelled"
+    assert WorkflowInstance.objects.get(key="sc/side").status == "running"
+
+    broken["on"] = False
+    fork = workerflow.fork(source, key="sc-fork")
+    assert sorted(fork.steps.values_list("step_id", flat=True)) == ["done", "nap", "side"]
+    workerflow_harness.drain()
+    assert calls == ["sc/done"]
+    assert WorkflowInstance.objects.get(key="sc-fork/pending").status == "running"
+    assert not WorkflowInstance.objects.filter(key="sc-fork/side").exists()
+    workerflow.send_event("sc-fork/pending", "go", "went")
+    workerflow.send_event("sc/side", "go", "aside")
+    workerflow_harness.drain()
+    assert refreshed(fork).result == ["sc/done", "went", "aside"]
+
+
+def test_fork__announces_no_status_change_of_its_source(
+    workerflow_harness, counted, status_changes
+):
+    """The source's status does not change, so ``workflow_status_changed`` is not sent for
+    it (issue 20, item 14)."""
+    source = workerflow.start("fork-order", key="order-8", input={"sku": "A1"}, version=VERSION)
+    workerflow_harness.drain()
+    assert refreshed(source).status == "running"
+    status_changes.changes.clear()
+
+    fork = workerflow.fork(source)
+    workerflow_harness.run_on_commit_callbacks()
+
+    assert [change for change in status_changes.changes if change[0] == source.key] == []
+    assert status_changes.statuses(fork)[:1] == ["pending"]

@@ -102,7 +102,7 @@ def test_replay__of_changed_code_raises_naming_the_step(exported):
     assert CALLS == []
 
 
-def test_replay__reports_renamed_steps_as_unreached(exported):
+def test_replay__a_renamed_step_breaks_unless_new_steps_are_allowed(exported):
     class Renamed(WorkflowDefinition, register=False):
         name = "signup"
         version = "3"
@@ -110,9 +110,14 @@ def test_replay__reports_renamed_steps_as_unreached(exported):
         def execute(self):
             self.run("create-user", lambda: CALLS.append("again"))
 
-    report = testing.replay(exported, definition=Renamed)
-    assert report.unreached == ("create-account", "outer", "nap")
+    with pytest.raises(NondeterminismError) as caught:
+        testing.replay(exported, definition=Renamed)
+    assert "new step 'create-user' where its history recorded 'create-account'" in str(caught.value)
+    report = testing.replay(exported, definition=Renamed, allow_new_steps=True)
+    # The steps recorded after the one it replaces are not judged: the tick goes on.
+    assert report.unreached == ()
     assert report.first_new_step == "create-user"
+    assert [problem.kind for problem in report.problems] == ["new_step"]
     assert CALLS == []
 
 

@@ -68,7 +68,7 @@ def test_heartbeat__renews_every_running_tick_and_stops_when_it_ends():
 @override_settings(WORKERFLOW_LEASE_SECONDS=LEASE)
 def test_heartbeat__a_lost_lease_is_logged_once_and_no_longer_renewed(caplog):
     instance, token = claimed()
-    caplog.set_level(logging.WARNING, logger="django_workerflow.lease")
+    caplog.set_level(logging.WARNING, logger="django_workerflow")
 
     with LeaseHeartbeat(instance.pk, token):
         WorkflowInstance.objects.filter(pk=instance.pk).update(lease_token="another-worker")
@@ -82,7 +82,7 @@ def test_heartbeat__a_lost_lease_is_logged_once_and_no_longer_renewed(caplog):
 @override_settings(WORKERFLOW_LEASE_SECONDS=LEASE)
 def test_heartbeat__a_tick_that_ended_is_not_reported_lost(caplog):
     instance, token = claimed()
-    caplog.set_level(logging.WARNING, logger="django_workerflow.lease")
+    caplog.set_level(logging.WARNING, logger="django_workerflow")
 
     with LeaseHeartbeat(instance.pk, token):
         pass

@@ -184,8 +184,20 @@ def test_on_finish__deliver_now_makes_a_waiting_retry_due(define, workerflow_har
     assert deliveries.deliver_now(delivery) is False
 
 
-def test_on_finish__is_optional_on_the_base_class():
-    assert not hasattr(WorkflowDefinition, "on_finish")
+def test_on_finish__is_declared_on_the_base_class_and_a_definition_that_keeps_it_is_not_delivered(
+    define, workerflow_harness
+):
+    assert WorkflowDefinition.on_finish.__doc__
+    assert not WorkflowDefinition.hears_finish()
+    plain = define(lambda self: "done")
+    assert not plain.hears_finish()
+
+    instance = workerflow.start(plain, key="plain")
+    workerflow_harness.drain()
+
+    instance.refresh_from_db()
+    assert instance.status == "completed"
+    assert not FinishDelivery.objects.filter(instance=instance).exists()
 
 
 def test_on_finish__a_retried_instance_that_finishes_again_is_delivered_again(
@@ -211,3 +223,49 @@ def test_on_finish__a_retried_instance_that_finishes_again_is_delivered_again(
     workerflow_harness.drain()
     first, second = FinishDelivery.objects.order_by("id")
     assert outcomes == [(first.pk, "failed"), (second.pk, "completed")]
+
+
+def test_on_finish__a_redelivery_after_a_retry_reports_the_finish_it_was_created_for(
+    define, workerflow_harness
+):
+    """The delivery of a failure, redelivered after the instance was retried (it is running
+    now) and again after it completed, still reports that failure (issue 20, item 13)."""
+    outcomes = []
+    broken = {"hook": True, "step": True}
+
+    def hook(self, outcome):
+        outcomes.append(
+            (outcome.id, outcome.status, outcome.result, outcome.error_name, outcome.finished_at)
+        )
+        if broken["hook"]:
+            raise RuntimeError("webhook down")
+
+    def flaky():
+        if broken["step"]:
+            raise RuntimeError("first time")
+        return "second time"
+
+    def execute(self):
+        self.run("flaky", flaky, max_attempts=1)
+        self.sleep("nap", 60)
+        return "done"
+
+    instance = workerflow.start(_with_hook(define, execute, hook), key="redelivered")
+    workerflow_harness.drain()
+    failed_at = workerflow_harness.now()
+    failure = FinishDelivery.objects.get()
+    assert outcomes == [(failure.pk, "failed", None, "MaxAttemptsExceededError", failed_at)]
+
+    broken["step"] = False
+    workerflow.retry(instance)
+    workerflow_harness.advance(1)  # the hook's retry: the instance sleeps in 'nap'
+    assert instance.steps.get(step_id="nap").state == "waiting"
+    broken["hook"] = False
+    workerflow_harness.advance(120)  # the next redelivery, then the completion's delivery
+
+    completion = FinishDelivery.objects.exclude(pk=failure.pk).get()
+    expected_failure = (failure.pk, "failed", None, "MaxAttemptsExceededError", failed_at)
+    assert outcomes[:3] == [expected_failure] * 3
+    assert outcomes[3:] == [
+        (completion.pk, "completed", "done", "", completion.created_at),
+    ]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 
 pytestmark = pytest.mark.django_db

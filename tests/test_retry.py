@@ -282,3 +282,71 @@ def test_retry_and_fork__have_their_own_permissions():
         )
     )
     assert {"retry_workflowinstance", "fork_workflowinstance"} <= codenames
+
+
+def test_retry__keeps_the_largest_budget_within_what_the_database_stores(
+    workerflow_harness, define
+):
+    """A step with the largest ``max_attempts`` that failed at once retries without
+    overflowing the column (PostgreSQL raised ``DataError``) (issue 20, item 8)."""
+    from django_workerflow.values.storable import MAX_INTEGER
+
+    broken = {"on": True}
+
+    def declined():
+        if broken["on"]:
+            raise workerflow.NonRetryableStepError("declined")
+        return "paid"
+
+    def execute(self):
+        return self.run("charge", declined, max_attempts=MAX_INTEGER)
+
+    instance = workerflow.start(define(execute))
+    workerflow_harness.drain()
+    assert refreshed(instance).status == "failed"
+
+    broken["on"] = False
+    workerflow.retry(instance)
+    assert step(instance, "charge").max_attempts == MAX_INTEGER
+    workerflow_harness.drain()
+    assert (refreshed(instance).status, instance.result) == ("completed", "paid")
+    assert _attempts(instance, "charge") == [1, 2]
+
+
+def test_retry__one_retry_recovers_an_all_whose_two_branches_failed(workerflow_harness, define):
+    """Both failed branches reopen with one retry, not one retry per branch (issue 20,
+    item 6); a branch that succeeded does not run again."""
+    calls = {"a": 0, "b": 0, "ok": 0}
+    broken = {"on": True}
+
+    def branch(name):
+        def callback():
+            calls[name] += 1
+            if broken["on"]:
+                raise RuntimeError(f"{name} down")
+            return name
+
+        return callback
+
+    def execute(self):
+        return self.all(
+            lambda: self.run("a", branch("a"), max_attempts=1),
+            lambda: self.run("ok", lambda: calls.__setitem__("ok", calls["ok"] + 1) or "ok"),
+            lambda: self.run("b", branch("b"), max_attempts=1),
+        )
+
+    instance = workerflow.start(define(execute))
+    workerflow_harness.drain()
+    instance = refreshed(instance)
+    assert (instance.status, instance.error_step_id, instance.other_error_step_ids) == (
+        "failed",
+        "a",
+        ["b"],
+    )
+
+    broken["on"] = False
+    workerflow.retry(instance)
+    assert refreshed(instance).other_error_step_ids is None
+    workerflow_harness.drain()
+    assert (refreshed(instance).status, instance.result) == ("completed", ["a", "ok", "b"])
+    assert calls == {"a": 2, "b": 2, "ok": 1}

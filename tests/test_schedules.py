@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition, WorkflowStateError
-from django_workerflow.definition import registry
+from django_workerflow import WorkflowDefinition, WorkflowStateError, registry
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule, WorkflowStatus
 from django_workerflow.runtime.flow import schedules
 from django_workerflow.testing import Harness
@@ -18,7 +18,15 @@ from . import flow_helpers
 
 pytestmark = pytest.mark.django_db
 # The schedules these tests declare: the harness runs only those it is given.
-SCHEDULED = ["nightly", "minutely", "hourly", "half-past-two", "slow-nightly"]
+SCHEDULED = [
+    "nightly",
+    "minutely",
+    "hourly",
+    "half-past-two",
+    "slow-nightly",
+    "ten-seconds",
+    "keyed-nightly",
+]
 define_with = flow_helpers.define_with
 
 
@@ -111,6 +119,95 @@ def test_catch_up__is_bounded_to_the_latest_max_catch_up_occurrences(define_with
     assert len(started) == schedules.MAX_CATCH_UP == 100
     assert started[0] == "minutely@2026-12-01T02:31:00+00:00"
     assert started[-1] == "minutely@2026-12-01T04:10:00+00:00"
+
+
+def test_catch_up__of_exactly_max_catch_up_occurrences__starts_them_all_without_a_warning(
+    define_with, caplog
+):
+    define_with(record_scheduled_at, name="minutely", schedule="* * * * *", schedule_catch_up=True)
+    start = datetime(2026, 12, 1, 0, 0, 30, tzinfo=UTC)
+    with Harness(start=start, schedules=SCHEDULED) as harness:
+        harness.drain()
+        harness.clock.advance(timedelta(minutes=schedules.MAX_CATCH_UP))
+        with caplog.at_level(logging.WARNING, logger=schedules.__name__):
+            harness.drain()
+    started = keys("minutely")
+    assert len(started) == schedules.MAX_CATCH_UP
+    assert started[0] == "minutely@2026-12-01T00:01:00+00:00"
+    assert "catch-up bounded" not in caplog.text
+
+
+def test_catch_up__that_cuts_older_occurrences__warns(define_with, caplog):
+    define_with(record_scheduled_at, name="minutely", schedule="* * * * *", schedule_catch_up=True)
+    start = datetime(2026, 12, 1, 0, 0, 30, tzinfo=UTC)
+    with Harness(start=start, schedules=SCHEDULED) as harness:
+        harness.drain()
+        harness.clock.advance(timedelta(minutes=schedules.MAX_CATCH_UP + 1))
+        with caplog.at_level(logging.WARNING, logger=schedules.__name__):
+            harness.drain()
+    assert len(keys("minutely")) == schedules.MAX_CATCH_UP
+    assert "catch-up bounded name=minutely" in caplog.text
+
+
+# Six fields: seconds first --------------------------------------------------------------
+
+
+def test_six_field_cron__of_the_docs__runs_every_ten_seconds(define_with):
+    # docs/schedules-and-flow-control.md: "*/10 * * * * *" runs every ten seconds.
+    define_with(record_scheduled_at, name="ten-seconds", schedule="*/10 * * * * *")
+    with Harness(start=datetime(2026, 12, 1, 12, 0, 0, 5, tzinfo=UTC), schedules=SCHEDULED) as h:
+        h.drain()
+        h.advance(timedelta(minutes=1))
+    assert keys("ten-seconds") == [
+        f"ten-seconds@2026-12-01T12:0{minute}:{second}0+00:00"
+        for minute, second in [(0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 0)]
+    ]
+
+
+# A schedule that fails ------------------------------------------------------------------
+
+
+def test_a_cron_whose_date_never_comes__is_refused_when_the_class_is_defined():
+    with pytest.raises(ImproperlyConfigured) as error:
+        type(
+            "NeverSchedule",
+            (WorkflowDefinition,),
+            {
+                "name": "never",
+                "schedule": "0 0 31 4 *",
+                "execute": lambda self: None,
+                "__module__": __name__,
+            },
+        )
+    message = str(error.value)
+    assert f"{__name__}.NeverSchedule" in message
+    assert "`schedule` = '0 0 31 4 *' matches no date" in message
+
+
+def test_a_schedule_whose_start_fails__is_logged_and_the_others_still_fire(define_with, caplog):
+    def refuse(self):
+        raise RuntimeError("no key for this input")
+
+    define_with(
+        record_scheduled_at,
+        name="keyed-nightly",
+        schedule="0 3 * * *",
+        schedule_timezone="UTC",
+        max_concurrency=1,
+        concurrency_key=refuse,
+    )
+    nightly(define_with, schedule_timezone="UTC")
+    start = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    with (
+        Harness(start=start, schedules=SCHEDULED) as harness,
+        caplog.at_level(logging.ERROR, logger=schedules.__name__),
+    ):
+        harness.advance_to(datetime(2026, 12, 1, 3, tzinfo=UTC))
+        schedules.sweep(harness.now())  # the sweeper's pass goes on too
+    assert keys("nightly") == ["nightly@2026-12-01T03:00:00+00:00"]
+    assert keys("keyed-nightly") == []
+    assert "schedule failed name=keyed-nightly" in caplog.text
+    assert "RuntimeError: no key for this input" in caplog.text
 
 
 # Daylight saving time ------------------------------------------------------------------

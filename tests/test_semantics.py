@@ -1310,11 +1310,11 @@ def test_send_event__logs_the_payload_only_when_configured(
 
     instance = workerflow.start(define(execute), key="log-payload")
     workerflow_harness.drain()
-    with caplog.at_level(logging.INFO, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.INFO, logger="django_workerflow"):
         workerflow.send_event(instance, "secret.event", {"card": "4111"})
     assert "4111" not in caplog.text
     caplog.clear()
     settings.WORKERFLOW_LOG_PAYLOADS = True
-    with caplog.at_level(logging.INFO, logger="django_workerflow.runtime"):
+    with caplog.at_level(logging.INFO, logger="django_workerflow"):
         workerflow.send_event(instance, "secret.event", {"card": "4111"})
     assert 'payload={"card":"4111"}' in caplog.text

@@ -114,3 +114,43 @@ def test_start_many__rings_a_bell_per_new_instance(workflow):
     assert sorted(task["args"][0] for task in queued) == sorted(i.pk for i in instances)
     assert all(task["func"] == bells.TICK_TASK for task in queued)
     assert {i.bell_at for i in WorkflowInstance.objects.all()} == {instances[0].alarm_at}
+
+
+@pytest.fixture
+def limited(define):
+    """One slot per region: its concurrency key is the input's 'region'."""
+
+    def concurrency_key(self):
+        return self.input["region"]
+
+    definition = define(lambda self: self.input)
+    definition.max_concurrency = 1
+    definition.concurrency_key = concurrency_key
+    return definition
+
+
+@pytest.mark.parametrize(
+    ("region", "error"),
+    [(5, "must return a string"), ("eu\x00", "NUL character"), ("x" * 256, "at most 255")],
+)
+def test_start_many__under_a_concurrency_limit__a_bad_concurrency_key_refuses_before_any_write(
+    limited, region, error
+):
+    items = [("ok-1", {"region": "eu"}), ("ok-2", {"region": "us"}), ("bad", {"region": region})]
+
+    with pytest.raises(WorkflowInputError, match=r"Item 2 of start_many\(\) is refused") as caught:
+        workerflow.start_many(limited, items)
+
+    assert error in str(caught.value)
+    assert WorkflowInstance.objects.count() == 0
+
+
+def test_start_many__under_a_concurrency_limit__queues_beyond_the_slots(limited):
+    items = [("a", {"region": "eu"}), ("b", {"region": "eu"}), ("c", {"region": "us"})]
+
+    instances = workerflow.start_many(limited, [*items, ("a", {"region": "us"})])
+
+    assert [i.key for i in instances] == ["a", "b", "c", "a"]
+    assert instances[0].pk == instances[3].pk
+    assert [i.admitted_at is not None for i in instances[:3]] == [True, False, True]
+    assert WorkflowInstance.objects.count() == 3

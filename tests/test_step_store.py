@@ -21,6 +21,7 @@ import django_workerflow as workerflow
 from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
+from django_workerflow.runtime.starting import start
 from django_workerflow.store.records import StepRecord
 from django_workerflow.store.steps import StepStore
 from django_workerflow.testing import Harness
@@ -49,7 +50,7 @@ def store(instance: WorkflowInstance) -> StepStore:
 
 def fresh_store(store: StepStore) -> StepStore:
     """Another store of the same tick: it reads the steps from the database."""
-    return StepStore(store.instance_pk, lease_token=store.lease.token)
+    return StepStore(store.instance_pk, lease_token=store.lease.token, start_child=start)
 
 
 def assert_matches(obj: Any, **expected: Any) -> None:

@@ -11,13 +11,18 @@ column, because a failure must always be recorded.
 from __future__ import annotations
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 import django_workerflow as workerflow
-from django_workerflow import NonRetryableStepError
+from django_workerflow import NonRetryableStepError, WorkflowInputError
 from django_workerflow.models import (
+    InboundEvent,
     Step,
     StepEvent,
     StepState,
+    WorkflowEvent,
+    WorkflowInstance,
     WorkflowStatus,
 )
 from django_workerflow.values.storable import (
@@ -35,12 +40,66 @@ UNSTORABLE = [pytest.param(SURROGATE, id="surrogate"), pytest.param(NUL, id="nul
 pytestmark = pytest.mark.django_db
 
 
+def row_counts() -> tuple[int, ...]:
+    return tuple(
+        model.objects.count()
+        for model in (WorkflowInstance, Step, StepEvent, WorkflowEvent, InboundEvent)
+    )
+
+
 # Values at the call sites -------------------------------------------------------------
 
 
 def test_start__keeps_an_input_holding_nul_as_escaped_json(define, workerflow_harness):
     instance = workerflow.start(define(waits_for_go), input={"a": f"x{NUL}y"})
     assert refreshed(instance).input == {"a": f"x{NUL}y"}
+
+
+@pytest.fixture
+def failed(define, workerflow_harness) -> WorkflowInstance:
+    def execute(self):
+        raise RuntimeError("export failed")
+
+    instance = workerflow.start(define(execute), key="failed")
+    workerflow_harness.drain()
+    assert refreshed(instance).status == WorkflowStatus.FAILED
+    return instance
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_retry__refuses_an_unstorable_reason_and_leaves_the_instance(failed, bad):
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match="retry reason contains"):
+        workerflow.retry(failed, reason=f"fixed{bad}")
+    assert row_counts() == before
+    assert refreshed(failed).status == WorkflowStatus.FAILED
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_fork__refuses_an_unstorable_reason_and_creates_nothing(failed, bad):
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match="fork reason contains"):
+        workerflow.fork(failed, reason=f"again{bad}")
+    assert row_counts() == before
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_wait_result__refuses_an_unstorable_instance_key(waiting, bad):
+    with pytest.raises(WorkflowInputError, match="instance key contains"):
+        workerflow.wait_result(f"waiting{bad}", timeout=0)
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+def test_start__refuses_an_unstorable_concurrency_key_and_writes_nothing(
+    define, workerflow_harness, bad
+):
+    definition = define(waits_for_go)
+    definition.max_concurrency = 1
+    definition.concurrency_key = lambda self: f"region{bad}"
+    before = row_counts()
+    with pytest.raises(WorkflowInputError, match=r"concurrency key .* contains"):
+        workerflow.start(definition, key="limited")
+    assert row_counts() == before
 
 
 # Values the workflow produces --------------------------------------------------------
@@ -169,3 +228,10 @@ def test_run__a_huge_error_message_is_cut_with_a_marker(define, workerflow_harne
 
 def test_safe_text__escapes_what_cannot_be_stored_and_keeps_the_rest():
     assert safe_text(f"é{SURROGATE}{NUL}ok", max_length=100) == "é\\ud800\\x00ok"
+
+
+@pytest.mark.parametrize("bad", UNSTORABLE)
+@pytest.mark.parametrize("subcommand", ["show", "export", "retry", "cancel", "wake"])
+def test_command__refuses_an_unstorable_key_in_one_line(waiting, subcommand, bad):
+    with pytest.raises(CommandError, match=r"^The instance key contains"):
+        call_command("workerflow", subcommand, f"waiting{bad}")

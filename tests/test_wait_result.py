@@ -7,11 +7,13 @@ import time
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import transaction
 
 import django_workerflow as workerflow
 from django_workerflow import WorkflowCancelledError, WorkflowFailedError, WorkflowStateError
 from django_workerflow.runtime import verbs
+from django_workerflow.store import instance_rows
 from django_workerflow.workers import bells
 
 from .threads import in_threads
@@ -85,13 +87,31 @@ def test_wait_result__refuses_bad_timeouts(waiter, workerflow_harness):
         instance.wait_result(timeout="soon")
 
 
+def test_await_result__under_the_harness_drains_then_returns(define, workerflow_harness):
+    # As in Django's async tests: async_to_sync runs the coroutine in a thread of its own.
+    instance = workerflow.start(define(lambda self: self.run("n", lambda: 7)), key="ah1")
+    assert async_to_sync(instance.await_result)(timeout=5) == 7
+    assert async_to_sync(instance.await_result)(timeout=None) == 7
+    assert workerflow_harness.ticks == 1
+
+
+def test_await_result__under_the_harness_raises_timeout_after_draining(waiter, workerflow_harness):
+    instance = workerflow.start(waiter, key="ah2")
+    with pytest.raises(TimeoutError, match="'ah2' has not finished"):
+        async_to_sync(instance.await_result)(timeout=2)
+    # It drained (the instance ran to its wait) instead of waiting in real time.
+    assert workerflow_harness.ticks == 1
+    workerflow.send_event(instance, "go", 1)
+    assert async_to_sync(instance.await_result)(timeout=0) == {"got": 1}
+
+
 # In real time (no harness): another thread finishes the instance -------------------
 
 
 def _finish_later(key: str, delay: float) -> None:
     time.sleep(delay)
     workerflow.send_event(key, "go", "late")
-    verbs.tick(verbs.WorkflowInstance.objects.get(key=key).pk)
+    verbs.tick(instance_rows.pk_of(key))
 
 
 def test_wait_result__returns_when_another_worker_finishes(transactional_db, waiter):
@@ -152,7 +172,7 @@ def _tick_after_event_in_thread(key: str) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with bells.suppressed():
-                verbs.tick(verbs.WorkflowInstance.objects.get(key=key).pk)
+                verbs.tick(instance_rows.pk_of(key))
             if verbs.WorkflowInstance.objects.get(key=key).is_terminal:
                 return
             time.sleep(0.05)

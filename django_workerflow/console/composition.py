@@ -15,9 +15,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 from django.views.decorators.http import require_POST
 
+from django_workerflow import registry
 from django_workerflow.console.controls import admin_url, url_name
 from django_workerflow.console.describe import clock_text
-from django_workerflow.definition import registry
+from django_workerflow.console.terminal import safe
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries
 
@@ -48,6 +49,9 @@ class Composition:
                 f"{delivery.attempt_count} attempt(s)"
             )
         text = f"pending, {delivery.attempt_count} attempt(s)"
+        if delivery.outcome_status:
+            # What every attempt reports, even once a retry has set the instance running.
+            text += f"; reports the {delivery.outcome_status} finish"
         if delivery.next_attempt_at is not None:
             text += f"; next attempt {clock_text(delivery.next_attempt_at)}"
         if delivery.last_error_name:
@@ -63,14 +67,12 @@ def load_composition(instance: WorkflowInstance) -> Composition:
         children=list(children[:MAX_CHILDREN]),
         child_count=children.count(),
         delivery=FinishDelivery.objects.filter(instance=instance).first(),
-        has_hook=callable(getattr(definition, "on_finish", None)),
+        has_hook=definition is not None and definition.hears_finish(),
     )
 
 
 def render_lines(composition: Composition) -> list[str]:
     """The ``show`` command's lines for the parent, the children and the delivery."""
-    from django_workerflow.console.terminal import safe
-
     parent = composition.parent
     lines = [f"Parent: {safe(parent.key)} ({parent.status})" if parent else "Parent: none"]
     if composition.children:

@@ -23,22 +23,36 @@ from django_workerflow.values.clock import now as clock_now
 @dataclass(slots=True)
 class Outcome:
     """What an action did to one instance. ``label`` groups outcomes in the summary;
-    ``detail`` says it for this instance alone (and is what the admin history records)."""
+    ``detail`` says it for this instance alone (and is what the admin history records);
+    ``warning``: done, but not as the operator may expect (the detail says why)."""
 
     instance: WorkflowInstance
     done: bool
     label: str
     detail: str
+    warning: bool = False
 
 
 @dataclass(slots=True)
 class Report:
     outcomes: list[Outcome] = field(default_factory=list)
 
-    def add(self, instance: WorkflowInstance, done: bool, label: str, detail: str = "") -> None:
+    def add(
+        self,
+        instance: WorkflowInstance,
+        done: bool,
+        label: str,
+        detail: str = "",
+        *,
+        warning: bool = False,
+    ) -> None:
         if not detail:
             detail = label if done else f"Skipped '{instance.key}': {label}."
-        self.outcomes.append(Outcome(instance, done, label, detail))
+        self.outcomes.append(Outcome(instance, done, label, detail, warning))
+
+    @property
+    def warnings(self) -> list[Outcome]:
+        return [outcome for outcome in self.outcomes if outcome.warning]
 
     @property
     def done(self) -> list[Outcome]:

@@ -35,7 +35,8 @@ def record(model_admin: ModelAdmin[WorkflowInstance], request: HttpRequest, repo
     """Log each change in the admin history and tell the user what happened."""
     for outcome in report.done:
         model_admin.log_change(request, outcome.instance, outcome.detail)
-    level = messages.SUCCESS if report.done and not report.skipped else messages.WARNING
+    clean = report.done and not report.skipped and not report.warnings
+    level = messages.SUCCESS if clean else messages.WARNING
     model_admin.message_user(request, report.summary(), level)
 
 

@@ -29,14 +29,18 @@ Instances: TypeAlias = QuerySet[WorkflowInstance]
 def retry_selected(
     model_admin: InstanceAdmin, request: HttpRequest, queryset: Instances
 ) -> HttpResponse | None:
+    selected = list(queryset)
+    form = RetryForm(submitted(request), instances=selected)
     return confirm_then_apply(
         model_admin,
         request,
-        list(queryset),
-        RetryForm(submitted(request)),
+        selected,
+        form,
         ControlName.RETRY,
         "retry_selected",
-        lambda data: reruns.retry(queryset.order_by("pk"), data["reason"]),
+        lambda data: reruns.retry(
+            queryset.order_by("pk"), data["reason"], with_children=form.with_children
+        ),
     )
 
 

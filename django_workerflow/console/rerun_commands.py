@@ -13,7 +13,8 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from django_workerflow.console import operations, reruns
 from django_workerflow.console.operations import Report
-from django_workerflow.models import WorkflowInstance
+from django_workerflow.models import WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime.reruns import failed_children
 
 
 def add_arguments(sub: argparse._SubParsersAction[Any]) -> None:
@@ -21,6 +22,11 @@ def add_arguments(sub: argparse._SubParsersAction[Any]) -> None:
     retry = sub.add_parser("retry", help="Retry a failed instance from the step that failed it.")
     retry.add_argument("key", metavar="KEY")
     retry.add_argument("--reason", help="Recorded with the retry.")
+    retry.add_argument(
+        "--with-children",
+        action="store_true",
+        help="Also retry the failed children it waits for (and theirs), in one transaction.",
+    )
 
     fork = sub.add_parser(
         "fork", help="Start a copy of an instance, on another version, from one of its steps."
@@ -44,9 +50,14 @@ def add_arguments(sub: argparse._SubParsersAction[Any]) -> None:
     wake.add_argument("key", metavar="KEY")
 
 
-def retry(output: OutputWrapper, *, key: str, reason: str | None, **_: Any) -> None:
+def retry(
+    output: OutputWrapper, *, key: str, reason: str | None, with_children: bool, **_: Any
+) -> None:
     instance = WorkflowInstance.objects.get(key=key)
-    _say(output, reruns.retry([instance], reason or None))
+    failed = [c for c in failed_children(instance) if c.status == WorkflowStatus.FAILED]
+    _say(output, reruns.retry([instance], reason or None, with_children=with_children))
+    if failed and not with_children:
+        output.write(f"Run `workerflow retry {key} --with-children` to retry them with it.")
 
 
 def fork(

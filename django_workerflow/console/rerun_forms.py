@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, cast
 
 from django import forms
 
-from django_workerflow.console.reruns import ForkRequest
-from django_workerflow.definition import registry
+from django_workerflow import registry
+from django_workerflow.console.reruns import ForkRequest, blocker_note, retry_blockers
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
-from django_workerflow.models import Step, WorkflowInstance
+from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.values import jsonvalue
 
 REASON_WIDGET = forms.Textarea(attrs={"rows": 3, "cols": 60})
 
 
 class RetryForm(forms.Form):
-    """Confirm a retry, with an optional reason recorded on the instance."""
+    """Confirm a retry, with an optional reason recorded on the instance. When a selected
+    instance waits for failed children, the form names them (``notes``) and offers to retry
+    them with it (``with_children``)."""
 
     reason = forms.CharField(
         required=False,
@@ -25,8 +28,31 @@ class RetryForm(forms.Form):
         help_text="Recorded with the retry and in the admin history.",
     )
 
+    def __init__(
+        self, data: Any = None, *, instances: Iterable[WorkflowInstance] = (), **kwargs: Any
+    ) -> None:
+        super().__init__(data, **kwargs)
+        # The instances the page lists (the first 100 of a selection).
+        blockers = retry_blockers(list(instances)[:100])
+        #: One line per instance that waits for failed or cancelled children, naming them.
+        self.notes = [blocker_note(instance, blocking) for instance, blocking in blockers]
+        failed = [
+            c for _, blocking in blockers for c in blocking if c.status == WorkflowStatus.FAILED
+        ]
+        if failed:
+            self.fields["with_children"] = forms.BooleanField(
+                required=False,
+                label="Also retry the failed children",
+                help_text="Retry the failed children listed above with it, in one "
+                "transaction, so that it does not meet their failure again.",
+            )
+
     def clean_reason(self) -> str | None:
         return self.cleaned_data["reason"].strip() or None
+
+    @property
+    def with_children(self) -> bool:
+        return bool(self.cleaned_data.get("with_children"))
 
 
 class ForkForm(forms.Form):

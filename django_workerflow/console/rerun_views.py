@@ -34,9 +34,12 @@ class RerunViews(ControlViews):
 
     def retry(self, request: HttpRequest, object_id: str) -> HttpResponse:
         instance = self._instance_for(request, object_id, ControlName.RETRY)
-        form = RetryForm(request.POST if request.method == "POST" else None)
+        data = request.POST if request.method == "POST" else None
+        form = RetryForm(data, instances=[instance])
         if form.is_valid():
-            report = reruns.retry([instance], form.cleaned_data["reason"])
+            report = reruns.retry(
+                [instance], form.cleaned_data["reason"], with_children=form.with_children
+            )
             return self._done(request, report, instance)
         return confirmation_page(self.model_admin, request, ControlName.RETRY, form, [instance])
 

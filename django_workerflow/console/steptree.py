@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django_workerflow.console.describe import format_duration, pretty_json, short_time, step_error
 from django_workerflow.models import Step, StepEvent, StepEventType, StepState, StepType
@@ -74,13 +75,24 @@ class StepNode:
         return "" if duration is None else format_duration(duration)
 
     @property
-    def value_json(self) -> str:
-        """A succeeded run step's result or a satisfied wait's payload, as indented JSON."""
+    def has_value(self) -> bool:
+        """True when the step settled with a value: a succeeded step (a run step's or a
+        child's result) or a satisfied wait (its payload)."""
+        return self.step.state in (StepState.SUCCEEDED, StepState.SATISFIED)
+
+    @property
+    def value(self) -> Any:
+        """The value the step settled with (see :attr:`has_value`), else None."""
         if self.step.state == StepState.SUCCEEDED:
-            return pretty_json(self.step.result)
+            return self.step.result
         if self.step.state == StepState.SATISFIED:
-            return pretty_json(self.step.payload)
-        return ""
+            return self.step.payload
+        return None
+
+    @property
+    def value_json(self) -> str:
+        """:attr:`value` as indented JSON ("" when the step has none)."""
+        return pretty_json(self.value) if self.has_value else ""
 
     @property
     def detail(self) -> str:

@@ -19,7 +19,7 @@ from django_workerflow.console.describe import (
 )
 from django_workerflow.console.history import History
 from django_workerflow.console.summary import MISSING_DEFINITION_HINT, Traceback, build_summary
-from django_workerflow.models import StepState, StepType, WorkflowInstance, WorkflowStatus
+from django_workerflow.models import StepState, WorkflowInstance, WorkflowStatus
 
 MAX_VALUE = 120
 MAX_ID_WIDTH = 40
@@ -95,8 +95,8 @@ def _step_lines(history: History) -> list[str]:
         outcome = ""
         if node.error:
             outcome = f"error: {safe(node.error)}"
-        elif node.value_json:
-            outcome = f"-> {compact(step.result if step.type == StepType.RUN else step.payload)}"
+        elif node.has_value:
+            outcome = f"-> {compact(node.value)}"
         took = f"took {node.duration_text}" if node.duration_text else ""
         attempts = f"{node.attempts_text} attempts" if node.attempts_text else ""
         rows.append(

@@ -100,7 +100,7 @@ def build_timeline(
     rows += [_step_row(node, end) for node in nodes]
     if instance.forked_from_id is not None:
         for row, node in zip(rows[1:], nodes, strict=True):
-            if node.step.type == StepType.RUN and node.step.resolved_at and not node.attempts:
+            if node.step.resolved_at and _copied(node):
                 row.summary = f"{node.step.state}; copied from the source, not run here"
     span = (end - start).total_seconds()
     for row in rows:
@@ -111,6 +111,13 @@ def build_timeline(
         for i in range(1, TICKS)
     ]
     return Timeline(start=start, end=end, rows=rows, ticks=ticks)
+
+
+def _copied(node: StepNode) -> bool:
+    """A fork's run or child step that it copied: it has no history of its own here."""
+    if node.step.type == StepType.RUN:
+        return not node.attempts
+    return node.step.type == StepType.CHILD and not node.events
 
 
 def _place(segment: Segment, start: datetime, span: float) -> None:

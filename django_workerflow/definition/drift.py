@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.apps import apps
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:
@@ -43,13 +43,19 @@ _NOT_FOLLOWED = ("django", "django_q", "django_workerflow")
 
 def missing_definition(instance: WorkflowInstance) -> str | None:
     """``"no worker has workflow 'x' version 'y'"`` when the instance's pinned definition is
-    not registered, else None."""
-    if registry.lookup(instance.definition_name, instance.definition_version) is not None:
-        return None
-    return (
+    not registered, or is registered from a module workers do not import (W011: this process
+    may have imported it, a view say, where a worker would not), else None."""
+    missing = (
         f"no worker has workflow '{instance.definition_name}' "
         f"version '{instance.definition_version}'"
     )
+    definition = registry.lookup(instance.definition_name, instance.definition_version)
+    if definition is None:
+        return missing
+    if unimported_definitions([definition]):
+        where = definition.__module__
+        return f"{missing}: it is registered from {where}, which workers do not import"
+    return None
 
 
 def awaited_event_names(instance: WorkflowInstance | int) -> list[str]:

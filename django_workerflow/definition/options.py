@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import zoneinfo
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
 
-#: Five fields (minute hour day month weekday), or six with seconds last (croniter's form).
+#: Five fields (minute hour day month weekday), or six with seconds first (second minute
+#: hour day month weekday, as Quartz and Spring read six fields).
 CRON_FIELD_COUNTS = (5, 6)
+
+
+def cron(expression: str, start: datetime) -> croniter:
+    """A walk over the occurrences of ``expression`` from ``start``: the one reading of a
+    cron string, for the class check and the schedules alike. croniter reads six fields with
+    seconds last unless told otherwise; we read them seconds first."""
+    return croniter(expression, start, second_at_beginning=True)
 
 
 def cron_problem(expression: object) -> str | None:
@@ -23,10 +31,17 @@ def cron_problem(expression: object) -> str | None:
     if len(fields) not in CRON_FIELD_COUNTS:
         return (
             f"has {len(fields)} fields; write five (minute hour day month weekday), e.g. "
-            "'0 3 * * *', or six with seconds last"
+            "'0 3 * * *', or six with seconds first, e.g. '*/10 * * * * *'"
         )
-    if not croniter.is_valid(expression):
+    if not croniter.is_valid(expression, second_at_beginning=True):
         return "is not a valid cron expression; e.g. '0 3 * * *' runs at 03:00 every day"
+    try:
+        cron(expression, datetime.now(UTC)).get_next(datetime)
+    except CroniterBadDateError:
+        return (
+            "matches no date (such as the 31st of a 30-day month), so it would never start "
+            "an instance; fix the day and month fields"
+        )
     return None
 
 

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from django.core.exceptions import ImproperlyConfigured
-
-from django_workerflow.definition import options, registry
+from django_workerflow import registry
+from django_workerflow.definition import options
 from django_workerflow.engine.execution import Execution, SettledResult
-from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
+from django_workerflow.exceptions import (
+    WorkflowDefinitionError,
+    WorkflowInputError,
+    WorkflowStateError,
+)
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
+
+if TYPE_CHECKING:
+    from django_workerflow.store.outcomes import Outcome
 
 
 class WorkflowDefinition:
@@ -64,14 +70,14 @@ class WorkflowDefinition:
         if cls.execute is WorkflowDefinition.execute:
             problems.append("implement `execute(self)`")
         if problems:
-            raise ImproperlyConfigured(
+            raise WorkflowDefinitionError(
                 f"Workflow definition {cls.__module__}.{cls.__qualname__} is incomplete: "
                 + "; ".join(problems)
                 + ". Mark a base class that only shares code with `abstract = True`."
             )
         option_problems = options.problems(cls)
         if option_problems:
-            raise ImproperlyConfigured(
+            raise WorkflowDefinitionError(
                 f"Workflow definition {cls.__module__}.{cls.__qualname__} is misconfigured: "
                 + "; ".join(option_problems)
                 + "."
@@ -92,6 +98,19 @@ class WorkflowDefinition:
     def execute(self) -> Any:
         """The workflow's body; its return value (JSON) becomes the instance's result."""
         raise NotImplementedError
+
+    def on_finish(self, outcome: Outcome) -> None:
+        """Hear that an instance finished (completed, failed or cancelled): override it.
+
+        Called at least once per finish, outside the finishing transaction, and retried
+        with backoff until it returns; use ``outcome.id`` as an idempotency key. The base
+        class's does nothing, and no delivery is created for a definition that keeps it.
+        """
+
+    @classmethod
+    def hears_finish(cls) -> bool:
+        """Whether the definition overrides :meth:`on_finish` (its finishes are delivered)."""
+        return cls.on_finish is not WorkflowDefinition.on_finish
 
     # Step helpers ----------------------------------------------------------------------
 
@@ -207,13 +226,10 @@ class WorkflowDefinition:
 
         The answer is recorded (a marker step), so every replay gets the same one:
         ``if self.patched("new-fee"): new code, else: old code``. See
-        :mod:`django_workerflow.patching` for how the first answer is decided.
+        :meth:`Execution.patched <django_workerflow.engine.execution.Execution.patched>` for how the
+        first answer is decided.
         """
-        from django_workerflow.engine import (
-            patching,
-        )  # patching imports the replay helpers: import at call time
-
-        return patching.patched(self._current(), change_id)
+        return self._current().patched(change_id)
 
     def now(self) -> datetime:
         """The engine's clock. It is not recorded: capture times you branch on in a step."""

@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import models
 
@@ -31,20 +31,26 @@ from django_workerflow.exceptions import (
     NondeterminismError,
     StepOutcomeError,
 )
-from django_workerflow.store.records import RecordedSteps, StepRecord, unreached_steps
+from django_workerflow.store.ledger import StepLedger
+from django_workerflow.store.records import StepRecord, unreached_steps
+from django_workerflow.store.steps import RecordedSteps
+from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control import Suspension
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:
-    from django_workerflow.store.steps import StepStore
+    from datetime import datetime
+
+    from django_workerflow.store.outcomes import Outcome
+    from django_workerflow.values.backoff import Backoff
 
 
 class ReplayOutcome(models.TextChoices):
     """How a check replay ended."""
 
     COMPLETED = "completed", "execute() returned"
-    FAILED = "failed", "a recorded step failure ended execute()"
+    FAILED = "failed", "execute() raised the failure its history recorded"
     STOPPED = "stopped", "stopped where the history ends"
 
 
@@ -55,6 +61,7 @@ class ProblemKind(models.TextChoices):
     DUPLICATE_STEP = "duplicate_step", "a duplicate step id"
     UNREGISTERED = "unregistered", "a version that is not registered"
     EXECUTE_RAISED = "execute_raised", "execute() raised outside a step"
+    NEW_STEP = "new_step", "a new step reached where the history recorded another"
     UNREACHED = "unreached", "recorded steps no longer reached"
 
 
@@ -69,6 +76,13 @@ class Problem:
     @property
     def breaks(self) -> bool:
         return self.kind != ProblemKind.UNREACHED
+
+    def breaks_unless(self, *, allow_new_steps: bool) -> bool:
+        """:attr:`breaks`, but a new step in place of a recorded one only warns when
+        ``allow_new_steps`` says it is a step added there, not a rename."""
+        if allow_new_steps and self.kind == ProblemKind.NEW_STEP:
+            return False
+        return self.breaks
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +103,10 @@ class ReplayReport:
         """True when the code now registered would break this history."""
         return any(problem.breaks for problem in self.problems)
 
+    def breaking(self, *, allow_new_steps: bool = False) -> list[Problem]:
+        """The problems that break this history (see :meth:`Problem.breaks_unless`)."""
+        return [p for p in self.problems if p.breaks_unless(allow_new_steps=allow_new_steps)]
+
 
 class HistoryEnd(Suspension):
     """The replay reached a write: the recorded history ends here."""
@@ -98,13 +116,12 @@ class HistoryEnd(Suspension):
         self.step_id = step_id
 
 
-class ReplayStore(RecordedSteps):
+class ReplayStore(RecordedSteps, StepLedger):
     """Recorded steps held in memory; a write ends the replay instead of happening.
 
-    Only the reads of :class:`~.records.RecordedSteps` exist here. Every other store method
-    the execution calls is a write of the real store (``create_started_run_step``,
-    ``mark_attempt_started``, ``sleep_step`` ...), so ``__getattr__`` answers each of them
-    with :meth:`_end`: a write added to the engine later is covered too.
+    The reads are :class:`~django_workerflow.store.steps.RecordedSteps`'; every write of
+    :class:`~django_workerflow.store.ledger.StepLedger` ends the replay (:meth:`_end`), and
+    a write added to the protocol later must be added here, or mypy says so.
     """
 
     def __init__(self, records: Iterable[StepRecord]) -> None:
@@ -143,10 +160,82 @@ class ReplayStore(RecordedSteps):
     def flush(self) -> None:
         """Nothing held, nothing to write."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self._end
+    # Every write of the real store ends the replay at the step it would write.
+
+    def mark_sleep_elapsed(self, step_id: str) -> NoReturn:
+        self._end(step_id)
+
+    def mark_wait_timed_out(self, step_id: str) -> NoReturn:
+        self._end(step_id)
+
+    def sleep_step(
+        self, step_id: str, *, wake_at: datetime, parent_step_id: str | None
+    ) -> NoReturn:
+        self._end(step_id)
+
+    def wait_step(
+        self,
+        step_id: str,
+        *,
+        event_name: str,
+        timeout_at: datetime | None,
+        parent_step_id: str | None,
+    ) -> NoReturn:
+        self._end(step_id)
+
+        self._end(step_id)
+
+        self._end(step_id)
+
+    def start_child_step(
+        self,
+        step_id: str,
+        *,
+        parent_step_id: str | None,
+        workflow: str | type[WorkflowDefinition],
+        key: str,
+        input: Any,
+        version: str | None,
+        detached: bool,
+        waits: bool,
+    ) -> NoReturn:
+        self._end(step_id)
+
+    def wait_instance_step(self, step_id: str, *, parent_step_id: str | None, key: str) -> NoReturn:
+        self._end(step_id)
+
+    def awaited_outcome(self, record: StepRecord) -> NoReturn:
+        self._end(record)
+
+    def resolve_child_step(self, step_id: str, outcome: Outcome | None) -> NoReturn:
+        self._end(step_id)
+
+    def defer_success(self, step_id: str, attempt: int, result_json: str) -> NoReturn:
+        self._end(step_id)
+
+    def create_started_run_step(
+        self, step_id: str, *, parent_step_id: str | None, max_attempts: int
+    ) -> NoReturn:
+        self._end(step_id)
+
+    def mark_attempt_started(self, step_id: str, attempt: int) -> NoReturn:
+        self._end(step_id)
+
+    def mark_attempt_succeeded(self, step_id: str, attempt: int, result_json: str) -> NoReturn:
+        self._end(step_id)
+
+    def mark_attempt_failed(
+        self,
+        step_id: str,
+        attempt: int,
+        *,
+        error_name: str,
+        error_message: str,
+        non_retryable: bool = False,
+        backoff: Backoff | None = None,
+        traceback: str = "",
+    ) -> NoReturn:
+        self._end(step_id)
 
     def _end(self, step_id: Any = None, *args: Any, **kwargs: Any) -> NoReturn:
         step = step_id if isinstance(step_id, str) else None
@@ -169,13 +258,18 @@ def replay_records(
     key: str,
     input: Any,
     records: Iterable[StepRecord],
+    recorded_error: tuple[str, str] | None = None,
 ) -> ReplayReport:
-    """Replay ``records`` (an instance's recorded steps) against ``definition_class``."""
+    """Replay ``records`` (an instance's recorded steps) against ``definition_class``.
+
+    ``recorded_error`` is a failed instance's ``(error_name, error_message)``: ``execute()``
+    raising that same error outside a step replays the recorded failure, which is no drift.
+    """
+    records = list(records)
     store = ReplayStore(records)
     execution = ReplayExecution(
         instance_key=key,
-        # It has the reads of a StepStore and answers each of its writes by ending the replay.
-        store=cast("StepStore", store),
+        store=store,
         deadline=math.inf,
         interrupted_suspects=set(),
     )
@@ -190,7 +284,7 @@ def replay_records(
         fatal = execution.fatal
         if fatal is not None:
             problems.append(_definition_problem(fatal))
-        elif isinstance(exc, StepOutcomeError) and _recorded_failure(store, exc):
+        elif _is_recorded_failure(store, exc, recorded_error):
             outcome = ReplayOutcome.FAILED
         else:
             problems.append(
@@ -209,9 +303,23 @@ def replay_records(
     seen = execution.seen_step_ids
     unreached: tuple[str, ...] = ()
     if not problems:
-        unreached = tuple(unreached_steps(store.steps, seen))
+        missed = unreached_steps(store.steps, seen)
+        displaced: list[str] = []
+        if store.first_new_step is not None:
+            # The replay stopped at a new step. The recorded steps after the last one it
+            # reached are where the history went instead: the first is the step the new one
+            # takes the place of; the others are not judged (the tick would go on past the
+            # new step and may reach them).
+            order = {record.step_id: index for index, record in enumerate(records)}
+            last_seen = max((order[step_id] for step_id in seen if step_id in order), default=-1)
+            displaced = [step_id for step_id in missed if order.get(step_id, -1) > last_seen]
+            missed = [step_id for step_id in missed if step_id not in displaced]
+        if displaced:
+            assert store.first_new_step is not None  # displaced is only found past a new step
+            problems.append(_new_step_problem(key, store.first_new_step, displaced[0]))
+        unreached = tuple(missed)
         if unreached:
-            problems.append(_unreached_problem(key, unreached, store.first_new_step))
+            problems.append(_unreached_problem(key, unreached))
     return ReplayReport(
         key=key,
         name=definition_class.name,
@@ -245,21 +353,37 @@ def _definition_problem(fatal: Exception) -> Problem:
     return Problem(kind, str(fatal), step_id=_quoted_step(str(fatal)))
 
 
-def _unreached_problem(key: str, unreached: tuple[str, ...], first_new: str | None) -> Problem:
+def _new_step_problem(key: str, new_step: str, recorded: str) -> Problem:
+    return Problem(
+        ProblemKind.NEW_STEP,
+        f"Instance '{key}' reaches the new step '{new_step}' where its history recorded "
+        f"'{recorded}': after the deploy '{new_step}' would run as if for the first time "
+        f"(a renamed step runs its work again). Keep the step id '{recorded}', or register "
+        "the change as a new version; if the step was added there and is no rename, accept "
+        "it (check-replay --allow-new-steps, testing.replay(..., allow_new_steps=True)).",
+        step_id=new_step,
+    )
+
+
+def _unreached_problem(key: str, unreached: tuple[str, ...]) -> Problem:
     names = ", ".join(f"'{step_id}'" for step_id in unreached)
-    message = f"Instance '{key}': recorded steps no longer reached on replay: {names}."
-    if first_new is not None:
-        message += (
-            f" The replay reaches the new step '{first_new}' instead, which would run as if "
-            "for the first time (a renamed step runs again)."
-        )
-    return Problem(ProblemKind.UNREACHED, message, step_id=unreached[0])
+    return Problem(
+        ProblemKind.UNREACHED,
+        f"Instance '{key}': recorded steps no longer reached on replay: {names}.",
+        step_id=unreached[0],
+    )
 
 
-def _recorded_failure(store: ReplayStore, exc: StepOutcomeError) -> bool:
-    """True if ``exc`` is the recorded failure of a step of this history."""
-    record = store.get(exc.step_id) if exc.step_id else None
-    return record is not None and record.state in (StepState.FAILED, StepState.TIMED_OUT)
+def _is_recorded_failure(
+    store: ReplayStore, exc: Exception, recorded_error: tuple[str, str] | None
+) -> bool:
+    """True if ``exc`` is a failure the history recorded: a step's (recorded failed or
+    timed out), or the instance's own, raised outside a step (same name and message)."""
+    if isinstance(exc, StepOutcomeError) and exc.step_id:
+        record = store.get(exc.step_id)
+        if record is not None and record.state in (StepState.FAILED, StepState.TIMED_OUT):
+            return True
+    return recorded_error == (storable.error_name(exc), error_message(exc))
 
 
 def _quoted_step(message: str) -> str | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.deploy.replay import ReplayReport, replay_records, unregistered_problem
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.store.readonly import read_only_transaction, savepoint_if_used
@@ -50,7 +50,14 @@ def check_instances(
     if selection.key:
         instances = instances.filter(key=selection.key)
     instances = instances.only(
-        "pk", "key", "definition_name", "definition_version", "input", "status"
+        "pk",
+        "key",
+        "definition_name",
+        "definition_version",
+        "input",
+        "status",
+        "error_name",
+        "error_message",
     ).order_by("pk")
     remaining = selection.limit
     last_pk = 0
@@ -80,9 +87,18 @@ def check_instance(instance: WorkflowInstance, records: list[StepRecord]) -> Rep
             outcome=None,
             problems=(unregistered_problem(instance.key, name, version, registry.versions(name)),),
         )
+    recorded_error = (
+        (instance.error_name, instance.error_message)
+        if instance.status == WorkflowStatus.FAILED
+        else None
+    )
     with savepoint_if_used():
         return replay_records(
-            definition_class, key=instance.key, input=instance.input, records=records
+            definition_class,
+            key=instance.key,
+            input=instance.input,
+            records=records,
+            recorded_error=recorded_error,
         )
 
 

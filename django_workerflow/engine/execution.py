@@ -1,4 +1,4 @@
-"""One replay of a definition's ``execute()``: what each step helper does when it is reached.
+"""One replay pass of a definition's ``execute()``: what each step helper does when reached.
 
 A recorded step returns (or raises) its recorded outcome without running again; a step
 reached for the first time is created, and run steps execute their callback right away, so
@@ -8,32 +8,43 @@ a tick that replays once keeps going step after step until something suspends it
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
-from django_workerflow.engine.child_steps import ChildSteps
 from django_workerflow.engine.failures import (
     INTERRUPTED_ERROR_NAME,
     INTERRUPTED_MESSAGE,
     REPLAYED_FAILURES,
     error_message,
+    failed_step_ids,
+    failure,
+    note_failed_steps,
     recorded_failure,
     recorded_name,
+    strip_name,
 )
 from django_workerflow.exceptions import (
+    DuplicateStepIdError,
+    NondeterminismError,
     NonRetryableStepError,
     WaitStepTimedOutError,
+    WorkerflowError,
+    WorkflowDefinitionError,
     WorkflowInputError,
+    WorkflowNotRegisteredError,
+    WorkflowVersionConflictError,
 )
+from django_workerflow.store.records import unreached_steps
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import ExecutionStopped, Suspension
-from django_workerflow.values.states import StepState, StepType
+from django_workerflow.values.control import ExecutionStopped, Suspension, TickAborted
+from django_workerflow.values.states import StepState, StepType, StopReason
 from django_workerflow.values.tracebacks import format_user_traceback
 
 __all__ = [
@@ -45,10 +56,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from django_workerflow.definition.workflow import WorkflowDefinition
+    from django_workerflow.store.ledger import StepLedger
     from django_workerflow.store.records import StepRecord
 
-# The logger operators already configure (docs/operations.md lists its messages).
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +81,147 @@ class _UnserializableResult(Exception):
         self.failure = failure
 
 
-class Execution(ChildSteps):
-    """One replay pass: the definition's step helpers delegate here."""
+_Written = TypeVar("_Written")
+
+
+def _inside(parent_step_id: str | None) -> str:
+    return f"inside run step '{parent_step_id}'" if parent_step_id else "directly in execute()"
+
+
+# Errors a refused start records on the step, raised again (same class) on every replay.
+_START_FAILURES: dict[str, type[WorkerflowError]] = {
+    cls.__name__: cls
+    for cls in (WorkflowVersionConflictError, WorkflowInputError, WorkflowNotRegisteredError)
+}
+
+
+#: Marker steps' ids: ``patch:<change_id>``, apart from the ids users give their steps.
+MARKER_PREFIX = "patch:"
+
+
+def marker_step_id(change_id: str) -> str:
+    """The step id of the marker recording ``change_id``'s answer."""
+    jsonvalue.check_identifier(change_id, what="A patch change id", max_length=190)
+    return f"{MARKER_PREFIX}{change_id}"
+
+
+class Execution:
+    """One replay pass of a definition's ``execute()``: what it has seen and decided so far
+    (the steps reached, the due times of the suspended ones, why it stopped), and the step
+    helpers the definition delegates to: run, sleep, wait, all, child steps, patched."""
+
+    def __init__(
+        self,
+        *,
+        instance_key: str,
+        store: StepLedger,
+        deadline: float,
+        interrupted_suspects: set[str] | None = None,
+    ) -> None:
+        self.instance_key = instance_key
+        self.store = store
+        self.deadline = deadline
+        # Run steps that were 'running' when a crashed tick's lease was taken over; shared by
+        # the passes of one tick, and emptied as each is settled.
+        self.interrupted_suspects = (
+            interrupted_suspects if interrupted_suspects is not None else set()
+        )
+        self.seen_step_ids: set[str] = set()
+        self.parents: list[str] = []
+        self.due_times: list[datetime | None] = []
+        self.suspended = False
+        self.stop_reason: StopReason | None = None
+        self.yielded = False
+        self.attempts_started = 0
+        self.fatal: WorkflowDefinitionError | None = None
+        self.atomic_step: str | None = None
+
+    def next_due(self) -> datetime | None:
+        """The earliest time at which a suspended step can make progress (None: an event)."""
+        due = [when for when in self.due_times if when is not None]
+        return min(due) if due else None
+
+    def _reach(self, step_id: str) -> None:
+        if self.fatal is not None:
+            raise self.fatal
+        jsonvalue.check_identifier(step_id, what="A step id")
+        if self.atomic_step is not None:
+            self.fatal = WorkflowDefinitionError(
+                f"Step '{step_id}' is called inside the atomic run step '{self.atomic_step}'. "
+                "An atomic step runs in one database transaction and cannot contain other "
+                "steps; make the outer step non-atomic or move the inner step out of it."
+            )
+            raise self.fatal
+        if step_id in self.seen_step_ids:
+            self.fatal = DuplicateStepIdError(
+                f"Step id '{step_id}' was already used earlier in this workflow execution. "
+                "Steps must be uniquely identified within a single workflow execution."
+            )
+            raise self.fatal
+        self.seen_step_ids.add(step_id)
+
+    def _check_kind(self, record: StepRecord, kind: str) -> None:
+        if record.type != kind:
+            self.fatal = NondeterminismError(
+                f"Instance '{self.instance_key}' reached step '{record.step_id}' as a {kind}, "
+                f"but its history recorded a {record.type} there. A workflow must call the "
+                "same steps in the same order on every replay; register a new version to "
+                "change its shape."
+            )
+            raise self.fatal
+        if record.parent_step_id != self._parent():
+            self.fatal = DuplicateStepIdError(
+                f"Step id '{record.step_id}' is reached {_inside(self._parent())}, but it was "
+                f"recorded {_inside(record.parent_step_id)}. Steps must be uniquely identified "
+                "within a single workflow execution, nested steps included; give each call "
+                "its own id."
+            )
+            raise self.fatal
+
+    def _recorded(self, step_id: str) -> StepRecord | None:
+        """The recorded step (None on first reach, or for an id that is not a string: the
+        step helper reports that)."""
+        return self.store.get(step_id) if isinstance(step_id, str) else None
+
+    def _parent(self) -> str | None:
+        return self.parents[-1] if self.parents else None
+
+    def _boundary(self) -> None:
+        """Before a new attempt starts: yield the worker once the tick's budget is spent
+        (after at least one attempt of this pass, so that every tick makes progress)."""
+        if self.attempts_started and time.monotonic() >= self.deadline:
+            self.yielded = True
+            self._suspend(clock_now())
+        self.attempts_started += 1
+
+    def _suspend(self, due: datetime | None) -> NoReturn:
+        self.suspended = True
+        self.due_times.append(due)
+        raise Suspension()
+
+    def _write(
+        self, method: Callable[..., _Written], *args: Any, fuse: bool = False, **kwargs: Any
+    ) -> _Written:
+        """A step write. A success held in memory is written first, unless ``method`` writes
+        it itself (``fuse``: starting a new run step, or holding the next success)."""
+        try:
+            if not fuse:
+                self.store.flush()
+            return method(*args, **kwargs)
+        except ExecutionStopped as stopped:
+            self.suspended = True
+            self.stop_reason = stopped.reason
+            raise
+        except DatabaseError as exc:
+            # Not the workflow's failure: user code must not see (or swallow) it.
+            raise TickAborted() from exc
+
+    def flush(self) -> None:
+        """Write the success held in memory (the pass is ending)."""
+        if self.store.pending_success is not None:
+            self._write(self.store.flush, fuse=True)
+
+    # The pass's checks are above; the step helpers follow.
 
     # run ------------------------------------------------------------------------------
 
@@ -296,9 +447,16 @@ class Execution(ChildSteps):
 
     def all(self, branches: tuple[Callable[[], Any], ...]) -> list[Any]:
         outcomes = self._run_branches(branches)
-        for outcome in outcomes:
-            if outcome is not None and not outcome.ok and outcome.error is not None:
-                raise outcome.error
+        errors = [
+            outcome.error
+            for outcome in outcomes
+            if outcome is not None and not outcome.ok and outcome.error is not None
+        ]
+        if errors:
+            # The first failure is raised; it names every failed branch's steps, so that one
+            # retry reopens them all.
+            note_failed_steps(errors[0], [s for error in errors for s in failed_step_ids(error)])
+            raise errors[0]
         settled = [outcome for outcome in outcomes if outcome is not None]
         if len(settled) < len(outcomes):
             raise Suspension()
@@ -332,6 +490,144 @@ class Execution(ChildSteps):
                 outcomes.append(SettledResult(ok=False, error=exc))
         return outcomes
 
+    # child steps ------------------------------------------------------------------------
+
+    def child(
+        self,
+        step_id: str,
+        workflow: str | type[WorkflowDefinition],
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: str | None = None,
+    ) -> Any:
+        record = self._child_record(step_id, workflow, input, key, version, False, waits=True)
+        return self._child_outcome(record)
+
+    def start_child(
+        self,
+        step_id: str,
+        workflow: str | type[WorkflowDefinition],
+        *,
+        input: Any = None,
+        key: str | None = None,
+        version: str | None = None,
+        detached: bool = False,
+    ) -> str:
+        record = self._child_record(step_id, workflow, input, key, version, detached, waits=False)
+        if record.state == StepState.FAILED:
+            self._raise_child_failure(record)
+        if record.state != StepState.SUCCEEDED:
+            # Recorded by a wait_child() or child() call in an earlier version of the code.
+            self._mismatch(record, "start_child")
+        return str(record.result)
+
+    def wait_child(self, step_id: str, key: str) -> Any:
+        self._reach(step_id)
+        jsonvalue.check_identifier(key, what=f"The key child step '{step_id}' waits for")
+        record = self.store.get(step_id)
+        if record is not None and _reopened_start(record):
+            self._check_kind(record, StepType.CHILD)
+        if record is None or _reopened_start(record):
+            record = self._write(
+                self.store.wait_instance_step, step_id, parent_step_id=self._parent(), key=key
+            )
+        self._check_kind(record, StepType.CHILD)
+        return self._child_outcome(record)
+
+    def _child_record(
+        self,
+        step_id: str,
+        workflow: str | type[WorkflowDefinition],
+        input: Any,
+        key: str | None,
+        version: str | None,
+        detached: bool,
+        *,
+        waits: bool,
+    ) -> StepRecord:
+        self._reach(step_id)
+        record = self.store.get(step_id)
+        if record is not None and _reopened_start(record):
+            self._check_kind(record, StepType.CHILD)
+        if record is None or _reopened_start(record):
+            child_key = f"{self.instance_key}/{step_id}" if key is None else key
+            self._boundary()
+            record = self._write(
+                self.store.start_child_step,
+                step_id,
+                parent_step_id=self._parent(),
+                workflow=workflow,
+                key=child_key,
+                input=input,
+                version=version,
+                detached=detached,
+                waits=waits,
+            )
+        self._check_kind(record, StepType.CHILD)
+        return record
+
+    def _child_outcome(self, record: StepRecord) -> Any:
+        """The awaited instance's result; suspends until it has finished."""
+        if record.state == StepState.WAITING:
+            outcome = self.store.awaited_outcome(record)
+            if outcome is not None and not outcome.finished:
+                self._suspend(None)
+            record = self._write(self.store.resolve_child_step, record.step_id, outcome)
+        if record.state == StepState.FAILED:
+            self._raise_child_failure(record)
+        return record.result
+
+    def _raise_child_failure(self, record: StepRecord) -> NoReturn:
+        start_failure = _START_FAILURES.get(record.error_name)
+        if start_failure is not None:
+            error = start_failure(strip_name(record.error_message, record.error_name))
+            note_failed_steps(error, [record.step_id])  # a retry starts the child again
+            raise error
+        raise failure(record.payload or {}, child=True, step_id=record.step_id)
+
+    def _mismatch(self, record: StepRecord, helper: str) -> NoReturn:
+        self.fatal = NondeterminismError(
+            f"Instance '{self.instance_key}' reached child step '{record.step_id}' with "
+            f"{helper}(), but its history recorded a child step that waits there. A workflow "
+            "must call the same steps in the same order on every replay; register a new "
+            "version to change its shape."
+        )
+        raise self.fatal
+
+    # patched ---------------------------------------------------------------------------
+
+    def patched(self, change_id: str) -> bool:
+        """The recorded answer of ``change_id`` for this instance, decided on first reach.
+
+        The answer is recorded as a marker step, so every later replay gives the same one.
+        Reached without a recorded marker, the replay looks for recorded steps it has not
+        reached yet in this pass: there are some only if the instance already ran beyond
+        this point under the old code (False: the old branch replays its recorded steps),
+        and none where the replay stands at the end of the history, where new code runs
+        for the first time (True). An absent marker therefore never fails a replay. The
+        limit that follows: inside ``all()``/``all_settled()`` branches, steps of a later
+        branch recorded before this branch reached ``patched()`` count as "past this
+        point"; decide patches before a fan-out, or in a step of its own.
+        """
+        step_id = marker_step_id(change_id)
+        record = self.store.get(step_id)
+        if record is not None and step_id in self.seen_step_ids:
+            # Asked again in the same pass: the same answer, not a duplicate step.
+            return bool(record.result)
+        self._reach(step_id)
+        if record is not None:
+            self._check_kind(record, StepType.PATCH)
+            return bool(record.result)
+        applied = not unreached_steps(self.store.steps, self.seen_step_ids)
+        record = self._write(
+            self.store.record_patch_marker,
+            step_id,
+            applied=applied,
+            parent_step_id=self._parent(),
+        )
+        return bool(record.result)
+
 
 def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
     logger.info(
@@ -343,3 +639,9 @@ def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseExceptio
         record.state != StepState.FAILED,
         exc_info=exc,
     )
+
+
+def _reopened_start(record: StepRecord) -> bool:
+    """A child step whose start (or lookup) was refused, reopened by a retry: the pass
+    starts (or looks up) the child again, in the same step row."""
+    return record.type == StepType.CHILD and record.state == StepState.PENDING

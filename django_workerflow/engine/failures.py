@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from django_workerflow.exceptions import (
@@ -17,6 +18,10 @@ from django_workerflow.values.states import WorkflowStatus
 
 if TYPE_CHECKING:
     from django_workerflow.store.records import StepRecord
+
+# The attribute that names, on an error escaping a pass, the steps whose failure it is
+# besides its own ``step_id`` (see failed_step_ids).
+_FAILED_STEPS_ATTRIBUTE = "_workerflow_failed_steps"
 
 INTERRUPTED_ERROR_NAME = "StepInterruptedError"
 INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
@@ -89,3 +94,23 @@ def failure(
         return WorkflowCancelledError(f"{noun} '{key}' was cancelled{why}", **fields)
     error = fields["error_message"] or fields["error_name"] or "no error recorded"
     return WorkflowFailedError(f"{noun} '{key}' failed: {error}", **fields)
+
+
+def note_failed_steps(exc: BaseException, step_ids: list[str]) -> None:
+    """Name ``step_ids`` as steps whose failure ``exc`` is too: a refused child start (its
+    error is not a :class:`StepOutcomeError`), the other failed branches of an ``all()``."""
+    known = failed_step_ids(exc)
+    added = [step_id for step_id in step_ids if step_id not in known]
+    if not added:
+        return
+    noted = [*getattr(exc, _FAILED_STEPS_ATTRIBUTE, ()), *added]
+    with contextlib.suppress(AttributeError, TypeError):  # an exception that takes none
+        setattr(exc, _FAILED_STEPS_ATTRIBUTE, noted)
+
+
+def failed_step_ids(exc: BaseException) -> list[str]:
+    """The steps whose failure ``exc`` is, its own first: what a retry reopens when it fails
+    the instance."""
+    own = exc.step_id if isinstance(exc, StepOutcomeError) else None
+    noted = list(getattr(exc, _FAILED_STEPS_ATTRIBUTE, ()))
+    return ([own] if own else []) + [step_id for step_id in noted if step_id != own]

@@ -38,6 +38,12 @@ def add_parsers(sub: Any, positive_int: Any) -> None:
     check.add_argument("--key", help="Only this instance.")
     check.add_argument("--limit", type=positive_int, help="Check at most this many instances.")
     check.add_argument("--include-failed", action="store_true", help="Also check failed instances.")
+    check.add_argument(
+        "--allow-new-steps",
+        action="store_true",
+        help="Report a new step reached where the history recorded another as a warning, "
+        "not a break: for steps added before recorded ones (a rename would run again).",
+    )
     check.add_argument("--format", choices=("text", "json"), default="text")
 
     export = sub.add_parser("export", help="Write an instance's whole history as JSON.")
@@ -65,6 +71,7 @@ def check_replay(
     key: str | None,
     limit: int | None,
     include_failed: bool,
+    allow_new_steps: bool,
     format: str,
     **_: Any,
 ) -> None:
@@ -79,9 +86,10 @@ def check_replay(
         checked += 1
         for problem in report.problems:
             entry = _entry(instance, report, problem.kind, problem.step_id, problem.message)
-            (breaks if problem.breaks else warnings).append(entry)
+            breaking = problem.breaks_unless(allow_new_steps=allow_new_steps)
+            (breaks if breaking else warnings).append(entry)
             if format == "text":
-                label = "BREAK" if problem.breaks else "WARN "
+                label = "BREAK" if breaking else "WARN "
                 command.stdout.write(
                     f"{label} '{safe(instance.key)}' ({safe(report.name)} v"
                     f"{safe(report.version)}, {instance.status}): {safe(problem.message)}"

@@ -31,7 +31,13 @@ class FinishDeliveryQuerySet(models.QuerySet["FinishDelivery"]):
 class FinishDelivery(models.Model):
     """One row per finish of an instance whose definition defines ``on_finish``, created in
     the transaction that finished it; acknowledged once a call of the hook returned. An
-    instance retried after it failed finishes again, and gets a new row (a new outcome id)."""
+    instance retried after it failed finishes again, and gets a new row (a new outcome id).
+
+    The row keeps the outcome it was created for (``outcome_*``), so every redelivery
+    reports that finish, even after a retry has set the instance running again. A
+    completed instance's result is read from the instance (a completed instance never
+    changes again), not copied.
+    """
 
     instance = models.ForeignKey(
         WorkflowInstance, on_delete=models.CASCADE, related_name="finish_deliveries"
@@ -46,6 +52,13 @@ class FinishDelivery(models.Model):
     # The newest attempts: [{"number", "started_at", "finished_at", "error"}].
     attempts = JSONTextField(null=True, blank=True)
     acknowledged_at = models.DateTimeField(null=True, blank=True)
+    # The finish delivered ("" on rows created before migration 0009: those report the
+    # instance as it is when delivered).
+    outcome_status = models.CharField(max_length=16, blank=True, default="", db_default="")
+    outcome_error_name = models.CharField(max_length=200, blank=True, default="", db_default="")
+    outcome_error_message = models.TextField(blank=True, default="", db_default="")
+    outcome_reason = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no reason
+    outcome_finished_at = models.DateTimeField(null=True, blank=True)
 
     objects = FinishDeliveryQuerySet.as_manager()
 

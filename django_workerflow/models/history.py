@@ -10,6 +10,7 @@ from django.db.models import Q
 from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.instance import WorkflowInstance
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowEventType
+from django_workerflow.values.storable import MAX_INTEGER
 
 
 class Step(models.Model):
@@ -83,9 +84,10 @@ class Step(models.Model):
 
     def reopen_run(self) -> None:
         """failed -> pending, due at once, with a fresh budget of its ``max_attempts``:
-        attempt numbers continue (4, 5, 6 after 3)."""
+        attempt numbers continue (4, 5, 6 after 3). The budget stops at the largest count
+        the column stores."""
         self.state = StepState.PENDING
-        self.max_attempts = self.attempt_count + (self.max_attempts or 1)
+        self.max_attempts = min(self.attempt_count + (self.max_attempts or 1), MAX_INTEGER)
         self.next_attempt_at = None
         self.resolved_at = None
         self.save(update_fields=["state", "max_attempts", "next_attempt_at", "resolved_at"])
@@ -98,6 +100,15 @@ class Step(models.Model):
             self.timeout_at = now + (self.timeout_at - self.created_at)
         self.resolved_at = None
         self.save(update_fields=["state", "timeout_at", "resolved_at"])
+
+    def reopen_start(self) -> None:
+        """failed -> pending: a child start (or a ``wait_child`` lookup) that was refused is
+        made again by the next pass, with the code and the definitions deployed then."""
+        self.state = StepState.PENDING
+        self.error_name = ""
+        self.error_message = ""
+        self.resolved_at = None
+        self.save(update_fields=["state", "error_name", "error_message", "resolved_at"])
 
     def reopen_child(self) -> None:
         """failed -> waiting for the same instance: the parent's next pass reads how that

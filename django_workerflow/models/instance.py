@@ -1,18 +1,24 @@
-"""An instance of a workflow definition, and its transitions (failure and reruns: failing.py)."""
+"""An instance of a workflow definition, and its transitions.
+
+A transition checks nothing and calls nothing: it assigns its fields, saves exactly those
+(:meth:`WorkflowInstance._update`) and records its workflow event. The caller holds the
+row lock and does what follows in the open, by name: finishing an instance is
+:func:`django_workerflow.runtime.finishing.instance_finished`, called right after
+``set_completed``, ``set_failed`` or ``set_cancelled``.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, transaction
 from django.db.models import Q
 
-from django_workerflow.definition import registry
-from django_workerflow.models.composed import ComposedInstance
-from django_workerflow.models.failing import FailureTransitions
+from django_workerflow import registry
 from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
+from django_workerflow.models.rows import record_event, save_fields
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
@@ -99,7 +105,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         return fork
 
 
-class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
+class WorkflowInstance(models.Model):
     """One run of a definition, identified by its ``key``."""
 
     key = models.CharField(max_length=255, unique=True)
@@ -134,6 +140,9 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     # The step whose failure failed the instance ("" when execute() raised outside a step):
     # what retry() reopens.
     error_step_id = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The other steps whose failure escaped execute() with it (the other failed branches of
+    # an all()): retry() reopens them too. None: none.
+    other_error_step_ids = JSONTextField(null=True, blank=True)
     # The instance this one was forked from (see fork()).
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
@@ -182,193 +191,237 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    # Conveniences: the runtime's verbs, on the instance. The runtime imports this module,
+    # so each of these imports it when called (the contract lists them in pyproject.toml).
+
     def pause(self) -> bool:
-        """Pause a running instance at its next step boundary; False if nothing changed."""
-        from django_workerflow.runtime import verbs  # runtime imports models: import at call time
+        """Pause a running instance at its next step boundary; False if nothing changed.
+        See :func:`django_workerflow.pause`."""
+        from django_workerflow.runtime import verbs  # upward, at call time: see above
 
         return verbs.pause(self)
 
     def resume(self) -> None:
-        """Resume a paused instance; WorkflowStateError if it is not paused."""
-        from django_workerflow.runtime import verbs
+        """Resume a paused instance; WorkflowStateError if it is not paused. See
+        :func:`django_workerflow.resume`."""
+        from django_workerflow.runtime import verbs  # upward, at call time: see above
 
         verbs.resume(self)
 
     def cancel(self, reason: str | None = None) -> bool:
-        """Cancel a non-terminal instance; False if it had already finished."""
-        from django_workerflow.runtime import verbs
+        """Cancel a non-terminal instance; False if it had already finished. See
+        :func:`django_workerflow.cancel`."""
+        from django_workerflow.runtime import verbs  # upward, at call time: see above
 
         return verbs.cancel(self, reason=reason)
 
-    def send_event(self, event_name: str, payload: Any = None) -> InboundEvent | None:
-        from django_workerflow.runtime import verbs
+    def send_event(
+        self, event_name: str, payload: Any = None, *, missing_ok: bool = False
+    ) -> InboundEvent | None:
+        """Send an event to this instance. See :func:`django_workerflow.send_event`."""
+        from django_workerflow.runtime import verbs  # upward, at call time: see above
 
-        return verbs.send_event(self, event_name, payload)
+        return verbs.send_event(self, event_name, payload, missing_ok=missing_ok)
+
+    def retry(self, reason: str | None = None, *, with_children: bool = False) -> None:
+        """Run a failed instance again from the step that failed it; ``with_children`` also
+        retries the failed children it waits for. See :func:`django_workerflow.retry`."""
+        from django_workerflow.runtime import reruns  # upward, at call time: see above
+
+        reruns.retry(self, reason=reason, with_children=with_children)
+
+    def fork(
+        self,
+        *,
+        from_step: str | None = None,
+        key: str | None = None,
+        version: str | None = None,
+        input: Any = ...,
+        reason: str | None = None,
+    ) -> WorkflowInstance:
+        """A new instance that keeps this one's settled steps before ``from_step``. See
+        :func:`django_workerflow.fork`."""
+        from django_workerflow.runtime import reruns  # upward, at call time: see above
+
+        return reruns.fork(
+            self, from_step=from_step, key=key, version=version, input=input, reason=reason
+        )
+
+    def wait_result(self, timeout: float | timedelta | None = None) -> Any:
+        """Block until the instance finishes and return its result. See
+        :func:`django_workerflow.wait_result`."""
+        from django_workerflow.runtime.composition import results  # upward: see above
+
+        return results.wait_result(self, timeout)
+
+    async def await_result(self, timeout: float | timedelta | None = None) -> Any:
+        """Await the instance's end without holding a thread for the whole wait. See
+        :func:`django_workerflow.await_result`."""
+        from django_workerflow.runtime.composition import results  # upward: see above
+
+        return await results.await_result(self, timeout)
 
     # Transitions: the caller holds the row lock (select_for_update) -------------------
 
     def claim_lease(self, token: str, expires: datetime) -> None:
         """Take the lease of a running instance; its alarm becomes the lease expiry, so the
         instance comes due again by itself if the worker dies."""
-        self.lease_token = token
-        self.lease_expires_at = expires
-        self.alarm_at = expires
-        self.wake_requested = False
-        self._save_fields(["lease_token", "lease_expires_at", "alarm_at", "wake_requested"])
+        self._update(
+            lease_token=token, lease_expires_at=expires, alarm_at=expires, wake_requested=False
+        )
 
     def start_running(self, token: str, expires: datetime, now: datetime) -> None:
         """pending -> running, under the lease of the tick that starts it."""
-        self.status = WorkflowStatus.RUNNING
-        self.lease_token = token
-        self.lease_expires_at = expires
-        self.alarm_at = expires
-        self.wake_requested = False
-        self.updated_at = now
-        self._save_fields(
-            [
-                "status",
-                "lease_token",
-                "lease_expires_at",
-                "alarm_at",
-                "wake_requested",
-                "updated_at",
-            ]
+        self._update(
+            status=WorkflowStatus.RUNNING,
+            lease_token=token,
+            lease_expires_at=expires,
+            alarm_at=expires,
+            wake_requested=False,
+            updated_at=now,
         )
         self._record(WorkflowEventType.STARTED, now, previous=WorkflowStatus.PENDING)
 
     def set_paused(self, now: datetime) -> None:
         """running -> paused: no step starts until it is resumed; no alarm meanwhile."""
-        self.status = WorkflowStatus.PAUSED
-        self.alarm_at = None
-        self.updated_at = now
-        self._save_fields(["status", "alarm_at", "updated_at"])
+        self._update(status=WorkflowStatus.PAUSED, alarm_at=None, updated_at=now)
         self._record(WorkflowEventType.PAUSED, now, previous=WorkflowStatus.RUNNING)
 
     def set_resumed(self, now: datetime) -> None:
         """paused -> running, due at once."""
-        self.status = WorkflowStatus.RUNNING
-        self.alarm_at = now
-        self.updated_at = now
-        self._save_fields(["status", "alarm_at", "updated_at"])
+        self._update(status=WorkflowStatus.RUNNING, alarm_at=now, updated_at=now)
         self._record(WorkflowEventType.RESUMED, now, previous=WorkflowStatus.PAUSED)
 
     def set_cancelled(self, now: datetime, reason: str | None) -> None:
         """Any unfinished status -> cancelled. The lease stays: a tick still executing
         records its step in flight, then finds the status and ends."""
         previous = self.status
-        self.status = WorkflowStatus.CANCELLED
-        self.alarm_at = None
-        self.updated_at = now
-        self.finished_at = now
-        self._save_fields(["status", "alarm_at", "updated_at", "finished_at"])
+        self._update(
+            status=WorkflowStatus.CANCELLED, alarm_at=None, updated_at=now, finished_at=now
+        )
         self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
-        self._finished(now, reason)
 
     def set_completed(self, result: Any, now: datetime) -> None:
         """running -> completed with ``result``, releasing the tick's lease."""
-        self.status = WorkflowStatus.COMPLETED
-        self.result = result
-        self._finish_tick(now)
-        self._save_fields(
-            [
-                "status",
-                "result",
-                "alarm_at",
-                "lease_token",
-                "lease_expires_at",
-                "wake_requested",
-                "updated_at",
-                "finished_at",
-            ]
-        )
+        self._update(status=WorkflowStatus.COMPLETED, result=result, **_tick_finished(now))
         self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
-        self._finished(now, None)
+
+    def set_failed(
+        self,
+        error_name: str,
+        error_message: str,
+        now: datetime,
+        *,
+        traceback: str = "",
+        step_id: str = "",
+        other_step_ids: list[str] | None = None,
+    ) -> None:
+        """running -> failed with the error (its traceback, and the steps whose failure it
+        is, if any: ``step_id`` first), releasing the tick's lease."""
+        self._update(
+            status=WorkflowStatus.FAILED,
+            error_name=error_name,
+            error_message=error_message,
+            error_traceback=traceback,
+            error_step_id=step_id,
+            other_error_step_ids=other_step_ids or None,
+            **_tick_finished(now),
+        )
+        self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
+
+    def set_retried(self, now: datetime, reason: str | None) -> None:
+        """failed -> running, due at once; the failure's fields are cleared (its attempts
+        keep their tracebacks)."""
+        self._update(
+            status=WorkflowStatus.RUNNING,
+            error_name="",
+            error_message="",
+            error_traceback="",
+            error_step_id="",
+            other_error_step_ids=None,
+            alarm_at=now,
+            updated_at=now,
+            finished_at=None,
+        )
+        self._record(WorkflowEventType.RETRIED, now, previous=WorkflowStatus.FAILED, reason=reason)
+
+    def set_revived(self, status: str, now: datetime, reason: str) -> None:
+        """cancelled -> ``status`` (running, pending or paused: what it was when its parent's
+        finish cancelled it), due at once unless paused. A retry of that parent takes the
+        cancellation back: the instance goes on from its recorded steps."""
+        self._update(
+            status=status,
+            alarm_at=None if status == WorkflowStatus.PAUSED else now,
+            updated_at=now,
+            finished_at=None,
+        )
+        self._record(
+            WorkflowEventType.RETRIED, now, previous=WorkflowStatus.CANCELLED, reason=reason
+        )
+
+    def note_forked(self, fork: WorkflowInstance, now: datetime, reason: str | None) -> None:
+        """Record on the source that ``fork`` was forked from it; nothing else changes."""
+        text = f"forked to '{fork.key}'" + (f": {reason}" if reason else "")
+        self._record(WorkflowEventType.FORKED, now, previous=self.status, reason=text)
 
     def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
         """End the tick: drop the lease and set the alarm (an inactive instance has none;
         lease renewals moved it while the tick ran)."""
-        self.lease_token = None
-        self.lease_expires_at = None
-        self.wake_requested = False
-        self.alarm_at = alarm_at if self.status in ACTIVE_STATUSES else None
-        self.updated_at = now
-        self._save_fields(
-            [
-                "lease_token",
-                "lease_expires_at",
-                "wake_requested",
-                "alarm_at",
-                "updated_at",
-            ]
+        self._update(
+            lease_token=None,
+            lease_expires_at=None,
+            wake_requested=False,
+            alarm_at=alarm_at if self.status in ACTIVE_STATUSES else None,
+            updated_at=now,
         )
 
     def request_wake(self, now: datetime, *, leased: bool) -> None:
         """Ask for a tick now; a tick holding the lease sees ``wake_requested`` and passes
         again, so the alarm (its lease expiry) stays."""
-        self.wake_requested = True
-        self.updated_at = now
         if leased:
-            self._save_fields(["wake_requested", "updated_at"])
-            return
-        self.alarm_at = now
-        self._save_fields(["wake_requested", "updated_at", "alarm_at"])
+            self._update(wake_requested=True, updated_at=now)
+        else:
+            self._update(wake_requested=True, updated_at=now, alarm_at=now)
 
     def found_leased(self) -> bool:
         """A bell found the instance leased: its tick takes one more pass before it ends,
         and the alarm moves to the lease's expiry, the next chance to progress if the holder
         died. True if the alarm moved (the caller arms a bell there)."""
-        fields = [] if self.wake_requested else ["wake_requested"]
-        self.wake_requested = True
+        changes: dict[str, Any] = {} if self.wake_requested else {"wake_requested": True}
         expires = self.lease_expires_at
         moved = expires is not None and (self.alarm_at is None or self.alarm_at < expires)
         if moved:
-            self.alarm_at = expires
-            fields.append("alarm_at")
-        if fields:
-            self._save_fields(fields)
+            changes["alarm_at"] = expires
+        if changes:
+            self._update(**changes)
         return moved
 
     def clear_wake_request(self) -> None:
         """The tick is about to take the pass that was asked for."""
-        self.wake_requested = False
-        self._save_fields(["wake_requested"])
+        self._update(wake_requested=False)
 
     def defer(self, alarm_at: datetime) -> None:
         """Look at the instance again at ``alarm_at`` (its definition is not registered)."""
-        self.alarm_at = alarm_at
-        self._save_fields(["alarm_at"])
+        self._update(alarm_at=alarm_at)
 
     def note_unreached(self, step_ids: list[str] | None) -> None:
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""
-        self.unreached_step_ids = step_ids
-        self._save_fields(["unreached_step_ids"])
+        self._update(unreached_step_ids=step_ids)
 
-    def _save_fields(self, fields: list[str]) -> None:
-        """Write ``fields`` of this instance (``save(update_fields=...)`` without the query
-        compiler; see :mod:`django_workerflow.instance_rows`)."""
-        from django_workerflow.store.instance_rows import (
-            save_fields,
-        )  # it reads models: import late
-
-        save_fields(self, fields)
-
-    def _finish_tick(self, now: datetime) -> None:
-        self.alarm_at = None
-        self.lease_token = None
-        self.lease_expires_at = None
-        self.wake_requested = False
-        self.updated_at = now
-        self.finished_at = now
+    def _update(self, **fields: Any) -> None:
+        """Assign ``fields`` and save exactly those: the one way a transition writes."""
+        for name, value in fields.items():
+            setattr(self, name, value)
+        save_fields(self, list(fields))
 
     def _record(
         self, event_type: str, now: datetime, *, previous: str | None, reason: str | None = None
     ) -> None:
-        """Record the workflow event and announce the status after the commit."""
-        from django_workerflow.store.instance_rows import (
-            record_event,
-        )  # it reads models: import late
-
-        record_event(self.pk, event_type, reason, now)
+        """Record the workflow event and, when the status changed, announce it after the
+        commit."""
+        record_event(self.workflow_events.model, self.pk, event_type, reason, now)
+        if previous == self.status:
+            return  # an event that changes no status (a fork's source): no signal
         sender = registry.lookup(self.definition_name, self.definition_version)
         if not workflow_status_changed.has_listeners(sender):
             return
@@ -381,3 +434,15 @@ class WorkflowInstance(FailureTransitions, ComposedInstance, models.Model):
                 sender=sender, instance=snapshot, status=status, previous_status=previous
             )
         )
+
+
+def _tick_finished(now: datetime) -> dict[str, Any]:
+    """The fields a finishing tick clears: no alarm, no lease, no wake request."""
+    return {
+        "alarm_at": None,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "wake_requested": False,
+        "updated_at": now,
+        "finished_at": now,
+    }

@@ -1,9 +1,10 @@
 """``start_many()``: start many instances of one definition, in batches.
 
 Every item is validated before anything is written (a bad one refuses the whole call, and
-the error names its position), and so are the existing instances whose keys are given
-again; then the new instances, their events and their bells are written in batches of at
-most :data:`~django_workerflow.runtime.starting.BATCH_ROWS` rows per statement.
+the error names its position), its concurrency key too under a limit, and so are the
+existing instances whose keys are given again; then the new instances, their events and
+their bells are written in batches of at most
+:data:`~django_workerflow.runtime.starting.BATCH_ROWS` rows per statement.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.runtime import starting, verbs
+from django_workerflow.runtime import starting
 from django_workerflow.runtime.flow import admission
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now as clock_now
 
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 
 def start_many(
@@ -39,14 +40,21 @@ def start_many(
     entries = [_entry(position, item) for position, item in enumerate(items)]
     existing = _existing(entries, name, version)
     if admission.limits_for_name(name) is not None:
-        # A concurrency limit admits each start in its own transaction (admission.py).
-        return [
-            existing.get(entry.key)
-            or verbs.start(
-                name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
-            )
-            for entry in entries
-        ]
+        # Every concurrency key is checked before the first write; then each start is
+        # admitted in its own transaction (admission.py).
+        concurrency_keys: dict[str, str] = {}
+        for position, entry in enumerate(entries):
+            # A key given twice is started once, from its first item.
+            if entry.key not in existing and entry.key not in concurrency_keys:
+                concurrency_keys[entry.key] = _concurrency_key(position, definition_class, entry)
+        for entry in entries:
+            if entry.key not in existing:
+                existing[entry.key] = starting.start_queued(
+                    name, definition_class.version, entry, concurrency_keys[entry.key]
+                ) or starting.check_existing_start(
+                    WorkflowInstance.objects.get(key=entry.key), name, version
+                )
+        return [existing[entry.key] for entry in entries]
     now = clock_now()
     for batch in batched([e for e in entries if e.key not in existing], starting.BATCH_ROWS):
         for instance in starting.insert_pending(name, definition_class.version, batch, now):
@@ -56,12 +64,6 @@ def start_many(
         existing.update(_existing([e for e in entries if e.key in missing], name, version))
     logger.info("workflows started definition=%s count=%s", name, len(entries))
     return [existing[entry.key] for entry in entries]
-
-
-def _start_one(name: str, entry: starting.NewInstance, version: str | None) -> WorkflowInstance:
-    return verbs.start(
-        name, key=entry.key, input=jsonvalue.loads(entry.input_json), version=version
-    )
 
 
 def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -85,6 +87,20 @@ def _entry(position: int, item: Any) -> starting.NewInstance:
         ) from exc
 
 
+def _concurrency_key(
+    position: int, definition_class: type[WorkflowDefinition], entry: starting.NewInstance
+) -> str:
+    """The item's concurrency key; an error names its position (from 0)."""
+    try:
+        return admission.concurrency_key_for(
+            definition_class, entry.key, jsonvalue.loads(entry.input_json)
+        )
+    except WorkflowInputError as exc:
+        raise WorkflowInputError(
+            f"Item {position} of start_many() is refused, nothing was started: {exc}"
+        ) from exc
+
+
 def _existing(
     entries: list[starting.NewInstance], name: str, version: str | None
 ) -> dict[str, WorkflowInstance]:
@@ -97,7 +113,7 @@ def _existing(
     for position, entry in enumerate(entries):
         if entry.key in found:
             try:
-                verbs.check_existing_start(found[entry.key], name, version)
+                starting.check_existing_start(found[entry.key], name, version)
             except WorkerflowError as exc:
                 raise type(exc)(f"Item {position} of start_many(): {exc}") from exc
     return found

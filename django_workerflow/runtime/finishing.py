@@ -1,19 +1,33 @@
-"""What happens, in the same transaction, when an instance finishes.
+"""An instance finished: what commits with its finish, called by name where it happens.
 
-:func:`instance_finished` is the one place the transitions that finish an instance
-(``set_completed``, ``set_failed``, ``set_cancelled``) call, under the instance's row lock
-and inside the transaction that changes its status. Everything that must commit or roll
-back with the finish belongs here, each as its own small function.
+The runtime calls :func:`instance_finished` right after the transition that finished the
+instance (``set_completed`` or ``set_failed`` in the tick's settle, ``set_cancelled`` in
+``cancel()``), in the same transaction and under the instance's row lock. It cancels the
+unfinished children (each child's own finish comes back here), wakes the instances waiting
+for it, creates the ``on_finish`` delivery and, last, admits what waits for the
+concurrency slots the finish freed. Before the finishing instance's row is locked, the
+caller takes :func:`lock_waiters`.
+
+Lock order (docs/concepts.md#the-lock-order), followed by every transaction:
+
+1. The instances that wait for an instance (normally its parent) before the instance
+   itself; down a family, a parent before its children, children in primary-key order.
+2. Admission gates after every instance row, in (definition name, concurrency key) order.
+3. Queued instance rows after their gate, taken with ``SKIP LOCKED``: never waited for.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
+from django_workerflow.models import Step, WorkflowInstance
+from django_workerflow.runtime.composition import deliveries, results
+from django_workerflow.runtime.flow import admission
 from django_workerflow.store import executor, lease, sql
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
@@ -24,47 +38,92 @@ from django_workerflow.values.states import (
 )
 from django_workerflow.workers import bells
 
-if TYPE_CHECKING:
-    from django_workerflow.models import WorkflowInstance
-
 PARENT_CANCELLED = "parent cancelled"
 PARENT_FINISHED = "parent finished"
 
 
-def instance_finished(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
+@dataclass(frozen=True, slots=True)
+class Followups:
+    """What an instance's finish has to do besides the delivery: cancel unfinished
+    children, wake instances waiting for it."""
+
+    has_children: bool
+    has_waiting: bool
+
+
+@dataclass(slots=True)
+class _Finishes:
+    """The gates whose slots the finishes of one transaction freed."""
+
+    freed_gates: set[tuple[str, str]] = field(default_factory=set)
+
+
+def lock_waiters(instance_pk: int) -> Followups:
+    """Read what the finish of ``instance_pk`` has to do and lock the instances waiting for
+    it; call before locking the instance itself (rule 1 of the lock order)."""
+    followups = look_around(instance_pk)
+    if followups.has_waiting:
+        list(
+            WorkflowInstance.objects.select_for_update()
+            .filter(pk__in=_waiting_pks(instance_pk), status__in=ACTIVE_STATUSES)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+    return followups
+
+
+def instance_finished(
+    instance: WorkflowInstance, now: datetime, reason: str | None, followups: Followups
+) -> None:
     """The (locked) ``instance`` has just become completed, failed or cancelled."""
-    has_children, has_waiting = look_around(instance)
-    if has_children:
-        cancel_children(instance, now, reason)
-    if has_waiting:
-        wake_waiting_instances(instance, now)
-    create_finish_delivery(instance, now)
-    admit_next(instance, now)
+    finishes = _Finishes()
+    _follow_up(instance, now, reason, followups, finishes)
+    # Rule 2 of the lock order: gates last, in the order of their rows.
+    for name, concurrency_key in sorted(finishes.freed_gates, key=lambda g: admission.gate_row(*g)):
+        admission.admit_waiting(name, concurrency_key, now)
 
 
-def look_around(instance: WorkflowInstance) -> tuple[bool, bool]:
+def look_around(instance_pk: int) -> Followups:
     """Whether the instance has unfinished children, and instances waiting for it, in one
     statement; on PostgreSQL it also wakes the ``wait_result`` callers listening for it
-    (the notification goes out when the finish commits)."""
-    values: dict[str, Any] = {"instance": instance.pk}
+    (the notification goes out when the transaction commits)."""
+    values: dict[str, Any] = {"instance": instance_pk}
     if connection.vendor == "postgresql":
-        from django_workerflow.runtime.composition.results import channel
-
         name = "finish_followups_notify"
-        values["channel"] = channel(instance.pk)
+        values["channel"] = results.channel(instance_pk)
     else:
         name = "finish_followups"
     with connection.cursor() as cursor:
         executor.execute(cursor, name, sql.params(**values))
         row = cursor.fetchone()
-    return bool(row[0]), bool(row[1])
+    return Followups(has_children=bool(row[0]), has_waiting=bool(row[1]))
 
 
-def cancel_children(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
-    """Cancel the unfinished, non-detached children (recursively: each one's own finish
-    comes back here)."""
-    from django_workerflow.models import WorkflowInstance
+def _follow_up(
+    instance: WorkflowInstance,
+    now: datetime,
+    reason: str | None,
+    followups: Followups,
+    finishes: _Finishes,
+) -> None:
+    if followups.has_children:
+        _cancel_children(instance, now, reason, finishes)
+    if followups.has_waiting:
+        _wake_waiting_instances(instance, now)
+    _create_finish_delivery(instance, now, reason)
+    if admission.holds_slot(instance):
+        finishes.freed_gates.add((instance.definition_name, instance.concurrency_key))
+    else:
+        # A queued instance held no slot, but may have carried its rate-limited queue's
+        # alarm; this takes no gate and waits for no row (the lock order holds).
+        admission.pass_on_the_alarm(instance, now)
 
+
+def _cancel_children(
+    instance: WorkflowInstance, now: datetime, reason: str | None, finishes: _Finishes
+) -> None:
+    """Cancel the unfinished, non-detached children, locked in primary-key order, and
+    follow each one's finish up in turn (recursively: a family is cancelled top-down)."""
     children = list(
         WorkflowInstance.objects.select_for_update()
         .filter(parent_id=instance.pk, detached=False)
@@ -83,41 +142,37 @@ def cancel_children(instance: WorkflowInstance, now: datetime, reason: str | Non
         child_reason = PARENT_FINISHED
     for child in children:
         child.set_cancelled(now, child_reason)
+        _follow_up(child, now, child_reason, look_around(child.pk), finishes)
 
 
-def wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
-    """Ring the instances whose child step waits for this one (a bell on commit)."""
-    from django_workerflow.models import Step, WorkflowInstance
-
+def _waiting_pks(instance_pk: int) -> list[int]:
+    """The instances whose child step waits for ``instance_pk``, in primary-key order."""
     waiting = Step.objects.filter(
-        child_instance_id=instance.pk, type=StepType.CHILD, state=StepState.WAITING
+        child_instance_id=instance_pk, type=StepType.CHILD, state=StepState.WAITING
     ).values_list("instance_id", flat=True)
-    pks = sorted(set(waiting))
+    return sorted(set(waiting))
+
+
+def _wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
+    """Ring the instances whose child step waits for this one (a bell on commit). They are
+    locked already (:func:`lock_waiters`; in a cascade, the parent is) unless one started
+    waiting since, which is then locked here."""
+    pks = _waiting_pks(instance.pk)
     if not pks:
         return
-    for parent in WorkflowInstance.objects.select_for_update().filter(
+    for waiting in WorkflowInstance.objects.select_for_update().filter(
         pk__in=pks, status__in=ACTIVE_STATUSES
     ):
-        leased = lease.is_live(parent, now)
+        leased = lease.is_live(waiting, now)
         if not leased:
-            bells.arm(parent.pk, now)
-        parent.request_wake(now, leased=leased)
+            bells.arm(waiting.pk, now)
+        waiting.request_wake(now, leased=leased)
 
 
-def create_finish_delivery(instance: WorkflowInstance, now: datetime) -> None:
-    """A delivery row for the definition's ``on_finish``, if it defines one."""
+def _create_finish_delivery(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:
+    """A delivery row for the definition's ``on_finish``, if it overrides the base's,
+    carrying this finish's outcome (``reason``: a cancellation's)."""
     definition = registry.lookup(instance.definition_name, instance.definition_version)
-    if definition is None or not callable(getattr(definition, "on_finish", None)):
+    if definition is None or not definition.hears_finish():
         return
-    from django_workerflow.runtime.composition import deliveries
-
-    deliveries.create(instance, now)
-
-
-def admit_next(instance: WorkflowInstance, now: datetime) -> None:
-    """Its slot of a concurrency-limited workflow is free: admit what waits for it."""
-    from django_workerflow.runtime.flow.admission import (
-        admit_after_finish,
-    )  # admission reads models: import late
-
-    admit_after_finish(instance, now)
+    deliveries.create(instance, now, reason)

@@ -1,4 +1,9 @@
-"""Writing new instances: one instance for ``start()``, many for ``start_many()``.
+"""Starting instances: the one start path of ``start()``, and the writes of new instances
+for it and for ``start_many()``.
+
+A definition without flow control starts in one statement (:func:`start_one`); one with
+``max_concurrency`` or ``rate_limit`` is created queued and admitted under its gate
+(:func:`start_queued`).
 
 New instances, their 'created' workflow events and their bells are written by one
 statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round trip and
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,9 +28,12 @@ from typing import Any
 from django.apps import apps
 from django.db import IntegrityError, connection, models, transaction
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
+from django_workerflow.definition.workflow import WorkflowDefinition, resolve
+from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.models.history import WorkflowEvent
+from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store.instance_ids import draw_ids, id_block
 from django_workerflow.store.transactions import write_transaction
@@ -33,8 +42,7 @@ from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.states import WorkflowEventType
 from django_workerflow.workers import bell_rows, bells
 
-# The logger operators already configure (docs/operations.md lists its messages).
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 #: The most rows one statement inserts.
 BATCH_ROWS = 1000
@@ -85,6 +93,109 @@ def _layout() -> _Layout:
             index for index, f in enumerate(fields) if type(f) is models.DateTimeField
         ),
     )
+
+
+# The start path ------------------------------------------------------------------------
+
+
+def start(
+    definition: str | type[WorkflowDefinition],
+    *,
+    key: str | None = None,
+    input: Any = None,
+    version: str | None = None,
+    priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
+) -> WorkflowInstance:
+    """Create an instance of ``definition`` under ``key``, or return the existing one.
+
+    Idempotent on ``key``: the first call pins the input and the definition version. A
+    different ``version`` for a non-terminal instance raises WorkflowVersionConflictError;
+    a key of another workflow, bad input, key or priority raise WorkflowInputError.
+    ``parent_pk`` and ``detached`` are set by a parent's child step. A workflow with
+    ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until admitted, in order
+    of ``priority`` (lower first), then creation; in the same transaction when a slot is
+    free.
+    """
+    name, version, definition_class = resolve(definition, version, caller="start()")
+    key = str(uuid.uuid4()) if key is None else key
+    jsonvalue.check_identifier(key, what="An instance key", max_length=255)
+    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
+    admission.check_priority(priority)
+    if not admission.takes_admission(definition_class, key, input):
+        # Instance, event and bell in one statement.
+        created = start_one(name, definition_class.version, entry, priority, parent_pk, detached)
+    elif WorkflowInstance.objects.filter(key=key).exists():
+        created = None
+    else:
+        concurrency_key = admission.concurrency_key_for(
+            definition_class, key, jsonvalue.loads(entry.input_json)
+        )
+        # takes_admission() said yes: the definition has limits, or the key is a shared gate.
+        assert admission.limits_for(name, concurrency_key) is not None
+        created = start_queued(
+            name, definition_class.version, entry, concurrency_key, priority, parent_pk, detached
+        )
+    return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
+
+
+def check_existing_start(
+    instance: WorkflowInstance, name: str, version: str | None
+) -> WorkflowInstance:
+    """The existing ``instance`` a start of ``name`` (at ``version``) under its key returns,
+    or the error that start raises."""
+    if instance.definition_name != name:
+        raise WorkflowInputError(
+            f"Instance key '{instance.key}' already belongs to a '{instance.definition_name}' "
+            f"workflow, not '{name}'. Use another key."
+        )
+    if version is not None and version != instance.definition_version and not instance.is_terminal:
+        raise WorkflowVersionConflictError(
+            f"Workflow definition version is already pinned to '{instance.definition_version}' "
+            f"and cannot be changed to '{version}'."
+        )
+    return instance
+
+
+def start_queued(
+    name: str,
+    version: str,
+    entry: NewInstance,
+    concurrency_key: str,
+    priority: int = 0,
+    parent_pk: int | None = None,
+    detached: bool = False,
+) -> WorkflowInstance | None:
+    """The start of a definition with a concurrency or rate limit (or on a shared gate), its
+    concurrency key already checked: create the instance queued and admit it if its gate
+    has room, in one transaction. None when the key is taken (the caller reads it back)."""
+    now = clock_now()
+    try:
+        with transaction.atomic():
+            instance = WorkflowInstance.objects.create_pending(
+                key=entry.key,
+                definition_name=name,
+                definition_version=version,
+                input=jsonvalue.loads(entry.input_json),
+                now=now,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                queued=True,
+                parent_pk=parent_pk,
+                detached=detached,
+            )
+            if instance.pk in admission.admit_waiting(name, concurrency_key, now):
+                instance.admitted_at = instance.alarm_at = now
+    except IntegrityError:
+        if WorkflowInstance.objects.filter(key=entry.key).exists():
+            return None  # created concurrently under the same key
+        raise
+    logger.info("workflow created key=%s definition=%s version=%s", entry.key, name, version)
+    return instance
+
+
+# Writing new instances ------------------------------------------------------------------
 
 
 def start_one(

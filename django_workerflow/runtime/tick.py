@@ -18,13 +18,15 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
+from django_workerflow import registry
 from django_workerflow.conf import settings
-from django_workerflow.definition import registry
 from django_workerflow.definition.drift import DEFINITIONS_HINT
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
-from django_workerflow.exceptions import StepOutcomeError, WorkflowInputError
+from django_workerflow.engine.failures import failed_step_ids
+from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
 from django_workerflow.store import instance_rows, lease, recovery
 from django_workerflow.store.records import unreached_steps
@@ -37,8 +39,7 @@ from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
 from django_workerflow.workers.lease_renewal import LeaseHeartbeat
 
-# The logger operators already configure (docs/operations.md lists its messages).
-logger = logging.getLogger("django_workerflow.runtime")
+logger = logging.getLogger(__name__)
 
 # How long an instance whose definition is not registered waits before it is looked at again.
 UNREGISTERED_RETRY = timedelta(minutes=1)
@@ -66,6 +67,7 @@ class PassResult:
     error_message: str = ""
     error_traceback: str = ""
     error_step_id: str = ""
+    other_error_step_ids: list[str] | None = None
     exception: BaseException | None = None
     due: datetime | None = None
     stop_reason: StopReason | None = None
@@ -147,7 +149,7 @@ def _execute(
     replays = 0
     while True:
         replays += 1
-        store = StepStore(instance.pk, lease_token=token)
+        store = StepStore(instance.pk, lease_token=token, start_child=starting.start)
         steps = store.load()
         if suspects is None:
             suspects = recovery.interrupted_run_steps(steps)
@@ -215,14 +217,16 @@ def _flush(execution: Execution, result: PassResult) -> PassResult:
 
 
 def _failed(exc: BaseException) -> PassResult:
-    """A failed pass; the step whose failure escaped ``execute()`` is what a retry reopens."""
-    step_id = exc.step_id if isinstance(exc, StepOutcomeError) else None
+    """A failed pass; the steps whose failure escaped ``execute()`` (the error's own, and the
+    other failed branches of an ``all()``) are what a retry reopens."""
+    step_ids = failed_step_ids(exc)
     return PassResult(
         PassOutcome.FAILED,
         error_name=storable.error_name(exc),
         error_message=error_message(exc),
         error_traceback=format_user_traceback(exc),
-        error_step_id=step_id or "",
+        error_step_id=step_ids[0] if step_ids else "",
+        other_error_step_ids=step_ids[1:] or None,
         exception=exc,
     )
 
@@ -250,7 +254,10 @@ def _settle(
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
     step row fences it), so a short workflow's tick ends in one commit, not two."""
+    finishes = result.outcome in (PassOutcome.COMPLETED, PassOutcome.FAILED)
     with transaction.atomic():
+        # The lock order (runtime/finishing.py): whoever waits for this instance first.
+        followups = finishing.lock_waiters(instance.pk) if finishes else None
         locked = instance_rows.read_instance(instance.pk, lock=True)
         result = _flush(execution, result)
         if locked is None:
@@ -267,7 +274,9 @@ def _settle(
         _note_unreached(locked, result.unreached)
         match result.outcome:
             case PassOutcome.COMPLETED:
+                assert followups is not None  # taken above for every finishing outcome
                 locked.set_completed(jsonvalue.loads(result.result_json), now)
+                finishing.instance_finished(locked, now, None, followups)
                 logger.info("workflow completed key=%s replays=%s", locked.key, replays)
                 return TickResult(TickOutcome.COMPLETED, replays=replays)
             case PassOutcome.FAILED:
@@ -277,7 +286,10 @@ def _settle(
                     now,
                     traceback=result.error_traceback,
                     step_id=result.error_step_id,
+                    other_step_ids=result.other_error_step_ids,
                 )
+                assert followups is not None  # taken above for every finishing outcome
+                finishing.instance_finished(locked, now, None, followups)
                 logger.info(
                     "workflow failed key=%s error=%s step=%s",
                     locked.key,

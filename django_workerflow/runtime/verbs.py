@@ -1,4 +1,5 @@
-"""The public verbs: start, send_event, pause, resume, cancel, wake, retry_now, sweep.
+"""The public verbs: send_event, pause, resume, cancel, wake, retry_now, sweep (and start,
+from :mod:`.starting`).
 
 Every operation locks the instance row with ``select_for_update`` in a short transaction, so
 concurrent workers, events and operators serialise on it, and changes the instance through
@@ -9,20 +10,16 @@ stays importable for the tasks, the harness and the benchmarks.
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import awaited_event_names
-from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import (
-    WorkflowInputError,
     WorkflowStateError,
-    WorkflowVersionConflictError,
 )
 from django_workerflow.models import (
     ACTIVE_STATUSES,
@@ -33,15 +30,15 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.runtime import starting
-from django_workerflow.runtime.flow import admission
+from django_workerflow.runtime import finishing
+from django_workerflow.runtime.starting import check_existing_start, start
 from django_workerflow.runtime.tick import (
     MAX_REPLAYS_PER_TICK,
     UNREGISTERED_RETRY,
     TickResult,
     tick,
 )
-from django_workerflow.store import lease
+from django_workerflow.store import instance_rows, lease
 from django_workerflow.store.transactions import satisfy_wait
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
@@ -54,6 +51,7 @@ __all__ = [
     "UNREGISTERED_RETRY",
     "TickResult",
     "cancel",
+    "check_existing_start",
     "pause",
     "resume",
     "retry_now",
@@ -70,101 +68,6 @@ logger = logging.getLogger(__name__)
 SWEEP_GRACE = timedelta(seconds=15)
 # How long the sweeper waits before ringing the same overdue instance again.
 SWEEP_RERING = timedelta(minutes=2)
-
-
-# Start --------------------------------------------------------------------------------
-
-
-def start(
-    definition: str | type[WorkflowDefinition],
-    *,
-    key: str | None = None,
-    input: Any = None,
-    version: str | None = None,
-    priority: int = 0,
-    parent_pk: int | None = None,
-    detached: bool = False,
-) -> WorkflowInstance:
-    """Create an instance of ``definition`` under ``key``, or return the existing one.
-
-    Idempotent on ``key``: the first call pins the input and the definition version. A
-    different ``version`` for a non-terminal instance raises WorkflowVersionConflictError.
-    ``parent_pk`` and ``detached`` are set by a parent's child step (:mod:`.child_steps`).
-    A workflow with ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until
-    admitted, in order of ``priority`` (lower first), then creation; in the same
-    transaction when a slot is free.
-    """
-    name, version, definition_class = resolve(definition, version, caller="start()")
-    key = str(uuid.uuid4()) if key is None else key
-    jsonvalue.check_identifier(key, what="An instance key", max_length=255)
-    input_json = jsonvalue.dumps(input, what="The workflow input")
-    admission.check_priority(priority)
-
-    if admission.limits_for_name(name) is None:
-        # No concurrency limit: instance, event and bell in one statement (starting.py).
-        entry = starting.NewInstance(key, input_json)
-        created = starting.start_one(
-            name, definition_class.version, entry, priority, parent_pk, detached
-        )
-        return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
-    existing = WorkflowInstance.objects.filter(key=key).first()
-    if existing is None:
-        now = clock_now()
-        limited = admission.limits_for_name(name) is not None
-        concurrency_key = (
-            admission.concurrency_key_for(definition_class, key, jsonvalue.loads(input_json))
-            if limited
-            else ""
-        )
-        try:
-            with transaction.atomic():
-                instance = WorkflowInstance.objects.create_pending(
-                    key=key,
-                    definition_name=name,
-                    definition_version=definition_class.version,
-                    input=jsonvalue.loads(input_json),
-                    now=now,
-                    priority=priority,
-                    concurrency_key=concurrency_key,
-                    queued=limited,
-                    parent_pk=parent_pk,
-                    detached=detached,
-                )
-                if not limited:
-                    bells.arm(instance.pk, now)
-                elif instance.pk in admission.admit_waiting(name, concurrency_key, now):
-                    instance.admitted_at = instance.alarm_at = now
-        except IntegrityError:
-            existing = WorkflowInstance.objects.filter(key=key).first()
-            if existing is None:
-                raise
-        else:
-            logger.info(
-                "workflow created key=%s definition=%s version=%s",
-                key,
-                name,
-                instance.definition_version,
-            )
-            return instance
-    return check_existing_start(existing, name, version)
-
-
-def check_existing_start(
-    instance: WorkflowInstance, name: str, version: str | None
-) -> WorkflowInstance:
-    """The existing ``instance`` a start of ``name`` (at ``version``) under its key returns,
-    or the error that start raises."""
-    if instance.definition_name != name:
-        raise WorkflowInputError(
-            f"Instance key '{instance.key}' already belongs to a '{instance.definition_name}' "
-            f"workflow, not '{name}'. Use another key."
-        )
-    if version is not None and version != instance.definition_version and not instance.is_terminal:
-        raise WorkflowVersionConflictError(
-            f"Workflow definition version is already pinned to '{instance.definition_version}' "
-            f"and cannot be changed to '{version}'."
-        )
-    return instance
 
 
 # Events -------------------------------------------------------------------------------
@@ -186,14 +89,14 @@ def send_event(
     jsonvalue.check_identifier(event_name, what="An event name")
     payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
     try:
-        pk = _pk(instance)
+        pk = instance_rows.pk_of(instance)
     except WorkflowInstance.DoesNotExist:
         if missing_ok:
             logger.info("event dropped key=%s event=%s: no such instance", instance, event_name)
             return None
         raise
     with transaction.atomic():
-        locked = _lock(pk)
+        locked = instance_rows.lock(pk)
         if locked.is_terminal:
             return None
         now = clock_now()
@@ -248,18 +151,18 @@ def send_event(
 def pause(instance: WorkflowInstance | str) -> bool:
     """Pause a running instance; it stops at its next step boundary. False: nothing to do."""
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.RUNNING:
             return False
         locked.set_paused(clock_now())
-    _refresh(instance, locked)
+    instance_rows.copy_onto(instance, locked)
     return True
 
 
 def resume(instance: WorkflowInstance | str) -> None:
     """Resume a paused instance at once; WorkflowStateError if it is not paused."""
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.PAUSED:
             raise WorkflowStateError(
                 f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'."
@@ -267,28 +170,30 @@ def resume(instance: WorkflowInstance | str) -> None:
         now = clock_now()
         locked.set_resumed(now)
         bells.arm(locked.pk, now)
-    _refresh(instance, locked)
+    instance_rows.copy_onto(instance, locked)
 
 
 def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     """Cancel an unfinished instance; no step starts after this. False: already finished."""
-    if reason is not None and not isinstance(reason, str):
-        raise WorkflowInputError(f"A cancel reason must be a string, not {type(reason).__name__}.")
-    if reason is not None:
-        storable.check_text(reason, what="The cancel reason")
+    reason = storable.check_reason(reason, verb="cancel")
+    pk = instance_rows.pk_of(instance)
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        # The lock order (runtime/finishing.py): whoever waits for this instance first.
+        followups = finishing.lock_waiters(pk)
+        locked = instance_rows.lock(pk)
         if locked.is_terminal:
             return False
-        locked.set_cancelled(clock_now(), reason or None)
-    _refresh(instance, locked)
+        now = clock_now()
+        locked.set_cancelled(now, reason)
+        finishing.instance_finished(locked, now, reason, followups)
+    instance_rows.copy_onto(instance, locked)
     return True
 
 
 def wake(instance: WorkflowInstance | str) -> bool:
     """Ring the instance's alarm now (re-drive it). False if it is not pending or running."""
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return False
         _wake(locked, clock_now())
@@ -302,7 +207,7 @@ def retry_now(instance: WorkflowInstance | str) -> list[str]:
     of the workflow. Call :func:`wake` afterwards so that a worker picks the retry up.
     """
     with transaction.atomic():
-        locked = _lock(_pk(instance))
+        locked = instance_rows.lock(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return []
         now = clock_now()
@@ -359,33 +264,6 @@ def sweep(*, limit: int = 1000) -> int:
 
 
 # Helpers ------------------------------------------------------------------------------
-
-
-def _pk(instance: WorkflowInstance | str) -> int:
-    if isinstance(instance, WorkflowInstance):
-        return instance.pk
-    if isinstance(instance, str):
-        storable.check_text(instance, what="The instance key")
-        try:
-            return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
-        except WorkflowInstance.DoesNotExist:
-            raise WorkflowInstance.DoesNotExist(
-                f"No workflow instance has the key {instance!r}."
-            ) from None
-    raise WorkflowInputError(
-        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
-    )
-
-
-def _lock(pk: int) -> WorkflowInstance:
-    return WorkflowInstance.objects.select_for_update().get(pk=pk)
-
-
-def _refresh(target: WorkflowInstance | str, source: WorkflowInstance) -> None:
-    """Copy the committed state onto the caller's object, so ``instance.status`` is current."""
-    if isinstance(target, WorkflowInstance) and target is not source:
-        for field in WorkflowInstance._meta.concrete_fields:
-            setattr(target, field.attname, getattr(source, field.attname))
 
 
 def _wake(locked: WorkflowInstance, now: datetime) -> None:

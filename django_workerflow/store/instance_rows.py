@@ -1,4 +1,4 @@
-"""Rows on the tick's fixed path, read and written by named statements (:mod:`.sql`).
+"""Instance rows on the tick's fixed path, read by named statements (:mod:`.sql`).
 
 Django's query compiler costs 0.3 to 1.3 ms a query on our machines, several times the
 statement it builds; a tick that claims, loads, settles and finishes an instance used to
@@ -6,24 +6,22 @@ compile about ten of them, more than the run steps of a short workflow cost. The
 functions send the same statements without the compiler, and convert values exactly as
 the ORM does (each column's backend and field converters).
 
-The ORM's ``save()`` and ``create()`` send ``pre_save`` and ``post_save``; while any
-receiver is connected for the model, the writes here go through the ORM so they still do.
+The instance's own writes live with the model (:mod:`django_workerflow.models.rows`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from functools import cache
 from typing import Any
 
 from django.db import connection
 from django.db.models import Field, Model
-from django.db.models.signals import post_save, pre_save
 
+from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.models.history import WorkflowEvent
 from django_workerflow.store import executor, sql
+from django_workerflow.values import storable
 
 Converter = Callable[[Any, Any, Any], Any]
 
@@ -73,48 +71,35 @@ def read_instance(pk: int, *, lock: bool) -> WorkflowInstance | None:
     return WorkflowInstance.from_db(connection.alias, _attnames(), values)
 
 
-@cache
-def _fields_by_name() -> dict[str, Field[Any, Any]]:
-    """The instance's concrete fields by name (a foreign key also by its ``_id`` name)."""
-    fields = WorkflowInstance._meta.concrete_fields
-    return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}
+def pk_of(instance: WorkflowInstance | str) -> int:
+    """The primary key of an instance given as itself or by its key.
+
+    Raises ``WorkflowInstance.DoesNotExist`` for an unknown key and
+    :class:`WorkflowInputError` for a key that is not storable text or anything else.
+    """
+    if isinstance(instance, WorkflowInstance):
+        return instance.pk
+    if isinstance(instance, str):
+        storable.check_text(instance, what="The instance key")
+        try:
+            return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
+        except WorkflowInstance.DoesNotExist:
+            raise WorkflowInstance.DoesNotExist(
+                f"No workflow instance has the key {instance!r}."
+            ) from None
+    raise WorkflowInputError(
+        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
+    )
 
 
-def _signalled(model: type[Model]) -> bool:
-    return pre_save.has_listeners(model) or post_save.has_listeners(model)
+def lock(pk: int) -> WorkflowInstance:
+    """The instance ``pk`` under its row lock (``select_for_update``)."""
+    return WorkflowInstance.objects.select_for_update().get(pk=pk)
 
 
-def save_fields(instance: WorkflowInstance, fields: Sequence[str]) -> None:
-    """``instance.save(update_fields=fields)`` in one UPDATE by primary key."""
-    if _signalled(WorkflowInstance) or instance._state.db not in (None, connection.alias):
-        instance.save(update_fields=fields)
-        return
-    by_name = _fields_by_name()
-    model_fields = [by_name[name] for name in fields]
-    columns = tuple(str(field.column) for field in model_fields)
-    values = [
-        field.get_db_prep_save(getattr(instance, field.attname), connection)
-        for field in model_fields
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql.update_instance(columns), [*values, instance.pk])
-
-
-def record_event(instance_pk: int, event_type: str, reason: str | None, now: datetime) -> None:
-    """Insert a workflow event (a status change) of the instance."""
-    if _signalled(WorkflowEvent):
-        WorkflowEvent.objects.create(
-            instance_id=instance_pk, type=event_type, reason=reason, recorded_at=now
-        )
-        return
-    with connection.cursor() as cursor:
-        executor.execute(
-            cursor,
-            "insert_workflow_event",
-            {
-                "instance": instance_pk,
-                "type": event_type,
-                "reason": reason,
-                "now": connection.ops.adapt_datetimefield_value(now),
-            },
-        )
+def copy_onto(target: WorkflowInstance | str, source: WorkflowInstance) -> None:
+    """Copy ``source``'s committed state onto the caller's object, so ``instance.status``
+    is current after a verb (a key has no object to update)."""
+    if isinstance(target, WorkflowInstance) and target is not source:
+        for field in WorkflowInstance._meta.concrete_fields:
+            setattr(target, field.attname, getattr(source, field.attname))

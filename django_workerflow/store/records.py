@@ -1,4 +1,5 @@
-"""The in-memory copy of an instance's steps, read in one query per replay pass."""
+"""A recorded step as a pass sees it, in memory (read by :mod:`.steps` in one query per
+pass), and the rules read off a set of them. Pure: no database access here."""
 
 from __future__ import annotations
 
@@ -6,16 +7,31 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
-
-from django_workerflow.exceptions import StepStateError
-from django_workerflow.models import Step
-from django_workerflow.store import executor, sql
-from django_workerflow.store.instance_rows import converted
 from django_workerflow.values.states import StepState, StepType
 
-# The columns of a step, in StepRecord's field order.
-STEP_FIELDS = sql.STEP_COLUMNS
+#: The columns of a step, in :class:`StepRecord`'s field order.
+STEP_FIELDS = tuple(
+    [
+        "id",
+        "step_id",
+        "type",
+        "state",
+        "parent_id",
+        "attempt_count",
+        "max_attempts",
+        "next_attempt_at",
+        "result",
+        "error_name",
+        "error_message",
+        "wake_at",
+        "event_name",
+        "timeout_at",
+        "payload",
+        "resolved_at",
+        "created_at",
+        "child_instance_id",
+    ]
+)
 
 
 @dataclass(slots=True)
@@ -82,26 +98,6 @@ class StepRecord:
         )
 
 
-def read_step(pk: int, parent_step_id: str | None) -> StepRecord:
-    """Read one step row afresh."""
-    record = StepRecord(*Step.objects.values_list(*STEP_FIELDS).get(pk=pk))
-    record.parent_step_id = parent_step_id
-    return record
-
-
-def read_steps(instance_pk: int) -> list[StepRecord]:
-    """Every step of an instance, oldest first, with their parents' step ids."""
-    with connection.cursor() as cursor:
-        executor.execute(cursor, "read_steps", {"instance": instance_pk})
-        rows = cursor.fetchall()
-    records = [StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows]
-    by_pk = {record.pk: record for record in records}
-    for record in records:
-        if record.parent_pk is not None:
-            record.parent_step_id = by_pk[record.parent_pk].step_id
-    return records
-
-
 # States in which a step still holds up its parent run step.
 UNSETTLED_STATES = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
 
@@ -121,55 +117,3 @@ def unreached_steps(steps: dict[str, StepRecord], seen: set[str]) -> list[str]:
         if parent is None or parent.state == StepState.RUNNING:
             unreached.append(step_id)
     return unreached
-
-
-class RecordedSteps:
-    """The steps of one instance as recorded, read in one query and kept up to date by the
-    store's writes."""
-
-    def __init__(self, instance_pk: int) -> None:
-        self.instance_pk = instance_pk
-        self._by_id: dict[str, StepRecord] | None = None
-        self._by_pk: dict[int, StepRecord] = {}
-
-    def load(self) -> dict[str, StepRecord]:
-        """Read every step of the instance in one query, replacing what is cached."""
-        self._by_id = {}
-        self._by_pk = {}
-        for record in read_steps(self.instance_pk):
-            self._remember(record)
-        return self._by_id
-
-    @property
-    def steps(self) -> dict[str, StepRecord]:
-        return self.load() if self._by_id is None else self._by_id
-
-    def get(self, step_id: str) -> StepRecord | None:
-        return self.steps.get(step_id)
-
-    def require(self, step_id: str) -> StepRecord:
-        record = self.get(step_id)
-        if record is None:
-            raise StepStateError(f"Step '{step_id}' not found in this workflow instance.")
-        return record
-
-    def has_running_or_waiting_child_steps(self, step_id: str) -> bool:
-        """True if a direct child of ``step_id`` is pending, running or waiting.
-
-        A run step found 'running' at replay with such a child was suspended by that child,
-        not interrupted: its attempt goes on instead of counting as failed.
-        """
-        parent = self.require(step_id)
-        return any(
-            record.parent_pk == parent.pk and record.state in UNSETTLED_STATES
-            for record in self.steps.values()
-        )
-
-    def _remember(self, record: StepRecord) -> None:
-        if self._by_id is None:
-            self._by_id = {}
-        self._by_id[record.step_id] = record
-        self._by_pk[record.pk] = record
-        if record.parent_pk is not None and record.parent_step_id is None:
-            parent = self._by_pk.get(record.parent_pk)
-            record.parent_step_id = parent.step_id if parent else None

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django_workerflow.store.records import UNSETTLED_STATES
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:
     from django_workerflow.store.records import StepRecord
-
-_UNSETTLED = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
 
 
 def interrupted_run_steps(steps: dict[str, StepRecord]) -> set[str]:
@@ -40,7 +39,7 @@ def interrupted_run_steps(steps: dict[str, StepRecord]) -> set[str]:
         if record.type != StepType.RUN or record.state != StepState.RUNNING:
             continue
         own = children.get(record.pk, [])
-        if any(child.state in _UNSETTLED for child in own):
+        if any(child.state in UNSETTLED_STATES for child in own):
             continue
         if any(child.state == StepState.SATISFIED for child in own):
             uncertain.add(record.step_id)

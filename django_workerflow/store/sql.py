@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 
 from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
+from django_workerflow.store.records import STEP_FIELDS
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowStatus
 
 INSTANCE = WorkflowInstance._meta.db_table
@@ -30,28 +31,7 @@ WORKFLOW_EVENT = WorkflowEvent._meta.db_table
 #: Every column of an instance, in the model's field order (a read builds the model from it).
 INSTANCE_COLUMNS = tuple(str(f.column) for f in WorkflowInstance._meta.concrete_fields)
 #: The columns of a step the tick reads, in :class:`~.records.StepRecord`'s field order.
-STEP_COLUMNS = tuple(
-    [
-        "id",
-        "step_id",
-        "type",
-        "state",
-        "parent_id",
-        "attempt_count",
-        "max_attempts",
-        "next_attempt_at",
-        "result",
-        "error_name",
-        "error_message",
-        "wake_at",
-        "event_name",
-        "timeout_at",
-        "payload",
-        "resolved_at",
-        "created_at",
-        "child_instance_id",
-    ]
-)
+STEP_COLUMNS = STEP_FIELDS
 
 #: The states, statuses and event types the statements compare with or write.
 STATE_PARAMS: dict[str, str] = {
@@ -209,11 +189,6 @@ _STATEMENTS: dict[str, str] = {
     "read_instance": _READ_INSTANCE,
     # ... under its row lock (PostgreSQL; SQLite's IMMEDIATE transaction holds the database's).
     "lock_instance": _READ_INSTANCE + " FOR UPDATE",
-    # A workflow event (a status change of the instance).
-    "insert_workflow_event": f"""
-        INSERT INTO {WORKFLOW_EVENT} (instance_id, type, reason, recorded_at)
-        VALUES (%(instance)s::bigint, %(type)s::varchar, %(reason)s::text,
-                %(now)s::timestamptz)""",
     # Every step of an instance, oldest first (a replay pass reads them once).
     "read_steps": f"""
         SELECT {", ".join(STEP_COLUMNS)} FROM {STEP}
@@ -358,13 +333,6 @@ def purge_statement(table: str, count: int) -> str:
     column = "id" if table == INSTANCE else "instance_id"
     marks = ", ".join(["%s"] * count)
     return f"DELETE FROM {table} WHERE {column} IN ({marks})"
-
-
-@cache
-def update_instance(columns: tuple[str, ...]) -> str:
-    """Set ``columns`` of one instance (parameters: their values in order, then its id)."""
-    assignments = ", ".join(f"{column} = %s" for column in columns)
-    return f"UPDATE {INSTANCE} SET {assignments} WHERE id = %s"
 
 
 @cache

@@ -17,20 +17,29 @@ own transaction, with its callback's writes.
 A store works for one tick and holds its lease: every write is fenced as
 :mod:`django_workerflow.lease` states. The instance's alarm is the tick's to set when it
 settles, so no step write touches it (except through a lease renewal).
+
+Child steps: the child instance is created in the same fenced transaction that records
+the step, so no replay, crash or second worker ever starts a second child for one step:
+either both commit or neither does, and a replay finds the step. A waiting child step is
+resolved by the parent's next pass once the awaited instance has finished (its finishing
+transaction wakes the parent: :mod:`django_workerflow.runtime.finishing`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import connection
 
-from django_workerflow.models import Step
+from django_workerflow.exceptions import StepStateError, WorkerflowError, WorkflowInputError
+from django_workerflow.models import Step, WorkflowInstance
 from django_workerflow.store import executor, sql
-from django_workerflow.store.children import ChildStepStore
-from django_workerflow.store.records import StepRecord
+from django_workerflow.store.instance_rows import converted
+from django_workerflow.store.lease import Lease
+from django_workerflow.store.outcomes import Outcome, read_outcomes
+from django_workerflow.store.records import STEP_FIELDS, UNSETTLED_STATES, StepRecord
 from django_workerflow.store.transactions import (
     adapt,
     execute,
@@ -38,13 +47,59 @@ from django_workerflow.store.transactions import (
     fenced,
     hot_write,
     insert_event,
+    satisfy_wait,
     start_new_run_statement,
 )
-from django_workerflow.values import jsonvalue
+from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff, backoff_failure, retry_delay
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control import ExecutionStopped
-from django_workerflow.values.states import StepEventType, StepState, StepType, StopReason
+from django_workerflow.values.states import (
+    StepEventType,
+    StepState,
+    StepType,
+    StopReason,
+    WorkflowStatus,
+)
+
+if TYPE_CHECKING:
+    from django_workerflow.definition.workflow import WorkflowDefinition
+
+
+def read_step(pk: int, parent_step_id: str | None) -> StepRecord:
+    """Read one step row afresh."""
+    record = StepRecord(*Step.objects.values_list(*STEP_FIELDS).get(pk=pk))
+    record.parent_step_id = parent_step_id
+    return record
+
+
+def read_steps(instance_pk: int) -> list[StepRecord]:
+    """Every step of an instance, oldest first, with their parents' step ids."""
+    with connection.cursor() as cursor:
+        executor.execute(cursor, "read_steps", {"instance": instance_pk})
+        rows = cursor.fetchall()
+    records = [StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows]
+    by_pk = {record.pk: record for record in records}
+    for record in records:
+        if record.parent_pk is not None:
+            record.parent_step_id = by_pk[record.parent_pk].step_id
+    return records
+
+
+class ChildStarter(Protocol):
+    """``start()`` as a child step calls it: idempotent on ``key``, raising a
+    :class:`WorkerflowError` for a start it refuses."""
+
+    def __call__(
+        self,
+        definition: str | type[WorkflowDefinition],
+        *,
+        key: str | None,
+        input: Any,
+        version: str | None,
+        parent_pk: int | None,
+        detached: bool,
+    ) -> WorkflowInstance: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +111,390 @@ class PendingSuccess:
     result_json: str
 
 
-class StepStore(ChildStepStore):
-    """Reads and writes the steps of one instance, for the tick holding ``lease_token``:
-    run steps here, sleep and wait steps in :class:`~.waiting.WaitingStepStore`, child
-    steps in :class:`~.child_store.ChildStepStore`."""
+class RecordedSteps:
+    """The steps of one instance as recorded, read in one query and kept up to date by the
+    store's writes."""
 
-    def __init__(self, instance_pk: int, *, lease_token: str) -> None:
-        super().__init__(instance_pk, lease_token=lease_token)
+    def __init__(self, instance_pk: int) -> None:
+        self.instance_pk = instance_pk
+        self._by_id: dict[str, StepRecord] | None = None
+        self._by_pk: dict[int, StepRecord] = {}
+
+    def load(self) -> dict[str, StepRecord]:
+        """Read every step of the instance in one query, replacing what is cached."""
+        self._by_id = {}
+        self._by_pk = {}
+        for record in read_steps(self.instance_pk):
+            self._remember(record)
+        return self._by_id
+
+    @property
+    def steps(self) -> dict[str, StepRecord]:
+        return self.load() if self._by_id is None else self._by_id
+
+    def get(self, step_id: str) -> StepRecord | None:
+        return self.steps.get(step_id)
+
+    def require(self, step_id: str) -> StepRecord:
+        record = self.get(step_id)
+        if record is None:
+            raise StepStateError(f"Step '{step_id}' not found in this workflow instance.")
+        return record
+
+    def has_running_or_waiting_child_steps(self, step_id: str) -> bool:
+        """True if a direct child of ``step_id`` is pending, running or waiting.
+
+        A run step found 'running' at replay with such a child was suspended by that child,
+        not interrupted: its attempt goes on instead of counting as failed.
+        """
+        parent = self.require(step_id)
+        return any(
+            record.parent_pk == parent.pk and record.state in UNSETTLED_STATES
+            for record in self.steps.values()
+        )
+
+    def _remember(self, record: StepRecord) -> None:
+        if self._by_id is None:
+            self._by_id = {}
+        self._by_id[record.step_id] = record
+        self._by_pk[record.pk] = record
+        if record.parent_pk is not None and record.parent_step_id is None:
+            parent = self._by_pk.get(record.parent_pk)
+            record.parent_step_id = parent.step_id if parent else None
+
+
+class StepStore(RecordedSteps):
+    """Reads and writes the steps of one instance, for the tick holding ``lease_token``
+    (fenced as :mod:`django_workerflow.store.lease` states): run, sleep, wait and child
+    steps. ``start_child`` is how the runtime starts an instance (``start()``): the tick
+    hands it over, so the store never imports the runtime."""
+
+    _outcomes: dict[int, Outcome] | None = None
+
+    def __init__(self, instance_pk: int, *, lease_token: str, start_child: ChildStarter) -> None:
+        super().__init__(instance_pk)
+        self.lease = Lease(instance_pk, lease_token)
         self.pending_success: PendingSuccess | None = None
+        self._start_child = start_child
+
+    # Sleep and wait steps: created waiting, resolved when due, satisfied by events ----
+
+    def sleep_step(
+        self, step_id: str, *, wake_at: datetime, parent_step_id: str | None
+    ) -> StepRecord:
+        """The recorded sleep step, created (waiting until ``wake_at``) on first reach."""
+        record = self.get(step_id)
+        if record is not None:
+            return record
+        return self._create_waiting(
+            step_id, StepType.SLEEP, parent_step_id, StepEventType.SLEEP_WAITING, wake_at=wake_at
+        )
+
+    def wait_step(
+        self,
+        step_id: str,
+        *,
+        event_name: str,
+        timeout_at: datetime | None,
+        parent_step_id: str | None,
+    ) -> StepRecord:
+        """The recorded wait step, created on first reach; a waiting one is re-read.
+
+        A wait step claims the oldest queued event of its name that arrived before its
+        deadline. An existing step keeps its recorded timeout: the arguments only apply at
+        creation.
+        """
+        record = self.get(step_id)
+        if record is None:
+            return self._create_waiting(
+                step_id,
+                StepType.WAIT,
+                parent_step_id,
+                StepEventType.WAIT_WAITING,
+                event_name=event_name,
+                timeout_at=timeout_at,
+            )
+        if record.state == StepState.WAITING and record.type == StepType.WAIT:
+            return self._refresh_wait(record)
+        return record
+
+    def mark_sleep_elapsed(self, step_id: str) -> StepRecord:
+        return self._resolve_waiting(step_id, StepState.ELAPSED, StepEventType.SLEEP_ELAPSED)
+
+    def mark_wait_timed_out(self, step_id: str) -> StepRecord:
+        return self._resolve_waiting(step_id, StepState.TIMED_OUT, StepEventType.WAIT_TIMED_OUT)
+
+    def _create_waiting(
+        self,
+        step_id: str,
+        type: str,
+        parent_step_id: str | None,
+        event_type: str,
+        *,
+        wake_at: datetime | None = None,
+        event_name: str = "",
+        timeout_at: datetime | None = None,
+    ) -> StepRecord:
+        parent_pk = self.require(parent_step_id).pk if parent_step_id else None
+        now = clock_now()
+        with fenced(self.lease, now, require_running=True) as cursor:
+            values = sql.params(
+                instance=self.instance_pk,
+                step_id=step_id,
+                type=type,
+                parent=parent_pk,
+                wake_at=adapt(wake_at),
+                event_name=event_name,
+                timeout_at=adapt(timeout_at),
+            )
+            execute(cursor, "insert_step", values, now)
+            pk = cursor.fetchone()[0]
+            record = StepRecord.new(
+                pk,
+                step_id,
+                type,
+                StepState.WAITING,
+                now,
+                parent_pk=parent_pk,
+                parent_step_id=parent_step_id,
+                wake_at=wake_at,
+                event_name=event_name,
+                timeout_at=timeout_at,
+            )
+            if type == StepType.SLEEP:
+                insert_event(cursor, self.instance_pk, pk, now, event_type, wake_at=wake_at)
+            else:
+                insert_event(
+                    cursor,
+                    self.instance_pk,
+                    pk,
+                    now,
+                    event_type,
+                    event_name=event_name,
+                    timeout_at=timeout_at,
+                )
+                self._claim_queued_event(cursor, record, now)
+        self._remember(record)
+        return record
+
+    def _refresh_wait(self, record: StepRecord) -> StepRecord:
+        """Re-read a waiting wait step (an event may have satisfied it meanwhile) and let it
+        claim a queued event if none did."""
+        now = clock_now()
+        with fenced(self.lease, now, require_running=False) as cursor:
+            execute(cursor, "step_state", {"step": record.pk}, now)
+            if cursor.fetchone()[0] != StepState.WAITING:
+                updated = read_step(record.pk, record.parent_step_id)
+                self._remember(updated)
+                return updated
+            self._claim_queued_event(cursor, record, now)
+        return record
+
+    def _resolve_waiting(self, step_id: str, state: str, event_type: str) -> StepRecord:
+        record = self.require(step_id)
+        now = clock_now()
+        with fenced(self.lease, now, require_running=False) as cursor:
+            execute(cursor, "resolve_waiting", sql.params(step=record.pk, state=state), now)
+            if cursor.rowcount != 1:
+                raise explain_refusal(self.instance_pk, step_id, StepState.WAITING, None, now)
+            insert_event(cursor, self.instance_pk, record.pk, now, event_type)
+        record.state = state
+        record.resolved_at = now
+        return record
+
+    def _claim_queued_event(self, cursor: Any, record: StepRecord, now: datetime) -> bool:
+        """Give the wait step the oldest unclaimed event of its name sent before its deadline
+        (strictly: an event sent at the deadline finds the wait timed out)."""
+        values = {
+            "instance": self.instance_pk,
+            "event_name": record.event_name,
+            "deadline": adapt(record.timeout_at),
+        }
+        execute(cursor, "oldest_queued_event", values, now)
+        row = cursor.fetchone()
+        if row is None:
+            return False
+        event_pk, payload_json = row
+        satisfy_wait(cursor, self.instance_pk, record.pk, event_pk, payload_json, now)
+        record.state = StepState.SATISFIED
+        record.payload = jsonvalue.loads(payload_json)
+        record.resolved_at = now
+        return True
+
+    # Child steps: start (or find) another instance and record the link, in one
+    # transaction ---------------------------------------------------------------------
+
+    def start_child_step(
+        self,
+        step_id: str,
+        *,
+        parent_step_id: str | None,
+        workflow: str | type[WorkflowDefinition],
+        key: str,
+        input: Any,
+        version: str | None,
+        detached: bool,
+        waits: bool,
+    ) -> StepRecord:
+        """Start the child (idempotently, as ``start()``) and record the step linked to it.
+
+        ``waits``: the step waits for the child's end; otherwise it succeeds at once with
+        the child's key. A start that ``start()`` refuses fails the step with its error.
+        """
+        now = clock_now()
+        with fenced(self.lease, now, require_running=True) as cursor:
+            try:
+                child = self._start_child(
+                    workflow,
+                    key=key,
+                    input=input,
+                    version=version,
+                    parent_pk=self.instance_pk,
+                    detached=detached,
+                )
+            except WorkerflowError as exc:
+                return self._insert(cursor, step_id, parent_step_id, None, now, failure=exc)
+            if waits:
+                return self._insert(cursor, step_id, parent_step_id, child.pk, now)
+            return self._insert(cursor, step_id, parent_step_id, child.pk, now, result=child.key)
+
+    def wait_instance_step(
+        self, step_id: str, *, parent_step_id: str | None, key: str
+    ) -> StepRecord:
+        """Record a step waiting for the instance ``key`` (any instance) to finish."""
+        now = clock_now()
+        with fenced(self.lease, now, require_running=True) as cursor:
+            pk = WorkflowInstance.objects.filter(key=key).values_list("pk", flat=True).first()
+            if pk is None:
+                missing = WorkflowInputError(
+                    f"Child step '{step_id}' waits for instance '{key}', but no instance has "
+                    "that key. Start it first, or wait for the key start_child() returned."
+                )
+                return self._insert(cursor, step_id, parent_step_id, None, now, failure=missing)
+            return self._insert(cursor, step_id, parent_step_id, pk, now)
+
+    def awaited_outcome(self, record: StepRecord) -> Outcome | None:
+        """How the instance a waiting child step awaits stands now (None: it is gone).
+
+        Read once per pass for every waiting child step, in one query.
+        """
+        if self._outcomes is None:
+            waiting = [
+                step.child_instance_pk
+                for step in self.steps.values()
+                if step.type == StepType.CHILD
+                and step.state == StepState.WAITING
+                and step.child_instance_pk is not None
+            ]
+            self._outcomes = read_outcomes(waiting)
+        pk = record.child_instance_pk
+        if pk is None:
+            return None
+        if pk not in self._outcomes:
+            # A step created in this pass, after the others were read.
+            self._outcomes.update(read_outcomes([pk]))
+        return self._outcomes.get(pk)
+
+    def resolve_child_step(self, step_id: str, outcome: Outcome | None) -> StepRecord:
+        """waiting -> succeeded with the awaited instance's result, or -> failed."""
+        record = self.require(step_id)
+        now = clock_now()
+        ok = outcome is not None and outcome.ok
+        state = StepState.SUCCEEDED if ok else StepState.FAILED
+        changes: dict[str, Any] = {"state": state, "resolved_at": now}
+        if outcome is not None and ok:
+            changes["result"] = outcome.result
+        elif outcome is not None:
+            changes.update(
+                error_name=_failure_name(outcome),
+                error_message=outcome.error_message or outcome.reason or "",
+                payload=outcome.as_json(),
+            )
+        else:
+            changes.update(
+                error_name="WorkflowFailedError",
+                error_message="The awaited instance was deleted before it finished.",
+                payload={"key": "", "status": "", "error_name": "", "error_message": ""},
+            )
+        with fenced(self.lease, now, require_running=False) as cursor:
+            updated = Step.objects.filter(pk=record.pk, state=StepState.WAITING).update(**changes)
+            if updated != 1:
+                raise explain_refusal(self.instance_pk, step_id, StepState.WAITING, None, now)
+            insert_event(cursor, self.instance_pk, record.pk, now, StepEventType.CHILD_FINISHED)
+        record.state = state
+        record.resolved_at = now
+        record.result = changes.get("result")
+        record.error_name = changes.get("error_name", "")
+        record.error_message = changes.get("error_message", "")
+        record.payload = changes.get("payload")
+        return record
+
+    def _insert(
+        self,
+        cursor: Any,
+        step_id: str,
+        parent_step_id: str | None,
+        child_pk: int | None,
+        now: datetime,
+        *,
+        result: Any = None,
+        failure: WorkerflowError | None = None,
+    ) -> StepRecord:
+        parent_pk = self.require(parent_step_id).pk if parent_step_id else None
+        if failure is not None:
+            state = StepState.FAILED
+        elif result is not None:
+            state = StepState.SUCCEEDED
+        else:
+            state = StepState.WAITING
+        fields: dict[str, Any] = {
+            "state": state,
+            "child_instance_id": child_pk,
+            "result": result,
+            "error_name": storable.error_name(failure) if failure else "",
+            "error_message": storable.safe_text(
+                storable.describe(failure), max_length=storable.MAX_ERROR_MESSAGE_LENGTH
+            )
+            if failure
+            else "",
+            "resolved_at": None if state == StepState.WAITING else now,
+        }
+        reopened = self.get(step_id)
+        if reopened is None:
+            pk = Step.objects.create(
+                instance_id=self.instance_pk,
+                step_id=step_id,
+                type=StepType.CHILD,
+                parent_id=parent_pk,
+                created_at=now,
+                **fields,
+            ).pk
+            created_at = now
+        else:
+            # A refused start that a retry reopened (pending): the same row starts again.
+            Step.objects.filter(pk=reopened.pk, state=StepState.PENDING).update(**fields)
+            pk, created_at = reopened.pk, reopened.created_at
+        insert_event(cursor, self.instance_pk, pk, now, StepEventType.CHILD_WAITING)
+        if state != StepState.WAITING:
+            insert_event(cursor, self.instance_pk, pk, now, StepEventType.CHILD_FINISHED)
+        record = StepRecord.new(
+            pk,
+            step_id,
+            StepType.CHILD,
+            state,
+            created_at,
+            parent_pk=parent_pk,
+            parent_step_id=parent_step_id,
+        )
+        record.child_instance_pk = child_pk
+        record.result = result
+        record.error_name = fields["error_name"]
+        record.error_message = fields["error_message"]
+        record.resolved_at = fields["resolved_at"]
+        self._remember(record)
+        return record
+
+    # Run steps -----------------------------------------------------------------------
 
     def defer_success(self, step_id: str, attempt: int, result_json: str) -> StepRecord:
         """running -> succeeded in memory; written by the next write or :meth:`flush`."""
@@ -325,3 +756,9 @@ class StepStore(ChildStepStore):
         record.resolved_at = now
         self._remember(record)
         return record
+
+
+def _failure_name(outcome: Outcome) -> str:
+    if outcome.status == WorkflowStatus.CANCELLED:
+        return "WorkflowCancelledError"
+    return "WorkflowFailedError"

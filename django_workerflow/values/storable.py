@@ -45,6 +45,17 @@ def check_text(value: str, *, what: str) -> str:
     return value
 
 
+def check_reason(reason: object, *, verb: str) -> str | None:
+    """An operator's reason for ``verb`` (cancel, retry, fork), as stored: None for none or
+    "", the text if it is a storable string, else WorkflowInputError."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str):
+        raise WorkflowInputError(f"A {verb} reason must be a string, not {type(reason).__name__}.")
+    check_text(reason, what=f"The {verb} reason")
+    return reason or None
+
+
 def safe_text(text: str, *, max_length: int) -> str:
     """``text`` with lone surrogates and NUL escaped, cut to ``max_length`` with a marker."""
     if problem(text) is not None:

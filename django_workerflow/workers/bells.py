@@ -23,6 +23,7 @@ from typing import Any
 from django.apps import apps
 from django.db import connections, transaction
 
+from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
 #: Bells further ahead than this are left to the sweeper (it runs about once a minute).
@@ -50,28 +51,41 @@ def is_suppressed() -> bool:
 
 def arm(instance_pk: int, when: datetime) -> None:
     """Ring for ``instance_pk`` at ``when``; call inside the transaction that set the alarm."""
-    if is_suppressed() or not apps.is_installed("django_q"):
+    if not _rings(when):
         return
-    if when > clock_now() + HORIZON:
-        return
-    from django_q.conf import Conf
-
-    from django_workerflow.models import WorkflowInstance
-
     WorkflowInstance.objects.filter(pk=instance_pk).update(bell_at=when)
-    if Conf.ORM:
-        _enqueue(instance_pk, broker=_delayed_orm_broker(when))
-    elif when <= clock_now():
-        transaction.on_commit(lambda: _enqueue(instance_pk))
+    queue_task(TICK_TASK, instance_pk, when=when, name=f"workerflow tick {instance_pk}")
 
 
-def _enqueue(instance_pk: int, broker: Any = None) -> None:
+def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
+    """Queue the django-q2 ``task`` to run at ``when`` (precisely with the ORM broker;
+    otherwise at once if due, else left to the sweeper); call inside the transaction that
+    made it due. True if a bell was queued."""
+    return _rings(when) and queue_task(task, *args, when=when, name=name)
+
+
+def queue_task(task: str, *args: Any, when: datetime, name: str) -> bool:
+    """The one place a bell is enqueued: with django-q2's ORM broker a row handed out at
+    ``when``, otherwise a task sent when the transaction commits if ``when`` is due (a later
+    one is left to the sweeper). True if a bell was queued."""
+    from django_q.conf import Conf  # django-q2 reads its settings when imported
     from django_q.tasks import async_task
 
-    options: dict[str, Any] = {"task_name": f"workerflow tick {instance_pk}", "save": False}
-    if broker is not None:
-        options["broker"] = broker
-    async_task(TICK_TASK, instance_pk, **options)
+    options: dict[str, Any] = {"task_name": name, "save": False}
+    if Conf.ORM:
+        options["broker"] = _delayed_orm_broker(when)
+        async_task(task, *args, **options)
+    elif when <= clock_now():
+        transaction.on_commit(lambda: async_task(task, *args, **options))
+    else:
+        return False
+    return True
+
+
+def _rings(when: datetime) -> bool:
+    """Whether a bell for ``when`` is queued now: not under the harness, not without
+    django-q2, not beyond the horizon (the sweeper queues those when they come near)."""
+    return not is_suppressed() and apps.is_installed("django_q") and when <= clock_now() + HORIZON
 
 
 def _delayed_orm_broker_class() -> type:
@@ -117,23 +131,3 @@ def uses_delayed_bells() -> bool:
     from django_q.conf import Conf
 
     return bool(Conf.ORM) and Conf.ORM in connections
-
-
-def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
-    """Queue the django-q2 ``task`` to run at ``when`` (precisely with the ORM broker;
-    otherwise at once if due, else left to the sweeper); call inside the transaction that
-    made it due. True if a bell was queued."""
-    if is_suppressed() or not apps.is_installed("django_q") or when > clock_now() + HORIZON:
-        return False
-    from django_q.conf import Conf
-    from django_q.tasks import async_task
-
-    options: dict[str, Any] = {"task_name": name, "save": False}
-    if Conf.ORM:
-        options["broker"] = _delayed_orm_broker(when)
-        async_task(task, *args, **options)
-    elif when <= clock_now():
-        transaction.on_commit(lambda: async_task(task, *args, **options))
-    else:
-        return False
-    return True

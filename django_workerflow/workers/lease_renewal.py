@@ -23,7 +23,7 @@ from django_workerflow.conf import settings
 from django_workerflow.store.lease import Lease
 from django_workerflow.values.clock import now as clock_now
 
-logger = logging.getLogger("django_workerflow.lease")
+logger = logging.getLogger(__name__)
 
 
 class _Renewer:

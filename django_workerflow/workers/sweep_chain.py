@@ -19,6 +19,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from django_workerflow.conf import settings
+from django_workerflow.models import WorkerHeartbeat
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -39,8 +40,6 @@ def beat(link: datetime | None) -> bool:
     """Record that a worker of this queue runs tasks, and queue the chain's next link if
     ``link`` is the current one (None: a reseed, which continues only a broken chain).
     Return True if the chain continues from here."""
-    from django_workerflow.models import WorkerHeartbeat
-
     now = clock_now()
     interval = timedelta(seconds=settings.SWEEP_SECONDS)
     with transaction.atomic():
@@ -68,12 +67,4 @@ def seed_on_spawn(**_: Any) -> None:
 
 
 def _enqueue(when: datetime) -> None:
-    from django_q.tasks import async_task
-
-    async_task(
-        BEAT_TASK,
-        when.isoformat(),
-        task_name="workerflow sweep",
-        save=False,
-        broker=bells._delayed_orm_broker(when),  # noqa: SLF001 - bells' one delayed-enqueue path
-    )
+    bells.queue_task(BEAT_TASK, when.isoformat(), when=when, name="workerflow sweep")

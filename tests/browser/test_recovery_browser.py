@@ -18,7 +18,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 
 import django_workerflow as workerflow
-from django_workerflow.definition import registry
+from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 
 from .console import CHANGELIST, PASSWORD, login, message, row

@@ -22,8 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import reverse
 
 import django_workerflow as workerflow
-from django_workerflow import WorkflowDefinition
-from django_workerflow.definition import registry
+from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.models import Step, StepEvent, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
 from django_workerflow.values.jsonvalue import MAX_NESTING

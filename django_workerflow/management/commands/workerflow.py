@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -22,6 +24,7 @@ from django_workerflow.management import deploy
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import purge as purging
 from django_workerflow.runtime import verbs
+from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -54,6 +57,19 @@ class Command(BaseCommand):
             called_from_command_line=django_parser.called_from_command_line,
             parents=[django_parser],
         )
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """Run from the command line; when the reader of the output has gone (``show KEY |
+        head``), stop quietly with status 1, as Python's documentation advises, instead of
+        a ``BrokenPipeError`` traceback."""
+        try:
+            super().run_from_argv(argv)
+            # Flush here: the output is buffered, so a closed pipe is often found only now.
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # Python flushes stdout again at exit: point it at devnull so that flush is quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(
@@ -119,6 +135,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, subcommand: str, **options: Any) -> None:
         handler = getattr(self, f"handle_{subcommand.replace('-', '_')}")
         try:
+            if isinstance(options.get("key"), str):
+                # Every subcommand's KEY: the text rule first (a lone surrogate from an
+                # undecodable argument, say), before any lookup meets the database.
+                storable.check_text(options["key"], what="The instance key")
             handler(**options)
         except WorkflowInstance.DoesNotExist:
             raise CommandError(

@@ -17,14 +17,15 @@ from typing import Any
 
 from django.db import transaction
 
+from django_workerflow import registry
 from django_workerflow.conf import settings
-from django_workerflow.definition import registry
 from django_workerflow.engine.failures import error_message
-from django_workerflow.engine.outcomes import Outcome, cancel_reasons
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.models.delivery import KEPT_ATTEMPTS
+from django_workerflow.store.outcomes import Outcome, cancel_reasons
 from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.states import WorkflowStatus
 from django_workerflow.workers import bells
 
 logger = logging.getLogger(__name__)
@@ -41,19 +42,34 @@ def retry_delay(failed_attempts: int) -> timedelta:
     return min(FIRST_RETRY * 2.0 ** (failed_attempts - 1), RETRY_CAP)
 
 
-def create(instance: WorkflowInstance, now: datetime) -> FinishDelivery:
-    """Create the delivery of a finishing instance (inside its finishing transaction)."""
-    delivery = FinishDelivery.objects.create(instance=instance, created_at=now, next_attempt_at=now)
+def create(instance: WorkflowInstance, now: datetime, reason: str | None = None) -> FinishDelivery:
+    """Create the delivery of a finishing instance (inside its finishing transaction), with
+    the outcome it reports on every attempt: the instance's status, error and finish time
+    now, and ``reason`` (a cancellation's)."""
+    delivery = FinishDelivery.objects.create(
+        instance=instance,
+        created_at=now,
+        next_attempt_at=now,
+        outcome_status=instance.status,
+        outcome_error_name=instance.error_name,
+        outcome_error_message=instance.error_message,
+        outcome_reason=reason if instance.status == WorkflowStatus.CANCELLED else None,
+        outcome_finished_at=instance.finished_at,
+    )
     _ring(delivery.pk, now)
     return delivery
 
 
 @dataclass(frozen=True, slots=True)
 class _Claim:
-    delivery_pk: int
+    delivery: FinishDelivery
     attempt: int
     instance: WorkflowInstance
     started_at: datetime
+
+    @property
+    def delivery_pk(self) -> int:
+        return self.delivery.pk
 
 
 def deliver(delivery_pk: int) -> bool | None:
@@ -120,7 +136,7 @@ def _claim(delivery_pk: int) -> _Claim | None:
         attempts.append({"number": delivery.attempt_count, "started_at": now.isoformat()})
         delivery.attempts = attempts[-KEPT_ATTEMPTS:]
         delivery.save(update_fields=["attempt_count", "leased_until", "attempts"])
-        return _Claim(delivery.pk, delivery.attempt_count, delivery.instance, now)
+        return _Claim(delivery, delivery.attempt_count, delivery.instance, now)
 
 
 def _call_hook(claim: _Claim) -> BaseException | None:
@@ -134,7 +150,7 @@ def _call_hook(claim: _Claim) -> BaseException | None:
                 f"'{instance.definition_version}' is not registered in this process."
             )
         definition = definition_class(key=instance.key, input=instance.input)
-        definition.on_finish(_outcome(claim))  # type: ignore[attr-defined]  # optional hook
+        definition.on_finish(_outcome(claim))
     except Exception as exc:
         logger.warning(
             "on_finish failed key=%s attempt=%s error=%s",
@@ -148,7 +164,22 @@ def _call_hook(claim: _Claim) -> BaseException | None:
 
 
 def _outcome(claim: _Claim) -> Outcome:
-    instance = claim.instance
+    """The finish the delivery was created for (the instance may have been retried since:
+    it is not read from the instance, apart from a completed instance's result)."""
+    delivery, instance = claim.delivery, claim.instance
+    if delivery.outcome_status:
+        completed = delivery.outcome_status == WorkflowStatus.COMPLETED
+        return Outcome(
+            id=delivery.pk,
+            key=instance.key,
+            status=delivery.outcome_status,
+            result=instance.result if completed else None,
+            error_name=delivery.outcome_error_name,
+            error_message=delivery.outcome_error_message,
+            reason=delivery.outcome_reason,
+            finished_at=delivery.outcome_finished_at,
+        )
+    # A row created before the outcome was kept on it: the instance as it is.
     reason = cancel_reasons([instance.pk]).get(instance.pk)
     return Outcome(
         id=claim.delivery_pk,

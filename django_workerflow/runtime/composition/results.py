@@ -13,18 +13,17 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection
 
 from django_workerflow.engine.failures import failure
-from django_workerflow.engine.outcomes import Outcome, read_outcome
-from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
+from django_workerflow.exceptions import WorkflowStateError
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.store import instance_rows
+from django_workerflow.store.outcomes import Outcome, read_outcome
 from django_workerflow.values import jsonvalue
-
-if TYPE_CHECKING:
-    from django_workerflow.models import WorkflowInstance
 
 # Polling backoff (SQLite and others, and async waits): first pause, growth, longest pause.
 POLL_FIRST = 0.005
@@ -42,6 +41,11 @@ def channel(instance_pk: int) -> str:
 def set_drainer(drain: Callable[[], Any] | None) -> None:
     """Install (or remove, with None) the harness's drain: waits then drain, never sleep."""
     _harness.drain = drain
+
+
+def _under_harness() -> bool:
+    """True when a harness is open in this thread (its drainer is thread-local)."""
+    return getattr(_harness, "drain", None) is not None
 
 
 def wait_result(instance: WorkflowInstance | str, timeout: float | timedelta | None = None) -> Any:
@@ -73,10 +77,15 @@ async def await_result(
     instance: WorkflowInstance | str, timeout: float | timedelta | None = None
 ) -> Any:
     """``wait_result`` for async code: each status read is a short call in a thread; the
-    waiting itself is ``asyncio.sleep``, so no thread is held for the whole wait."""
+    waiting itself is ``asyncio.sleep``, so no thread is held for the whole wait.
+
+    The event loop may run in another thread than the code that opened a harness (Django's
+    async tests run it under ``async_to_sync``), so whether one is open is asked where the
+    sync calls run, the harness's thread: then ``wait_result`` drains there.
+    """
     pk, key = await sync_to_async(_identify)(instance)
     seconds = _seconds(timeout)
-    if getattr(_harness, "drain", None) is not None:
+    if await sync_to_async(_under_harness)():
         return await sync_to_async(wait_result)(instance, timeout)
     deadline = None if seconds is None else time.monotonic() + seconds
     pause = POLL_FIRST
@@ -136,18 +145,9 @@ def _read(pk: int, key: str) -> Outcome:
 
 
 def _identify(instance: WorkflowInstance | str) -> tuple[int, str]:
-    from django_workerflow.models import WorkflowInstance
-
-    if isinstance(instance, WorkflowInstance):
-        return instance.pk, instance.key
-    if isinstance(instance, str):
-        pk = WorkflowInstance.objects.filter(key=instance).values_list("pk", flat=True).first()
-        if pk is None:
-            raise WorkflowInstance.DoesNotExist(f"No workflow instance has the key {instance!r}.")
-        return pk, instance
-    raise WorkflowInputError(
-        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
-    )
+    """The instance's primary key and key (as :func:`~.instance_rows.pk_of` reads them)."""
+    pk = instance_rows.pk_of(instance)
+    return pk, instance.key if isinstance(instance, WorkflowInstance) else instance
 
 
 def _seconds(timeout: float | timedelta | None) -> float | None:

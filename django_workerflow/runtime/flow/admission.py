@@ -8,13 +8,21 @@ wait keeps it); finishing, failing or being cancelled frees it.
 
 Every admission decision is taken under the lock of the :class:`AdmissionGate` row of the
 workflow name and concurrency key, in the transaction that changes the count: the start
-that finds a free slot, the finishing transition that frees one, or the tick of the queue
-head whose rate-limit bell rang. Counting the slots in use and taking one are therefore
-atomic under any number of workers, and nothing polls.
+that finds a free slot, the finish that frees one (:mod:`django_workerflow.runtime.finishing`
+admits last, once every instance row of its transaction is locked), or the tick of the
+queue head whose rate-limit bell rang. Counting the slots in use and taking one are
+therefore atomic under any number of workers, and nothing polls.
 
-Lock order: a finishing instance's row, then its gate, then the queued rows it admits.
-Nothing that holds a queued row waits for a gate (a tick of a queued instance releases
-its row before it asks for admission), so the order never cycles.
+The lock order is the engine's (docs/concepts.md#the-lock-order): a gate after every
+instance row its transaction locks, and the queued rows after their gate, taken with
+``SKIP LOCKED``. A queued row that another transaction holds is left for the next
+admission: whoever holds it is cancelling it, or is its own tick or an event, which asks
+for admission again once it lets the row go.
+
+A *shared gate* (:func:`share_gate`) is a concurrency key whose limits hold across every
+definition: its instances are counted, queued and admitted together whatever their
+definition (the ``django.tasks`` backend's queues, where each task function is its own
+definition). Its gate row has the empty definition name, which no definition has.
 """
 
 from __future__ import annotations
@@ -24,9 +32,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django_workerflow.definition import registry
+from django.db import models
+from django.db.models import Q
+
+from django_workerflow import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
+from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -57,6 +69,55 @@ class QueueState:
     rate_count: int | None
     rate_period: timedelta | None
     next_rate_slot: datetime | None
+
+
+# Concurrency keys whose limits hold across definitions, with those limits (share_gate).
+_shared_gates: dict[str, Limits] = {}
+
+
+def share_gate(concurrency_key: str, limits: Limits) -> None:
+    """Make ``limits`` hold for every instance with ``concurrency_key``, whatever its
+    definition. A definition that may start instances on a shared gate sets
+    ``shares_gates = True`` so that its starts take admission's path."""
+    if not concurrency_key:
+        raise ValueError("A shared gate needs a non-empty concurrency key.")
+    _shared_gates[concurrency_key] = limits
+
+
+def takes_admission(definition: type[WorkflowDefinition], key: str, input: Any) -> bool:
+    """True when the start of instance ``key`` of ``definition`` goes through admission:
+    the definition has limits of its own, or the instance counts on a shared gate (only a
+    definition that sets ``shares_gates`` is asked for its concurrency key)."""
+    if limits_of(definition) is not None:
+        return True
+    if not getattr(definition, "shares_gates", False):
+        return False
+    return concurrency_key_for(definition, key, input) in _shared_gates
+
+
+def limits_for(name: str, concurrency_key: str) -> Limits | None:
+    """The limits an instance of ``name`` with ``concurrency_key`` counts against: its
+    shared gate's, else its definition's."""
+    # Looked up first: finding the definition may load the code that shares the gate.
+    own = limits_for_name(name)
+    return _shared_gates.get(concurrency_key, own) if concurrency_key else own
+
+
+def _members(name: str, concurrency_key: str) -> Q:
+    """The instances that count against the gate of ``name`` and ``concurrency_key``."""
+    if concurrency_key in _shared_gates:
+        return Q(concurrency_key=concurrency_key)
+    return Q(definition_name=name, concurrency_key=concurrency_key)
+
+
+def gate_row(name: str, concurrency_key: str) -> tuple[str, str]:
+    """The (definition name, concurrency key) of the gate row the instances of ``name`` with
+    ``concurrency_key`` count against: a shared gate's row has the empty name."""
+    return _gate_name(name, concurrency_key), concurrency_key
+
+
+def _gate_name(name: str, concurrency_key: str) -> str:
+    return "" if concurrency_key in _shared_gates else name
 
 
 def limits_of(definition: type[WorkflowDefinition]) -> Limits | None:
@@ -98,10 +159,12 @@ def concurrency_key_for(definition: type[WorkflowDefinition], key: str, input: A
     value = definition(key=key, input=input).concurrency_key()
     if not isinstance(value, str) or len(value) > 255:
         raise WorkflowInputError(
-            f"{definition.__qualname__}.concurrency_key() returned {value!r} for instance "
+            f"{definition.__qualname__}.concurrency_key() returned {value!r:.80} for instance "
             f"{key!r}; it must return a string of at most 255 characters."
         )
-    return value
+    return storable.check_text(
+        value, what=f"The concurrency key {definition.__qualname__}.concurrency_key() returned"
+    )
 
 
 def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
@@ -110,23 +173,19 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     Call inside a transaction: the gate stays locked until it commits. When the rate limit
     holds the queue back, the head's alarm is set to the earliest time it allows.
     """
-    limits = limits_for_name(name)
+    limits = limits_for(name, concurrency_key)
     _lock_gate(name, concurrency_key, now)
     # Read the clock again under the lock: admission times then follow admission order.
     now = max(now, clock_now())
-    queue = WorkflowInstance.objects.filter(
-        definition_name=name,
-        concurrency_key=concurrency_key,
-        status=WorkflowStatus.PENDING,
-        admitted_at__isnull=True,
-    ).order_by("priority", "created_at", "id")
+    queue = _queue(name, concurrency_key)
     admitted: list[int] = []
     while True:
         free, next_slot = _free_slots(name, concurrency_key, limits, now)
         if free <= 0:
             break
-        # Locks the rows; a row cancelled meanwhile drops out once its lock is released.
-        pks = list(queue.select_for_update().values_list("pk", flat=True)[:free])
+        # Never waits for a queued row (the lock order's rule 3); a row cancelled meanwhile
+        # is skipped, or drops out once its lock is released.
+        pks = list(queue.select_for_update(skip_locked=True).values_list("pk", flat=True)[:free])
         if not pks:
             return admitted
         WorkflowInstance.objects.filter(pk__in=pks).update(
@@ -138,7 +197,7 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
         if len(pks) == free and limits is not None and limits.rate_count is None:
             break  # every slot taken: counting them again would only say so
     if next_slot is not None:
-        head = queue.select_for_update().values_list("pk", "alarm_at").first()
+        head = queue.select_for_update(skip_locked=True).values_list("pk", "alarm_at").first()
         if head is not None and head[1] != next_slot:
             WorkflowInstance.objects.filter(pk=head[0]).update(alarm_at=next_slot)
             bells.arm(head[0], next_slot)
@@ -152,15 +211,37 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     return admitted
 
 
-def admit_after_finish(instance: WorkflowInstance, now: datetime) -> None:
-    """``instance`` (locked) just finished: if it held a slot of a limited workflow (it was
-    admitted), admit the next in its queue. A queued instance that is cancelled held none:
-    nothing moves."""
+def holds_slot(instance: WorkflowInstance) -> bool:
+    """Whether ``instance`` (just finished) held a slot of a limited workflow or a shared
+    gate: it was admitted. A queued instance that is cancelled held none: nothing moves."""
     if instance.admitted_at is None:
+        return False
+    return limits_for(instance.definition_name, instance.concurrency_key) is not None
+
+
+def pass_on_the_alarm(instance: WorkflowInstance, now: datetime) -> None:
+    """The queued ``instance`` left a rate-limited queue (it was cancelled). The head of
+    such a queue is the one queued instance with an alarm (at its rate-limit slot): if no
+    other queued instance has one, the next gets an alarm now, and its tick runs admission,
+    which admits it or moves the alarm to the slot (as a fork is created due, for one look).
+
+    This takes no gate and waits for no queued row, keeping the lock order: a row locked
+    by another transaction is skipped (an admission holding it sets the head's alarm
+    itself).
+    """
+    if instance.admitted_at is not None:
         return
-    if limits_for_name(instance.definition_name) is None:
+    limits = limits_for(instance.definition_name, instance.concurrency_key)
+    if limits is None or limits.rate_count is None:
         return
-    admit_waiting(instance.definition_name, instance.concurrency_key, now)
+    queue = _queue(instance.definition_name, instance.concurrency_key).exclude(pk=instance.pk)
+    if queue.filter(alarm_at__isnull=False).exists():
+        return
+    pk = queue.select_for_update(skip_locked=True).values_list("pk", flat=True).first()
+    if pk is None:
+        return
+    WorkflowInstance.objects.filter(pk=pk).update(alarm_at=now, updated_at=now)
+    bells.arm(pk, now)
 
 
 def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
@@ -188,7 +269,7 @@ def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
 
 def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | None:
     """The slots in use and the rate-limit window of a gate (None: no limits)."""
-    limits = limits_for_name(name)
+    limits = limits_for(name, concurrency_key)
     if limits is None:
         return None
     in_use = _in_use(name, concurrency_key)
@@ -204,14 +285,24 @@ def queue_state(name: str, concurrency_key: str, now: datetime) -> QueueState | 
     )
 
 
+def _queue(name: str, concurrency_key: str) -> models.QuerySet[WorkflowInstance]:
+    """The queued instances of a gate, in admission order."""
+    return WorkflowInstance.objects.filter(
+        _members(name, concurrency_key),
+        status=WorkflowStatus.PENDING,
+        admitted_at__isnull=True,
+    ).order_by("priority", "created_at", "id")
+
+
 def _lock_gate(name: str, concurrency_key: str, now: datetime) -> None:
     """Lock the gate row, creating it on first use. An UPDATE takes the row lock on
     PostgreSQL and the write lock on SQLite before anything is counted."""
-    gate = AdmissionGate.objects.filter(definition_name=name, concurrency_key=concurrency_key)
+    gate_name = _gate_name(name, concurrency_key)
+    gate = AdmissionGate.objects.filter(definition_name=gate_name, concurrency_key=concurrency_key)
     if gate.update(locked_at=now):
         return
     AdmissionGate.objects.bulk_create(
-        [AdmissionGate(definition_name=name, concurrency_key=concurrency_key, locked_at=now)],
+        [AdmissionGate(definition_name=gate_name, concurrency_key=concurrency_key, locked_at=now)],
         ignore_conflicts=True,
     )
     gate.update(locked_at=now)
@@ -237,8 +328,7 @@ def _free_slots(
 
 def _in_use(name: str, concurrency_key: str) -> int:
     return WorkflowInstance.objects.filter(
-        definition_name=name,
-        concurrency_key=concurrency_key,
+        _members(name, concurrency_key),
         admitted_at__isnull=False,
         status__in=SLOT_STATUSES,
     ).count()
@@ -250,8 +340,7 @@ def _rate(
     """Admissions still allowed in the window ending now, and when the next one is."""
     window = list(
         WorkflowInstance.objects.filter(
-            definition_name=name,
-            concurrency_key=concurrency_key,
+            _members(name, concurrency_key),
             admitted_at__gt=now - period,
         )
         .order_by("-admitted_at")

@@ -9,21 +9,26 @@ moves past ``now`` in the same transaction. The next occurrence is armed as a pr
 
 After downtime only the most recent missed occurrence starts; with ``schedule_catch_up``
 every missed one starts, oldest first, bounded to the :data:`MAX_CATCH_UP` most recent.
+
+One schedule that fails (its start raises, say) is logged and skipped: it never stops the
+others from being synced or fired.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
 from django.conf import settings as django_settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from django_workerflow.definition import registry
+from django_workerflow import registry
+from django_workerflow.definition.options import cron as cron_walk
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule
@@ -67,23 +72,32 @@ def iso_utc(when: datetime) -> str:
 def next_occurrence(cron: str, timezone: str, after: datetime) -> datetime:
     """The first occurrence strictly after ``after``, in UTC."""
     local = after.astimezone(ZoneInfo(timezone))
-    return croniter(cron, local).get_next(datetime).astimezone(UTC)
+    return cron_walk(cron, local).get_next(datetime).astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class DueOccurrences:
+    """The occurrences to start, oldest first, and whether older ones were left out."""
+
+    occurrences: list[datetime]
+    cut: bool
 
 
 def due_occurrences(
     cron: str, timezone: str, first: datetime, now: datetime, *, limit: int
-) -> list[datetime]:
+) -> DueOccurrences:
     """The latest ``limit`` occurrences in ``[first, now]``, oldest first."""
     # get_prev is strict: start just past now's second so an occurrence at now counts.
     start = now.replace(microsecond=0) + timedelta(seconds=1)
-    walk = croniter(cron, start.astimezone(ZoneInfo(timezone)))
+    walk = cron_walk(cron, start.astimezone(ZoneInfo(timezone)))
     found: list[datetime] = []
-    while len(found) < limit:
+    # One more than the limit: it tells whether the limit cut any.
+    while len(found) <= limit:
         occurrence = walk.get_prev(datetime).astimezone(UTC)
         if occurrence < first:
             break
         found.append(occurrence)
-    return found[::-1]
+    return DueOccurrences(found[:limit][::-1], cut=len(found) > limit)
 
 
 # Keeping the rows in sync with the code ------------------------------------------------
@@ -100,11 +114,13 @@ def sync(now: datetime | None = None, *, restart: bool = False) -> None:
     definitions = scheduled_definitions()
     rows = {row.name: row for row in WorkflowSchedule.objects.all()}
     for name, definition in definitions.items():
-        _sync_one(rows.get(name), name, definition, now)
+        with _each_schedule(name, "sync"):
+            _sync_one(rows.get(name), name, definition, now)
     if restart:
         for row in WorkflowSchedule.objects.filter(in_code=True):
-            row.next_run_at = next_occurrence(row.cron, row.timezone, now)
-            row.save(update_fields=["next_run_at"])
+            with _each_schedule(row.name, "sync"):
+                row.next_run_at = next_occurrence(row.cron, row.timezone, now)
+                row.save(update_fields=["next_run_at"])
     for name, row in rows.items():
         if name not in definitions and row.in_code:
             row.in_code = row.enabled = False
@@ -167,9 +183,21 @@ def fire_due(
     if names is not None:
         due = due.filter(name__in=names)
     started: list[WorkflowInstance] = []
-    for pk in due.values_list("pk", flat=True):
-        started.extend(_fire(pk, now))
+    for pk, name in due.values_list("pk", "name"):
+        with _each_schedule(name, "fire"):
+            started.extend(_fire(pk, now))
     return started
+
+
+@contextmanager
+def _each_schedule(name: str, action: str) -> Iterator[None]:
+    """Work on one schedule in a savepoint of its own: an error is logged with its
+    traceback, rolled back, and stops no other schedule."""
+    try:
+        with transaction.atomic():
+            yield
+    except Exception:  # a user's definition or start may raise anything
+        logger.exception("schedule failed name=%s action=%s: the others go on", name, action)
 
 
 def _fire(pk: int, now: datetime) -> list[WorkflowInstance]:
@@ -178,8 +206,9 @@ def _fire(pk: int, now: datetime) -> list[WorkflowInstance]:
         if not (row.enabled and row.in_code and row.next_run_at and row.next_run_at <= now):
             return []  # another worker fired it, or an operator disabled it meanwhile
         limit = MAX_CATCH_UP if row.catch_up else 1
-        occurrences = due_occurrences(row.cron, row.timezone, row.next_run_at, now, limit=limit)
-        if row.catch_up and len(occurrences) == MAX_CATCH_UP:
+        due = due_occurrences(row.cron, row.timezone, row.next_run_at, now, limit=limit)
+        occurrences = due.occurrences
+        if row.catch_up and due.cut:
             logger.warning(
                 "schedule catch-up bounded name=%s: starting the latest %s missed occurrences",
                 row.name,

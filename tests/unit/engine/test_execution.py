@@ -21,6 +21,7 @@ from django_workerflow.exceptions import (
     WaitStepTimedOutError,
 )
 from django_workerflow.models import Step
+from django_workerflow.runtime.starting import start
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values.clock import now
 from django_workerflow.values.control import Suspension
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.django_db
 
 def new_pass(store: StepStore, key: str = "unit") -> Execution:
     """A pass as the tick starts one: a fresh store over the recorded rows, loaded."""
-    replay_store = StepStore(store.instance_pk, lease_token=store.lease.token)
+    replay_store = StepStore(store.instance_pk, lease_token=store.lease.token, start_child=start)
     replay_store.load()
     return Execution(instance_key=key, store=replay_store, deadline=time.monotonic() + 60)
 

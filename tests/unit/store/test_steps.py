@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 
 from django_workerflow.models import Step, StepEvent, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime.starting import start
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now
@@ -54,7 +55,7 @@ def test_load__reads_back_every_recorded_step_by_its_id(claimed_store):
     store.create_started_run_step("a", parent_step_id=None, max_attempts=3)
     store.sleep_step("nap", wake_at=now() + timedelta(hours=1), parent_step_id=None)
 
-    steps = StepStore(instance.pk, lease_token=store.lease.token).load()
+    steps = StepStore(instance.pk, lease_token=store.lease.token, start_child=start).load()
 
     assert {step_id: record.type for step_id, record in steps.items()} == {
         "a": StepType.RUN,
@@ -67,7 +68,7 @@ def test_load__reads_a_nested_step_with_its_parent_step_id(claimed_store):
     store.create_started_run_step("outer", parent_step_id=None, max_attempts=3)
     store.create_started_run_step("inner", parent_step_id="outer", max_attempts=3)
 
-    steps = StepStore(instance.pk, lease_token=store.lease.token).load()
+    steps = StepStore(instance.pk, lease_token=store.lease.token, start_child=start).load()
 
     assert steps["inner"].parent_step_id == "outer"
     assert steps["outer"].parent_step_id is None
@@ -173,5 +174,5 @@ def test_stores__are_per_instance(claimed_store):
     other = WorkflowInstanceFactory()
     store.create_started_run_step("a", parent_step_id=None, max_attempts=3)
 
-    assert StepStore(other.pk, lease_token="unused").load() == {}
-    assert set(StepStore(instance.pk, lease_token="unused").load()) == {"a"}
+    assert StepStore(other.pk, lease_token="unused", start_child=start).load() == {}
+    assert set(StepStore(instance.pk, lease_token="unused", start_child=start).load()) == {"a"}

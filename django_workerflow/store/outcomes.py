@@ -50,6 +50,7 @@ class Outcome:
 
 def read_outcomes(pks: list[int]) -> dict[int, Outcome]:
     """The outcomes of the instances ``pks`` (missing ones left out), in two queries at most."""
+    # The package imports Outcome before the app registry is ready.
     from django_workerflow.models import (
         WorkflowInstance,
     )  # a leaf otherwise: the package exports Outcome
@@ -77,6 +78,7 @@ def read_outcome(pk: int) -> Outcome | None:
 
 
 def cancel_reasons(pks: list[int]) -> dict[int, str | None]:
+    # The package imports Outcome before the app registry is ready.
     from django_workerflow.models import WorkflowEvent
 
     if not pks:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django.core.exceptions import ImproperlyConfigured
-
-from django_workerflow.exceptions import WorkflowNotRegisteredError
+from django_workerflow.exceptions import WorkflowDefinitionError, WorkflowNotRegisteredError
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -15,6 +14,25 @@ if TYPE_CHECKING:
 _definitions: dict[str, dict[str, type[WorkflowDefinition]]] = {}
 # Inside testing.registered(): a definition with a taken name and version replaces it.
 _replacing = 0
+# Called with a name nobody registered: each may register it (the django.tasks backend
+# defines a task's definition when its module is imported), see add_loader().
+_loaders: list[Callable[[str], None]] = []
+
+
+def add_loader(loader: Callable[[str], None]) -> None:
+    """Ask ``loader(name)`` to register a definition that is looked up but unknown (a
+    worker that never imported the code that defines it)."""
+    if loader not in _loaders:
+        _loaders.append(loader)
+
+
+def _versions_of(name: str) -> dict[str, type[WorkflowDefinition]] | None:
+    versions = _definitions.get(name)
+    if not versions:
+        for loader in _loaders:
+            loader(name)
+        versions = _definitions.get(name)
+    return versions
 
 
 def version_sort_key(version: str) -> tuple[tuple[int, int, str], ...]:
@@ -29,7 +47,7 @@ def register(definition: type[WorkflowDefinition]) -> None:
     versions = _definitions.setdefault(definition.name, {})
     existing = versions.get(definition.version)
     if existing is not None and existing is not definition and not _replacing:
-        raise ImproperlyConfigured(
+        raise WorkflowDefinitionError(
             f"Workflow definition {definition.name!r} version {definition.version!r} is "
             f"registered twice: by {existing.__module__}.{existing.__qualname__} and by "
             f"{definition.__module__}.{definition.__qualname__}. Give one of them another "
@@ -49,7 +67,7 @@ def unregister(definition: type[WorkflowDefinition]) -> None:
 
 def get(name: str, version: str | None = None) -> type[WorkflowDefinition]:
     """The definition registered as ``name`` at ``version`` (default: the highest)."""
-    versions = _definitions.get(name)
+    versions = _versions_of(name)
     if not versions:
         known = ", ".join(sorted(_definitions)) or "none"
         raise WorkflowNotRegisteredError(
@@ -68,7 +86,7 @@ def get(name: str, version: str | None = None) -> type[WorkflowDefinition]:
 
 
 def lookup(name: str, version: str) -> type[WorkflowDefinition] | None:
-    return _definitions.get(name, {}).get(version)
+    return (_versions_of(name) or {}).get(version)
 
 
 def names() -> list[str]:

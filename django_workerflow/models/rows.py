@@ -1,0 +1,80 @@
+"""The instance row's own writes: one ``UPDATE`` by primary key, one workflow event insert.
+
+Every transition of :class:`~.instance.WorkflowInstance` saves through these two. They send
+the statements Django would build, without its query compiler (0.3 to 0.5 ms a statement
+on our machines, more than the statement itself), and convert each value with the field's
+own ``get_db_prep_save``. While any ``pre_save`` or ``post_save`` receiver is connected for
+the model, they go through the ORM so those signals still fire. Their full texts are
+checked in with every other statement (``tests/sql/``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection
+from django.db.models import Field, Model
+from django.db.models.signals import post_save, pre_save
+
+if TYPE_CHECKING:
+    from django_workerflow.models.instance import WorkflowInstance
+
+
+@cache
+def update_statement(table: str, columns: tuple[str, ...]) -> str:
+    """Set ``columns`` of one row of ``table`` (parameters: their values in order, then its
+    id)."""
+    assignments = ", ".join(f"{column} = %s" for column in columns)
+    return f"UPDATE {table} SET {assignments} WHERE id = %s"
+
+
+def insert_event_statement(table: str) -> str:
+    """Insert one workflow event of an instance (parameters: instance, type, reason, time)."""
+    return f"INSERT INTO {table} (instance_id, type, reason, recorded_at) VALUES (%s, %s, %s, %s)"
+
+
+@cache
+def _fields_by_name(model: type[Model]) -> dict[str, Field[Any, Any]]:
+    """The model's concrete fields by name (a foreign key also by its ``_id`` name)."""
+    fields = model._meta.concrete_fields
+    return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}
+
+
+def _signalled(model: type[Model]) -> bool:
+    return pre_save.has_listeners(model) or post_save.has_listeners(model)
+
+
+def save_fields(instance: WorkflowInstance, fields: Sequence[str]) -> None:
+    """``instance.save(update_fields=fields)`` in one UPDATE by primary key."""
+    model = type(instance)
+    if _signalled(model) or instance._state.db not in (None, connection.alias):
+        instance.save(update_fields=fields)
+        return
+    by_name = _fields_by_name(model)
+    model_fields = [by_name[name] for name in fields]
+    columns = tuple(str(field.column) for field in model_fields)
+    values = [
+        field.get_db_prep_save(getattr(instance, field.attname), connection)
+        for field in model_fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(update_statement(model._meta.db_table, columns), [*values, instance.pk])
+
+
+def record_event(
+    event_model: type[Model], instance_pk: int, event_type: str, reason: str | None, now: datetime
+) -> None:
+    """Insert a workflow event (a status change) of the instance."""
+    if _signalled(event_model):
+        event_model._default_manager.create(
+            instance_id=instance_pk, type=event_type, reason=reason, recorded_at=now
+        )
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            insert_event_statement(event_model._meta.db_table),
+            [instance_pk, event_type, reason, connection.ops.adapt_datetimefield_value(now)],
+        )

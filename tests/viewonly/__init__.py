@@ -1,0 +1,2 @@
+"""A URLconf whose view module declares a workflow definition: W011's case, imported only
+when the URLconf is (tests/test_drift.py)."""
