@@ -555,6 +555,7 @@ def test_command_line__a_refused_operation_exits_1_with_one_line(tmp_path):
     assert listed.stdout == "No workflow instance matches.\n"
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 def test_command_line__show_into_a_closed_pipe_exits_quietly(tmp_path):
     # As `workerflow show KEY | head` once `head` has gone: the reading end is closed.
     db_path = tmp_path / "cli.sqlite3"
