@@ -26,6 +26,7 @@ from django_workerflow.exceptions import (
     WorkflowVersionConflictError,
 )
 from django_workerflow.store.outcomes import Outcome
+from django_workerflow.values.progress import Progress
 
 if TYPE_CHECKING:
     from django_workerflow.models import InboundEvent, WorkflowInstance
@@ -36,6 +37,7 @@ __all__ = [
     "NonRetryableStepError",
     "NondeterminismError",
     "Outcome",
+    "Progress",
     "SettledResult",
     "StepOutcomeError",
     "WaitStepTimedOutError",
@@ -50,6 +52,7 @@ __all__ = [
     "WorkflowVersionConflictError",
     "asend_event",
     "astart",
+    "await_progress",
     "await_result",
     "cancel",
     "failed_children",
@@ -61,6 +64,7 @@ __all__ = [
     "send_event",
     "start",
     "start_many",
+    "wait_progress",
     "wait_result",
 ]
 
@@ -204,6 +208,30 @@ def wait_result(instance: WorkflowInstance | str, timeout: float | timedelta | N
     return results.wait_result(instance, timeout)
 
 
+def wait_progress(
+    instance: WorkflowInstance | str,
+    *,
+    after: Progress | None = None,
+    timeout: float | timedelta | None = None,
+) -> Progress:
+    """Return the instance's progress once it is newer than ``after`` (a value an earlier
+    call returned; None: the current one, at once if there is one).
+
+    Raises the builtin ``TimeoutError`` once ``timeout`` (seconds or a timedelta; None:
+    no limit) passes without a newer value, and at once if the instance has finished
+    without one (none can come); for an unknown key what :func:`wait_result` raises
+    (``WorkflowInstance.DoesNotExist``; :class:`WorkflowInputError` for a key that is not
+    storable text, or an ``after`` that is not a Progress), and
+    :class:`WorkflowStateError` if it is deleted while awaited or if called inside a
+    transaction. Holds no transaction or lock while waiting
+    (PostgreSQL: LISTEN/NOTIFY; elsewhere short polls); under the test ``Harness`` it
+    drains, then returns or raises at once.
+    """
+    from django_workerflow.runtime.composition import results
+
+    return results.wait_progress(instance, after=after, timeout=timeout)
+
+
 async def astart(
     definition: str | type[WorkflowDefinition],
     *,
@@ -241,3 +269,16 @@ async def await_result(
     from django_workerflow.runtime.composition import results
 
     return await results.await_result(instance, timeout)
+
+
+async def await_progress(
+    instance: WorkflowInstance | str,
+    *,
+    after: Progress | None = None,
+    timeout: float | timedelta | None = None,
+) -> Progress:
+    """:func:`wait_progress` for async code, without holding a thread for the whole wait:
+    the same parameters, returns and errors."""
+    from django_workerflow.runtime.composition import results
+
+    return await results.await_progress(instance, after=after, timeout=timeout)

@@ -37,12 +37,11 @@ else:
 @admin.register(WorkflowInstance)
 class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
     list_display = [
-        "key",
+        "key_column",
         "definition",
         "status_badge",
         "waiting_on",
-        "created",
-        "updated",
+        "created_updated",
         "next_alarm",
     ]
     list_filter = [
@@ -52,6 +51,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
         TopLevelFilter,
         ScheduleFilter,
     ]
+    list_display_links = ["key_column"]
     search_fields = ["key", "definition_name"]
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]

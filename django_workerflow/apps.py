@@ -37,7 +37,7 @@ class WorkerflowConfig(AppConfig):
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
         if uses_task_backend():
-            from .task_backend import install
+            from django_workerflow.task_backend import install
 
             install()  # workers define a task's definition when they first meet it
         post_migrate.connect(ensure_sweeper_schedule, sender=self)

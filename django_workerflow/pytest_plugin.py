@@ -16,8 +16,8 @@ def workerflow_harness(db: None) -> Iterator[Harness]:
     """A :class:`~django_workerflow.testing.Harness` on a database-enabled test."""
     # Django is set up after pytest loads its plugins.
     from django_workerflow.testing import (
-        Harness,
-    )  # imported late: Django is configured after plugins load
+        Harness,  # imported late: Django is configured after plugins load
+    )
 
     with Harness() as harness:
         yield harness

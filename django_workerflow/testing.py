@@ -22,11 +22,10 @@ from django.db import DEFAULT_DB_ALIAS
 from django.test import TestCase
 
 from django_workerflow import registry
-from django_workerflow.exceptions import NondeterminismError
-from django_workerflow.harness_walk import walk_to
+from django_workerflow.exceptions import NondeterminismError, WorkflowInputError
 from django_workerflow.runtime.composition.results import set_drainer
 from django_workerflow.values.clock import SystemClock, VirtualClock, set_clock
-from django_workerflow.values.jsonvalue import to_timedelta
+from django_workerflow.values.jsonvalue import check_aware, to_timedelta
 from django_workerflow.workers import bells
 
 if TYPE_CHECKING:
@@ -132,8 +131,33 @@ class Harness:
     def advance_to(self, when: datetime) -> int:
         """Walk the virtual clock forward to ``when``, as time would pass: stop at each alarm
         that falls due on the way, in time order, and drain there; then drain at ``when``.
-        Return the ticks run."""
-        return walk_to(self, when)
+        Return the ticks run. Each stop's ticks may set new alarms within the span, and the
+        walk stops at those too, exactly as a worker would meet them."""
+        check_aware(when, what="The harness advance_to time")
+        if when < self.now():
+            raise WorkflowInputError(
+                f"The harness cannot move its clock back from {self.now().isoformat()} to "
+                f"{when.isoformat()}; create a new Harness(start=...) to begin earlier."
+            )
+        ran = self.drain()
+        stops = 0
+        while True:
+            upcoming = _next_stop(self.now(), when, self.schedules)
+            delivery = _next_delivery(self.now(), when)
+            if delivery is not None and (upcoming is None or delivery < upcoming):
+                upcoming = delivery
+            if upcoming is None:
+                break
+            stops += 1
+            if stops > self.max_ticks:
+                raise RuntimeError(
+                    f"advance stopped at {stops} alarms on the way to {when.isoformat()}; a "
+                    "workflow probably wakes itself forever."
+                )
+            self.clock.advance(upcoming - self.now())
+            ran += self.drain()
+        self.clock.advance(when - self.now())
+        return ran + self.drain()
 
     def _start_scheduled(self) -> None:
         """Start the due occurrences of the schedules the harness runs, at the virtual time.
@@ -219,12 +243,12 @@ def replay(
     test needs database access (``django_db``).
     """
     # Models need the app registry; the pytest plugin imports this before Django's setup.
-    from django_workerflow.deploy import histories
+    from django_workerflow.deploy import exports
     from django_workerflow.deploy.replay import replay_records, unregistered_problem
     from django_workerflow.store.readonly import read_only_transaction
 
-    loaded = histories.load(history)
-    records = histories.records(loaded)
+    loaded = exports.load(history)
+    records = exports.records(loaded)
     name, version, key = str(loaded["name"]), str(loaded["version"]), str(loaded["key"])
     definition_class = definition or registry.lookup(name, version)
     if definition_class is None:
@@ -246,3 +270,44 @@ def replay(
     for problem in report.breaking(allow_new_steps=allow_new_steps):
         raise NondeterminismError(problem.message)
     return report
+
+
+def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) -> datetime | None:
+    """The earliest instance alarm or occurrence of a schedule the harness runs (``None``:
+    all) in ``(now, when]``."""
+    # Models need the app registry; the pytest plugin imports this before Django's setup.
+    from django_workerflow.models import WorkflowInstance, WorkflowSchedule
+
+    alarm = (
+        WorkflowInstance.objects.active()
+        .filter(alarm_at__gt=now, alarm_at__lte=when)
+        .order_by("alarm_at")
+        .values_list("alarm_at", flat=True)
+        .first()
+    )
+    rows = WorkflowSchedule.objects.filter(
+        enabled=True, in_code=True, next_run_at__gt=now, next_run_at__lte=when
+    )
+    if schedules is not None:
+        rows = rows.filter(name__in=schedules)
+    occurrence = rows.order_by("next_run_at").values_list("next_run_at", flat=True).first()
+    found = [moment for moment in (alarm, occurrence) if moment is not None]
+    return min(found) if found else None
+
+
+def _next_delivery(after: datetime, until: datetime) -> datetime | None:
+    """When the next pending on_finish delivery falls due (a retry, or a lease running
+    out) within ``(after, until]``."""
+    # Models need the app registry; the pytest plugin imports this before Django's setup.
+    from django_workerflow.models import FinishDelivery
+
+    pending = FinishDelivery.objects.pending()
+    times = [
+        pending.filter(**{f"{field}__gt": after, f"{field}__lte": until})
+        .order_by(field)
+        .values_list(field, flat=True)
+        .first()
+        for field in ("next_attempt_at", "leased_until")
+    ]
+    due = [time for time in times if time is not None]
+    return min(due) if due else None

@@ -2,7 +2,10 @@
 
 Migrates the SQLite demo database, creates an admin login with a fresh random password,
 starts one `qcluster` and `runserver`, places a few example orders (each starts an order
-workflow) and prints where to look. Ctrl-C stops everything.
+workflow), starts the tour's instances (one that fails, so Retry and Fork can be tried; two
+behind a concurrency limit, one of them queued; a schedule fires every minute) and prints
+where to look, then prints the admin address and login again once the worker's start-up
+output is over. Ctrl-C stops everything.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     os.environ.setdefault("WORKERFLOW_DB", "sqlite")
+    os.environ["WORKERFLOW_DEMO"] = "1"  # the tour's app, for this process and its children
     os.chdir(ROOT)
     manage("migrate", "--verbosity", "0")
 
@@ -43,7 +47,10 @@ def main() -> int:
     try:
         wait_for_port(port)
         orders = place_example_orders()
-        print_banner(port, password, orders)
+        tour = start_tour()
+        print_banner(port, password, orders, tour)
+        wait_for_failure(tour["failed"], worker)
+        print_reminder(port, password, tour)
         while worker.poll() is None and web.poll() is None:
             time.sleep(0.5)
         print("A child process exited; stopping the demo.", file=sys.stderr)
@@ -157,11 +164,66 @@ def place_multi_parcel_order() -> str:
     return order.number
 
 
-def print_banner(port: int, password: str, orders: list[str]) -> None:
+def start_tour() -> dict[str, str]:
+    """The tour's instances: an invoice whose partner is down for a minute (it fails), and two
+    warehouse handovers behind ``max_concurrency = 1`` (the second is queued)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import django_workerflow as workerflow
+
+    stamp = secrets.token_hex(2).upper()
+    up_at = timezone.now() + timedelta(minutes=1)
+    invoice = workerflow.start(
+        "demo-invoice",
+        key=f"invoice-{stamp}",
+        input={"order_number": f"INV-{stamp}", "partner_up_at": up_at.isoformat()},
+    )
+    keys = {"failed": invoice.key, "partner_up_at": f"{up_at:%H:%M:%S} UTC"}
+    for turn in ("first", "queued"):
+        handover = workerflow.start(
+            "demo-warehouse-handover",
+            key=f"handover-{stamp}-{turn}",
+            input={"warehouse": "paris-1", "batch": f"{stamp}-{turn}"},
+        )
+        keys[turn] = handover.key
+    return keys
+
+
+def wait_for_failure(key: str, worker: subprocess.Popen, timeout: float = 30) -> None:
+    """Wait until the worker has failed the tour's invoice (its start-up output is over)."""
+    from django_workerflow.models import WorkflowInstance
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and worker.poll() is None:
+        if WorkflowInstance.objects.filter(key=key, status="failed").exists():
+            return
+        time.sleep(0.5)
+
+
+def print_reminder(port: int, password: str, tour: dict[str, str]) -> None:
     base = f"http://127.0.0.1:{port}"
     print(
         f"""
-  django-workerflow demo is running (worker + web server, SQLite: db.sqlite3)
+  The demo is ready. Admin: {base}/admin/workerflow/workflowinstance/
+                     Login: admin / {password}
+  Failed (Retry or Fork it after {tour["partner_up_at"]}): {tour["failed"]}
+  Queued behind a concurrency limit: {tour["queued"]}
+  Press Ctrl-C to stop.
+""",
+        flush=True,
+    )
+
+
+def print_banner(port: int, password: str, orders: list[str], tour: dict[str, str]) -> None:
+    base = f"http://127.0.0.1:{port}"
+    from django.db import connection
+
+    database = Path(connection.settings_dict["NAME"]).name
+    print(
+        f"""
+  django-workerflow demo is running (worker + web server, SQLite: {database})
 
   Admin:     {base}/admin/workerflow/workflowinstance/
   Login:     admin / {password}
@@ -171,6 +233,13 @@ def print_banner(port: int, password: str, orders: list[str]) -> None:
   then waits for approval: select it in the admin and use "Send event" with the event
   name order.approved and the payload {{"by": "you"}}. The PAR- order ships three parcels,
   each a child workflow: its page links them (filter "level: Top-level" hides children).
+
+  The tour, to try the console's controls:
+  - {tour["failed"]} fails: its invoicing partner is down until {tour["partner_up_at"]}.
+    After that, open it and press "Retry" (or "Fork..." to start a copy).
+  - {tour["queued"]} is queued behind {tour["first"]} (one handover per warehouse at
+    a time): send {tour["first"]} the event warehouse.handed-over and the queued one starts.
+  - demo-minute-count runs every minute, Paris time: see Workflows > Workflow schedules.
 
   Press Ctrl-C to stop.
 """,

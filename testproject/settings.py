@@ -10,6 +10,8 @@ Environment variables:
 - ``WORKERFLOW_PG_NAME``: PostgreSQL database name (default ``workerflow``).
 - ``WORKERFLOW_PG_PORT``: PostgreSQL port on 127.0.0.1 (default 5432; a private server lets
   the database restart test run without disturbing others).
+- ``WORKERFLOW_DEMO``: ``1`` (set by ``make demo``) adds ``testproject.demoapp``, the demo's
+  tour: a workflow that fails, a concurrency limit and a schedule that fires every minute.
 - ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
 - ``WORKERFLOW_TICK_BUDGET``: overrides how long a tick may execute before it yields (tests
   that stop a cluster while it works).
@@ -46,6 +48,10 @@ INSTALLED_APPS = [
     "django_workerflow",
     "testproject.shop",
 ]
+
+# `make demo` adds its tour (a failing workflow, a queue, a schedule firing every minute).
+if os.environ.get("WORKERFLOW_DEMO"):
+    INSTALLED_APPS.append("testproject.demoapp")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

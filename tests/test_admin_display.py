@@ -154,3 +154,56 @@ def test_waiting_on__a_pending_instance_is_starting(admin_client, shop, workerfl
 
     assert "starting: waiting for a worker since" in body
     assert "(2 min ago)" in body
+
+
+# Progress ------------------------------------------------------------------------------
+
+
+def test_progress__the_list_and_the_change_page_draw_a_bar_with_the_fraction_and_message(
+    admin_client, define, workerflow_harness
+):
+    def execute(self):
+        self.set_progress(4_200, 10_000, message=f"importing {HOSTILE}")
+        self.wait("go", "go")
+
+    instance = workerflow.start(define(execute), key="bar-1")
+    workerflow.start(define(lambda self: self.wait("go", "go")), key="bar-none")
+    workerflow_harness.drain()
+
+    listing = admin_client.get(changelist_url()).content.decode()
+    page = admin_client.get(change_url(instance)).content.decode()
+    for body in (listing, page):
+        assert 'role="progressbar"' in body
+        assert 'aria-valuenow="42.0"' in body
+        assert "width: 42.0%" in body
+        assert "42% (4,200 of 10,000): importing &lt;script&gt;" in body
+        assert HOSTILE not in body
+    assert listing.count('role="progressbar"') == 1  # bar-none reported nothing
+    assert 'id="wf-progress"' in page
+
+
+def test_progress__without_a_total_shows_the_count_and_no_bar(
+    admin_client, define, workerflow_harness
+):
+    instance = workerflow.start(
+        define(lambda self: (self.set_progress(17, message="rows"), self.wait("go", "go"))),
+        key="bar-2",
+    )
+    workerflow_harness.drain()
+    page = admin_client.get(change_url(instance)).content.decode()
+    assert 'role="progressbar"' not in page
+    assert '<span class="wf-progress-text" title="17: rows">17: rows</span>' in page
+
+
+def test_progress__the_list_cuts_a_long_message_and_shows_it_whole_on_hover(
+    admin_client, define, workerflow_harness
+):
+    message = "copying " + "x" * 200
+    workerflow.start(
+        define(lambda self: (self.set_progress(1, 2, message=message), self.wait("go", "go"))),
+        key="bar-3",
+    )
+    workerflow_harness.drain()
+    listing = admin_client.get(changelist_url()).content.decode()
+    assert f'title="50% (1 of 2): {message}"' in listing
+    assert "x" * 61 not in listing.replace(message, "")

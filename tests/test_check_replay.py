@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 import django_workerflow as workerflow
 from django_workerflow import NondeterminismError, WorkflowDefinition, testing
-from django_workerflow.deploy import histories
+from django_workerflow.deploy import exports
 from django_workerflow.deploy.replay_check import CheckFilter, check_instances
 from django_workerflow.models import Step, StepEvent, WorkflowEvent, WorkflowInstance
 
@@ -353,7 +353,7 @@ def failed_outside_a_step(define, workerflow_harness):
 def test_replay__of_an_unchanged_failure_outside_a_step__is_the_recorded_failure(
     failed_outside_a_step,
 ):
-    report = testing.replay(histories.export_history(failed_outside_a_step))
+    report = testing.replay(exports.export_history(failed_outside_a_step))
     assert report.outcome == "failed"
     assert report.problems == ()
     output, code = check("--include-failed")
@@ -371,7 +371,7 @@ def test_replay__of_a_failure_outside_a_step_that_now_raises_another_error__brea
 
     changed_definition = definition(changed, version=failed_outside_a_step.definition_version)
     changed_definition.name = "onboarding-failing"
-    history = histories.export_history(failed_outside_a_step)
+    history = exports.export_history(failed_outside_a_step)
     with pytest.raises(NondeterminismError, match="raised LookupError: no plan at all outside"):
         testing.replay(history, changed_definition)
     with testing.registered(changed_definition):

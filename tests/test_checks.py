@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.conf import settings as django_settings
 from django.test import override_settings
@@ -107,7 +109,7 @@ def test_checks__warn_about_sqlite_without_connection_reuse():
     assert check_connection_reuse({**SQLITE_OK, "CONN_MAX_AGE": 60}) == []
 
 
-def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_id(define):
+def test_checks__every_hint_links_to_the_documentation_row_that_explains_its_id(define):
     broken_clusters = [
         {**RECOMMENDED, "timeout": None, "max_attempts": 0, "orm": None},
         {**RECOMMENDED, "retry": 60, "orm": "other"},
@@ -131,6 +133,19 @@ def test_checks__every_hint_points_at_the_installed_docstring_that_explains_its_
     assert sorted({warning.id for warning in warnings}) == [
         f"workerflow.W{n:03}" for n in range(1, 12)
     ]
+    operations = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
     for warning in warnings:
-        assert warning.hint.endswith("See `python -m pydoc django_workerflow.checks`.")
+        anchor = warning.id.replace(".", "-").lower()
+        assert warning.hint.endswith(f" See {checks.DOCS_URL}#{anchor}."), warning.hint
+        assert f'<a id="{anchor}"></a>`{warning.id}`' in operations
         assert f"\n{warning.id}\n" in checks.__doc__
+
+
+def test_checks__w006_says_how_late_timers_are_without_the_orm_broker():
+    q_cluster = {key: value for key, value in RECOMMENDED.items() if key != "orm"}
+    with override_settings(Q_CLUSTER=q_cluster):
+        [warning] = [w for w in check_worker_settings() if w.id == "workerflow.W006"]
+    assert "a 5 s sleep woke 22 s late" in warning.msg
+    assert "0.25 s retry backoffs took 30 s" in warning.msg
+    assert "15 to 47 s late" in warning.msg
+    assert "0.04 s with the ORM broker" in warning.msg

@@ -19,7 +19,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StopReason
 
 from .factories import WorkflowInstanceFactory

@@ -324,7 +324,15 @@ def test_list__prints_newest_first_with_what_each_waits_on(sleeping, waiting, wo
     out = run("list")
 
     lines = out.splitlines()
-    assert lines[0].split() == ["KEY", "DEFINITION", "STATUS", "UPDATED", "WAITING", "ON"]
+    assert lines[0].split() == [
+        "KEY",
+        "DEFINITION",
+        "STATUS",
+        "PROGRESS",
+        "UPDATED",
+        "WAITING",
+        "ON",
+    ]
     assert lines[1].startswith("w-1 ")
     assert "waiting for event 'payment.received' in step 'payment'" in lines[1]
     assert lines[2].startswith("s-1 ")
@@ -579,3 +587,22 @@ def test_command_line__show_into_a_closed_pipe_exits_quietly(tmp_path):
 
     assert shown.stderr == ""
     assert shown.returncode == 1
+
+
+# progress -----------------------------------------------------------------------------
+
+
+def test_show_and_list__print_the_progress(define, workerflow_harness):
+    def execute(self):
+        self.set_progress(3, 4, message="copying\x1b[2J")
+        self.wait("go", "go")
+
+    workerflow.start(define(execute), key="p-1")
+    workerflow.start(define(lambda self: self.wait("go", "go")), key="p-2")
+    workerflow_harness.drain()
+
+    assert "Progress: [###############.....] 75% (3 of 4): copying\\x1b[2J" in run("show", "p-1")
+    assert "Progress" not in run("show", "p-2")
+    lines = {line.split()[0]: line.split() for line in run("list").splitlines()[1:]}
+    assert lines["p-1"][4] == "75%"  # after the key, the name, its version, the status
+    assert lines["p-2"][4] == "-"

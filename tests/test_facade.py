@@ -16,6 +16,7 @@ TWINS = [
     (workerflow.start, workerflow.astart),
     (workerflow.send_event, workerflow.asend_event),
     (workerflow.wait_result, workerflow.await_result),
+    (workerflow.wait_progress, workerflow.await_progress),
 ]
 VERBS = [
     "start",
@@ -30,6 +31,8 @@ VERBS = [
     "astart",
     "asend_event",
     "await_result",
+    "wait_progress",
+    "await_progress",
 ]
 
 
@@ -53,7 +56,16 @@ def test_facade__every_verb_says_what_it_returns_and_raises(name):
 
 
 def test_facade__a_key_or_an_instance_is_called_instance_everywhere():
-    for name in ["send_event", "pause", "resume", "cancel", "retry", "fork", "wait_result"]:
+    for name in [
+        "send_event",
+        "pause",
+        "resume",
+        "cancel",
+        "retry",
+        "fork",
+        "wait_result",
+        "wait_progress",
+    ]:
         first = next(iter(inspect.signature(getattr(workerflow, name)).parameters))
         assert first == "instance", name
 

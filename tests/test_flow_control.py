@@ -246,7 +246,19 @@ def test_waiting_on__says_queued_with_the_slots_or_the_rate_limit(define_with):
         queued = WorkflowInstance.objects.get(key="l-2")
         assert waiting_on(queued, [], now) == "queued: 2 of 2 slots in use"
         over = WorkflowInstance.objects.get(key="r-10")
-        assert waiting_on(over, [], now) == "queued: rate limit 10 per second, next at 14:03:01"
+        assert waiting_on(over, [], now) == "queued: rate limit 10 per second, next at 14:03:01 UTC"
+
+
+def test_waiting_on__a_limit_per_key_names_the_key_it_is_queued_behind(define_with):
+    definition = define_with(max_concurrency=1, concurrency_key=lambda self: self.input["who"])
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="a1", input={"who": "customer-1"})
+        workerflow.start(definition, key="a2", input={"who": "customer-1"})
+        harness.drain()
+        queued = WorkflowInstance.objects.get(key="a2")
+        assert waiting_on(queued, [], harness.now()) == (
+            "queued behind 'customer-1': 1 of 1 slots in use"
+        )
 
 
 # Declaring ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 import django_workerflow as workerflow
 from django_workerflow import NondeterminismError, WorkflowDefinition, WorkflowInputError, testing
-from django_workerflow.deploy.histories import HISTORY_FORMAT
+from django_workerflow.deploy.exports import HISTORY_FORMAT
 from django_workerflow.deploy.replay import ReplayOutcome
 from tests.test_check_replay import WRITE
 

@@ -21,7 +21,7 @@ from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.tick import PassResult, _settle
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values.clock import now
-from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import PassOutcome, StepState, StopReason, TickOutcome
 
 from .factories import WorkflowInstanceFactory
@@ -160,7 +160,7 @@ def test_fencing__stale_worker_cannot_settle_the_tick(instance, stale):
     )
     passed = PassResult(PassOutcome.COMPLETED, result_json="1")
 
-    result = _settle(instance, stale.lease.token, execution, passed, 1)
+    result = _settle(instance, stale.lease.token, execution, passed, 1, stale.progress)
 
     assert result is not None
     assert result.outcome == TickOutcome.STOPPED

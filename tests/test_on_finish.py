@@ -133,7 +133,7 @@ def test_on_finish__a_failing_hook_backs_off_1_2_4_seconds_at_virtual_time(
 
 
 def test_on_finish__the_backoff_is_capped_at_one_hour_without_limit():
-    assert [deliveries.retry_delay(n).total_seconds() for n in (1, 2, 3, 12, 13, 100)] == [
+    assert [deliveries.redelivery_delay(n).total_seconds() for n in (1, 2, 3, 12, 13, 100)] == [
         1,
         2,
         4,

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from django_workerflow import registry
 from django_workerflow.console.controls import admin_url, url_name
-from django_workerflow.console.describe import clock_text
+from django_workerflow.console.describe import short_time
 from django_workerflow.console.terminal import safe
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries
@@ -45,7 +45,7 @@ class Composition:
             return "none (the definition has no on_finish)"
         if delivery.acknowledged_at is not None:
             return (
-                f"acknowledged {clock_text(delivery.acknowledged_at)} after "
+                f"acknowledged {short_time(delivery.acknowledged_at)} after "
                 f"{delivery.attempt_count} attempt(s)"
             )
         text = f"pending, {delivery.attempt_count} attempt(s)"
@@ -53,7 +53,7 @@ class Composition:
             # What every attempt reports, even once a retry has set the instance running.
             text += f"; reports the {delivery.outcome_status} finish"
         if delivery.next_attempt_at is not None:
-            text += f"; next attempt {clock_text(delivery.next_attempt_at)}"
+            text += f"; next attempt {short_time(delivery.next_attempt_at)}"
         if delivery.last_error_name:
             text += f"; last error: {delivery.last_error_message}"
         return text

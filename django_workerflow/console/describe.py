@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from django.db.models import Prefetch
@@ -93,7 +93,7 @@ def waiting_on(
 
 def missing_definition(instance: WorkflowInstance) -> str:
     """ "no worker has workflow 'x' version 'y'" for an unfinished instance whose pinned
-    definition no worker has (see :mod:`django_workerflow.drift`), otherwise ""."""
+    definition no worker has (see :mod:`django_workerflow.definition.drift`), otherwise ""."""
     if instance.is_terminal:
         return ""
     return drift.missing_definition(instance) or ""
@@ -131,21 +131,42 @@ def pretty_json(value: object) -> str:
 # Time ------------------------------------------------------------------------------------
 
 
-def format_when(when: datetime | None, now: datetime, *, relative: bool = True) -> str:
-    """A time in the current time zone, as short as its distance from ``now`` allows:
-    "14:03:05", "Mar 19 14:03", "2027-03-19 14:03", with "(in 5 min)" or "(2 h ago)"."""
+def format_when(
+    when: datetime | None,
+    now: datetime,
+    *,
+    relative: bool = True,
+    zone: bool = True,
+    tz: tzinfo | None = None,
+) -> str:
+    """The console's one time format: the local time to the second, with the date when it
+    is not ``now``'s day and the year when not its year, then the zone: "14:03:05 UTC",
+    "Mar 19 14:03:05 CET", "2027-03-19 14:03:05 CET"; with ``relative``, "(in 5 min)" or
+    "(2 h ago)" after it. ``zone=False`` where a column header says the zone; ``tz`` for a
+    time in another zone than the current one (a schedule's own)."""
     if when is None:
         return ""
-    local, local_now = timezone.localtime(when), timezone.localtime(now)
+    local = timezone.localtime(when, tz)
+    local_now = timezone.localtime(now, tz)
     if local.date() == local_now.date():
         text = local.strftime("%H:%M:%S")
     elif local.year == local_now.year:
-        text = local.strftime("%b %d %H:%M")
+        text = local.strftime("%b %d %H:%M:%S")
     else:
-        text = local.strftime("%Y-%m-%d %H:%M")
+        text = local.strftime("%Y-%m-%d %H:%M:%S")
+    if zone:
+        text += f" {zone_name(local)}"
     if relative:
         text += f" ({relative_time(when, now)})"
     return text
+
+
+def zone_name(when: datetime | None = None) -> str:
+    """The zone's abbreviation at ``when`` ("UTC", "CET", "CEST"), or the current zone's
+    name when there is no time to ask."""
+    if when is not None:
+        return timezone.localtime(when, when.tzinfo).tzname() or str(when.tzinfo)
+    return timezone.localtime(clock_now()).tzname() or timezone.get_current_timezone_name()
 
 
 def relative_time(when: datetime, now: datetime) -> str:
@@ -178,23 +199,21 @@ def format_duration(delta: timedelta) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
-def short_time(when: datetime | None) -> str:
-    """A local time to the second, with the date when it is not today's."""
-    if when is None:
-        return ""
-    local, today = timezone.localtime(when), timezone.localtime(clock_now()).date()
-    return local.strftime("%H:%M:%S" if local.date() == today else "%b %d %H:%M:%S")
+def short_time(when: datetime | None, *, zone: bool = True) -> str:
+    """:func:`format_when` at the clock's now, without the relative words."""
+    return format_when(when, clock_now(), relative=False, zone=zone)
 
 
 def clock_text(when: datetime | None) -> str:
-    """A full local timestamp, with milliseconds when there are any."""
+    """The full form, for hovering and the command line: the date always, milliseconds when
+    there are any, and the zone: "2026-12-01 14:03:05.123 UTC"."""
     if when is None:
         return ""
     local = timezone.localtime(when)
     text = local.strftime("%Y-%m-%d %H:%M:%S")
     if local.microsecond:
         text += f".{local.microsecond // 1000:03d}"
-    return text
+    return f"{text} {zone_name(local)}"
 
 
 # Helpers ---------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ from django.db import connections
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
+from django_workerflow.store import sql
+
 #: Below this estimate the rows are counted exactly (cheap, and exact where it shows).
 EXACT_BELOW = 10_000
 #: From this many rows on, the list hides its date hierarchy.
@@ -29,9 +31,9 @@ def estimated_rows(queryset: QuerySet[Any]) -> int | None:
     connection = connections[queryset.db]
     if connection.vendor != "postgresql":
         return None
-    sql, params = queryset.order_by().query.sql_with_params()
+    query, params = queryset.order_by().query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        cursor.execute(sql.explain_statement(query), params)
         plan = cursor.fetchone()[0]
     if isinstance(plan, str):
         plan = json.loads(plan)

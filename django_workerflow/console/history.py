@@ -30,6 +30,18 @@ MAX_STEP_EVENTS = 300
 MAX_INBOUND_EVENTS = 300
 
 
+@dataclass(frozen=True, slots=True)
+class StepEventGroup:
+    """The listed events of one step, oldest first, shown folded under the step's id."""
+
+    node: StepNode
+    events: list[StepEvent]
+
+    @property
+    def last(self) -> StepEvent:
+        return self.events[-1]
+
+
 @dataclass(slots=True)
 class History:
     """An instance's steps, events and timeline, ready for a template or a terminal."""
@@ -44,6 +56,18 @@ class History:
     inbound_events: list[InboundEvent]
     inbound_event_count: int
     timeline: Timeline
+
+    @property
+    def step_event_groups(self) -> list[StepEventGroup]:
+        """The listed step events grouped by step, in the steps table's order: each group
+        is folded on the page, so the events do not repeat the steps table at length."""
+        listed = {event.pk for event in self.step_events}
+        groups = []
+        for node in self.nodes:
+            events = [event for event in node.events if event.pk in listed]
+            if events:
+                groups.append(StepEventGroup(node, events))
+        return groups
 
     @property
     def completed(self) -> bool:

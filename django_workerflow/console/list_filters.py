@@ -13,23 +13,16 @@ from typing import Any
 from django.contrib import admin
 from django.db import connections
 
+from django_workerflow.store import sql
+
 
 def distinct_values(model: Any, column: str, using: str) -> list[str]:
     """The distinct non-null values of ``column``, in order, one index probe each."""
     connection = connections[using]
     table = connection.ops.quote_name(model._meta.db_table)
     column = connection.ops.quote_name(column)
-    sql = f"""
-        WITH RECURSIVE skip(value) AS (
-            SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1)
-            UNION ALL
-            SELECT (SELECT {column} FROM {table} WHERE {column} > skip.value
-                    ORDER BY {column} LIMIT 1)
-            FROM skip WHERE skip.value IS NOT NULL
-        )
-        SELECT value FROM skip WHERE value IS NOT NULL"""
     with connection.cursor() as cursor:
-        cursor.execute(sql)
+        cursor.execute(sql.distinct_values_statement(table, column))
         return [row[0] for row in cursor.fetchall()]
 
 

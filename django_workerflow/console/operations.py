@@ -21,7 +21,7 @@ from django_workerflow.values.clock import now as clock_now
 
 
 @dataclass(slots=True)
-class Outcome:
+class InstanceOutcome:
     """What an action did to one instance. ``label`` groups outcomes in the summary;
     ``detail`` says it for this instance alone (and is what the admin history records);
     ``warning``: done, but not as the operator may expect (the detail says why)."""
@@ -35,7 +35,7 @@ class Outcome:
 
 @dataclass(slots=True)
 class Report:
-    outcomes: list[Outcome] = field(default_factory=list)
+    outcomes: list[InstanceOutcome] = field(default_factory=list)
 
     def add(
         self,
@@ -48,18 +48,18 @@ class Report:
     ) -> None:
         if not detail:
             detail = label if done else f"Skipped '{instance.key}': {label}."
-        self.outcomes.append(Outcome(instance, done, label, detail, warning))
+        self.outcomes.append(InstanceOutcome(instance, done, label, detail, warning))
 
     @property
-    def warnings(self) -> list[Outcome]:
+    def warnings(self) -> list[InstanceOutcome]:
         return [outcome for outcome in self.outcomes if outcome.warning]
 
     @property
-    def done(self) -> list[Outcome]:
+    def done(self) -> list[InstanceOutcome]:
         return [outcome for outcome in self.outcomes if outcome.done]
 
     @property
-    def skipped(self) -> list[Outcome]:
+    def skipped(self) -> list[InstanceOutcome]:
         return [outcome for outcome in self.outcomes if not outcome.done]
 
     def summary(self) -> str:

@@ -1,5 +1,6 @@
-"""What a queued instance waits for: "queued: 5 of 5 slots in use", "queued: rate limit 10
-per second, next at 14:03:07"."""
+"""What a queued instance waits for: "queued: 5 of 5 slots in use", "queued behind
+'customer-7': 1 of 1 slots in use" (a limit per concurrency key), "queued: rate limit 10 per
+second, next at 14:03:07 UTC"."""
 
 from __future__ import annotations
 
@@ -23,19 +24,21 @@ def is_queued(instance: WorkflowInstance) -> bool:
 def queued_words(instance: WorkflowInstance, now: datetime) -> str:
     """Say why the queued ``instance`` is not admitted yet (a few queries)."""
     from django_workerflow.console.describe import (
-        format_when,
-    )  # describe imports this module: import late
+        format_when,  # describe imports this module: import late
+    )
 
     state = queue_state(instance.definition_name, instance.concurrency_key, now)
     if state is None:
         return "queued: its definition has no limit any more; waiting for admission"
+    # The limit counts per concurrency key: name it, so the operator knows whose slots.
+    queued = f"queued behind '{instance.concurrency_key}'" if instance.concurrency_key else "queued"
     if state.max_concurrency is not None and state.in_use >= state.max_concurrency:
-        return f"queued: {state.in_use} of {state.max_concurrency} slots in use"
+        return f"{queued}: {state.in_use} of {state.max_concurrency} slots in use"
     if state.next_rate_slot is not None and state.rate_period is not None:
         period = period_words(state.rate_period)
         when = format_when(state.next_rate_slot, now, relative=False)
-        return f"queued: rate limit {state.rate_count} per {period}, next at {when}"
-    return "queued: waiting for admission"
+        return f"{queued}: rate limit {state.rate_count} per {period}, next at {when}"
+    return f"{queued}: waiting for admission"
 
 
 def period_words(period: timedelta) -> str:

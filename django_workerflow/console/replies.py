@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import django
 from django import forms
 from django.contrib import messages
-from django.contrib.admin import ModelAdmin
+from django.contrib.admin import ModelAdmin, helpers
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
@@ -52,12 +53,17 @@ def confirmation_page(
     """The form page of cancel and send event, for a selection (the list ``action`` that
     posts it back) or for one instance (no action)."""
     statuses = CONTROLS[control].statuses
+    # Django's own field markup for this version (it changed in 6.0), and its breadcrumbs.
+    fieldsets = [(None, {"fields": list(form.fields)})]
     context = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,
         "title": TITLES[control],
         "control": control,
         "form": form,
+        # AdminForm renders any form; the stubs only say ModelForm.
+        "adminform": helpers.AdminForm(form, fieldsets, {}),  # type: ignore[arg-type]
+        "breadcrumbs_as_list": django.VERSION >= (6, 0),
         "instances": instances,
         "skipped": [i for i in instances if i.status not in statuses],
         "action": action,

@@ -14,7 +14,7 @@ from django.contrib.admin import ModelAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from django_workerflow.console import reruns
+from django_workerflow.console import rerun_requests
 from django_workerflow.console.controls import ControlName, admin_url
 from django_workerflow.console.replies import confirm_then_apply, submitted
 from django_workerflow.console.rerun_forms import RetryForm
@@ -38,7 +38,7 @@ def retry_selected(
         form,
         ControlName.RETRY,
         "retry_selected",
-        lambda data: reruns.retry(
+        lambda data: rerun_requests.retry(
             queryset.order_by("pk"), data["reason"], with_children=form.with_children
         ),
     )

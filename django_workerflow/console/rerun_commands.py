@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
-from django_workerflow.console import operations, reruns
+from django_workerflow.console import operations, rerun_requests
 from django_workerflow.console.operations import Report
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.reruns import failed_children
@@ -55,7 +55,7 @@ def retry(
 ) -> None:
     instance = WorkflowInstance.objects.get(key=key)
     failed = [c for c in failed_children(instance) if c.status == WorkflowStatus.FAILED]
-    _say(output, reruns.retry([instance], reason or None, with_children=with_children))
+    _say(output, rerun_requests.retry([instance], reason or None, with_children=with_children))
     if failed and not with_children:
         output.write(f"Run `workerflow retry {key} --with-children` to retry them with it.")
 
@@ -71,10 +71,10 @@ def fork(
     **_: Any,
 ) -> None:
     instance = WorkflowInstance.objects.get(key=key)
-    request = reruns.ForkRequest(
+    request = rerun_requests.ForkRequest(
         from_step=from_step, version=fork_version, key=fork_key, reason=reason or None
     )
-    report, _forked = reruns.fork(instance, request)
+    report, _forked = rerun_requests.fork(instance, request)
     _say(output, report)
 
 

@@ -8,7 +8,7 @@ from typing import Any, cast
 from django import forms
 
 from django_workerflow import registry
-from django_workerflow.console.reruns import ForkRequest, blocker_note, retry_blockers
+from django_workerflow.console.rerun_requests import ForkRequest, blocker_note, retry_blockers
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.values import jsonvalue

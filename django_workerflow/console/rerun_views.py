@@ -1,7 +1,7 @@
 """The instance page's "Retry" and "Fork…" buttons: their form pages and what a POST does.
 
 Each view checks its permission on the server (a crafted POST without it is a 403), shows
-its form, calls :mod:`~django_workerflow.console.reruns` and records the report in the
+its form, calls :mod:`~django_workerflow.console.rerun_requests` and records the report in the
 admin history, like the other controls of :mod:`~django_workerflow.console.instance_views`.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path
 
-from django_workerflow.console import reruns
+from django_workerflow.console import rerun_requests
 from django_workerflow.console.controls import ControlName, admin_url, url_name
 from django_workerflow.console.instance_views import ControlViews
 from django_workerflow.console.replies import confirmation_page, record
@@ -37,7 +37,7 @@ class RerunViews(ControlViews):
         data = request.POST if request.method == "POST" else None
         form = RetryForm(data, instances=[instance])
         if form.is_valid():
-            report = reruns.retry(
+            report = rerun_requests.retry(
                 [instance], form.cleaned_data["reason"], with_children=form.with_children
             )
             return self._done(request, report, instance)
@@ -47,7 +47,7 @@ class RerunViews(ControlViews):
         instance = self._instance_for(request, object_id, ControlName.FORK)
         form = ForkForm(instance, request.POST if request.method == "POST" else None)
         if form.is_valid():
-            report, forked = reruns.fork(instance, form.fork_request())
+            report, forked = rerun_requests.fork(instance, form.fork_request())
             if forked is not None:
                 record(self.model_admin, request, report)
                 return HttpResponseRedirect(admin_url(self.model_admin, "change", forked.pk))

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django_workerflow.console.describe import format_when, missing_definition
 from django_workerflow.console.history import History
+from django_workerflow.console.progress import progress_bar
 from django_workerflow.definition import drift
 from django_workerflow.models import StepEventType, WorkflowInstance
 
@@ -35,6 +36,10 @@ class Summary:
     times: list[tuple[str, str]]
     unreached_step_ids: list[str] = field(default_factory=list)
     tracebacks: list[Traceback] = field(default_factory=list)
+    # The instances forked from this one, oldest first (a few at most are shown).
+    forks: list[WorkflowInstance] = field(default_factory=list)
+    # The last progress reported, as a bar with its text (HTML; "" for none).
+    progress: str = ""
 
     @property
     def unreached_warning(self) -> str:
@@ -47,6 +52,8 @@ class Summary:
             "kept but unused; fork the instance onto a version that fits, or let it finish."
         )
 
+
+MAX_FORKS = 10
 
 MISSING_DEFINITION_HINT = (
     f"Its instances wait untouched until a worker has it: {drift.DEFINITIONS_HINT}. Or fork "
@@ -78,6 +85,8 @@ def build_summary(history: History, now: datetime) -> Summary:
         times=times,
         unreached_step_ids=list(instance.unreached_step_ids or []),
         tracebacks=tracebacks(history),
+        forks=list(instance.forks.only("id", "key").order_by("created_at", "id")[:MAX_FORKS]),
+        progress=progress_bar(instance.progress),
     )
 
 

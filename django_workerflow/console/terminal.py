@@ -18,6 +18,7 @@ from django_workerflow.console.describe import (
     waiting_on,
 )
 from django_workerflow.console.history import History
+from django_workerflow.console.progress import progress_figure, progress_line
 from django_workerflow.console.summary import MISSING_DEFINITION_HINT, Traceback, build_summary
 from django_workerflow.models import StepState, WorkflowInstance, WorkflowStatus
 
@@ -40,6 +41,8 @@ def render_show(history: History, now: datetime, *, tracebacks: bool = False) ->
         lines.append(f"Waiting on: {safe(summary.waiting_on)}")
     if summary.outcome:
         lines.append(f"Ended: {safe(summary.outcome)}")
+    if instance.progress is not None:
+        lines.append(f"Progress: {safe(progress_line(instance.progress))}")
     lines += [
         f"Created {clock_text(instance.created_at)}; updated {clock_text(instance.updated_at)}"
         + (f"; finished {clock_text(instance.finished_at)}" if instance.finished_at else ""),
@@ -115,13 +118,15 @@ def _step_lines(history: History) -> list[str]:
 
 
 def render_list(instances: Iterable[WorkflowInstance], now: datetime) -> str:
-    """One line per instance: key, definition, status, last update and what it waits on."""
-    header = ("KEY", "DEFINITION", "STATUS", "UPDATED", "WAITING ON")
+    """One line per instance: key, definition, status, progress (a percentage, or the count
+    without a total), last update and what it waits on."""
+    header = ("KEY", "DEFINITION", "STATUS", "PROGRESS", "UPDATED", "WAITING ON")
     rows = [
         (
             safe(instance.key),
             f"{safe(instance.definition_name)} v{safe(instance.definition_version)}",
             instance.status,
+            progress_figure(instance.progress) or "-",
             format_when(instance.updated_at, now, relative=False),
             safe(
                 waiting_on(

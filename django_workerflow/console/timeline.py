@@ -250,6 +250,17 @@ def _summary(node: StepNode, end: datetime) -> str:
         if step.state == StepState.TIMED_OUT:
             return f"timed out after {took}"
         return f"waiting for '{step.event_name}' for {took}"
+    if step.type == StepType.CHILD:
+        # A child step has no attempts: it started a child workflow and waits for its end.
+        if step.state == StepState.SUCCEEDED:
+            return f"child workflow completed after {took}"
+        if step.state == StepState.FAILED and step.error_name == "WorkflowCancelledError":
+            return f"child workflow cancelled after {took}"
+        if step.state == StepState.FAILED:
+            return f"child workflow failed after {took}"
+        return f"waiting for the child workflow for {took}"
+    if step.type == StepType.PATCH:
+        return "patch marker recorded"
     failed = sum(1 for attempt in node.attempts if attempt.outcome == StepState.FAILED)
     words = f"{len(node.attempts)} attempt{'s' if len(node.attempts) != 1 else ''}"
     if failed:

@@ -231,6 +231,26 @@ class WorkflowDefinition:
         """
         return self._current().patched(change_id)
 
+    def set_progress(
+        self, current: float, total: float | None = None, *, message: str = ""
+    ) -> None:
+        """Report how far the instance has come: ``current`` of ``total`` (None: no known
+        total), with a short ``message``; readers see it as ``instance.progress`` and wait
+        for it with :func:`django_workerflow.wait_progress`. Returns None.
+
+        Call it in ``execute()`` or in a step's callback. It is not a step: it needs no id,
+        replays make the same calls again without writing anything, and changing the calls
+        is never drift. The value is written with the pass's next step write or when the
+        pass ends, in that transaction (no commit of its own); a pass's last call wins.
+
+        Raises :class:`WorkflowInputError` at the call, keeping the last good value, for a
+        ``current`` or ``total`` that is not a finite number between 0 and 2**53, a
+        ``current`` greater than ``total``, or a ``message`` that is not a storable string
+        of at most :data:`~django_workerflow.values.progress.MAX_MESSAGE_LENGTH` (2,000)
+        characters; :class:`WorkflowStateError` outside an execution.
+        """
+        self._current().set_progress(current, total, message)
+
     def now(self) -> datetime:
         """The engine's clock. It is not recorded: capture times you branch on in a step."""
         return clock_now()

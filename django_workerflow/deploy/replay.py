@@ -34,9 +34,9 @@ from django_workerflow.exceptions import (
 from django_workerflow.store.ledger import StepLedger
 from django_workerflow.store.records import StepRecord, unreached_steps
 from django_workerflow.store.steps import RecordedSteps
-from django_workerflow.values import storable
+from django_workerflow.values import progress, storable
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import Suspension
+from django_workerflow.values.control_flow import Suspension
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:
@@ -159,6 +159,11 @@ class ReplayStore(RecordedSteps, StepLedger):
 
     def flush(self) -> None:
         """Nothing held, nothing to write."""
+
+    def report_progress(self, current: object, total: object, message: object) -> None:
+        """Check the value as the real store does, and keep nothing: progress is not a
+        step, so a changed ``set_progress()`` call is never drift."""
+        progress.checked(current, total, message)
 
     # Every write of the real store ends the replay at the step it would write.
 

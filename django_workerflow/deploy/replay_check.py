@@ -16,7 +16,7 @@ from django_workerflow import registry
 from django_workerflow.deploy.replay import ReplayReport, replay_records, unregistered_problem
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.store.readonly import read_only_transaction, savepoint_if_used
-from django_workerflow.store.records import STEP_FIELDS, StepRecord
+from django_workerflow.store.records import STEP_FIELDS, StepRecord, name_parents
 
 #: Instances read (and replayed) per batch.
 BATCH_SIZE = 200
@@ -113,8 +113,5 @@ def _steps_of(instance_pks: list[int]) -> dict[int, list[StepRecord]]:
     for instance_pk, *fields in rows:
         by_instance.setdefault(instance_pk, []).append(StepRecord(*fields))
     for records in by_instance.values():
-        ids = {record.pk: record.step_id for record in records}
-        for record in records:
-            if record.parent_pk is not None:
-                record.parent_step_id = ids.get(record.parent_pk)
+        name_parents(records)
     return by_instance

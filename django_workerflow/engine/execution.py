@@ -43,7 +43,7 @@ from django_workerflow.store.records import unreached_steps
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import ExecutionStopped, Suspension, TickAborted
+from django_workerflow.values.control_flow import ExecutionStopped, Suspension, TickAborted
 from django_workerflow.values.states import StepState, StepType, StopReason
 from django_workerflow.values.tracebacks import format_user_traceback
 
@@ -220,6 +220,11 @@ class Execution:
         """Write the success held in memory (the pass is ending)."""
         if self.store.pending_success is not None:
             self._write(self.store.flush, fuse=True)
+
+    def set_progress(self, current: object, total: object, message: object) -> None:
+        """Report progress: held for the pass's next write (not a step: see
+        :mod:`django_workerflow.values.progress`); WorkflowInputError for a bad value."""
+        self.store.report_progress(current, total, message)
 
     # The pass's checks are above; the step helpers follow.
 

@@ -16,8 +16,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_workerflow.console.terminal import safe
+from django_workerflow.deploy import exports
 from django_workerflow.deploy import health as health_probe
-from django_workerflow.deploy import histories
 from django_workerflow.deploy.replay import ReplayReport
 from django_workerflow.deploy.replay_check import CheckFilter, check_instances
 from django_workerflow.models import WorkflowInstance
@@ -125,7 +125,7 @@ def check_replay(
 
 
 def export(command: BaseCommand, *, key: str, output: str | None, **_: Any) -> None:
-    text = histories.dumps(histories.export_history(WorkflowInstance.objects.get(key=key)))
+    text = exports.dumps(exports.export_history(WorkflowInstance.objects.get(key=key)))
     if output is None:
         command.stdout.write(text, ending="")
         return

@@ -20,6 +20,8 @@ from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
 from django_workerflow.models.rows import record_event, save_fields
 from django_workerflow.signals import workflow_status_changed
+from django_workerflow.values import progress
+from django_workerflow.values.progress import Progress
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -87,7 +89,8 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         now: datetime,
         reason: str | None,
     ) -> WorkflowInstance:
-        """Create a pending fork of ``source``, due at once; its history starts with a
+        """Create a pending fork of ``source``, due at once, with the source's last
+        progress (not a step: no fork point changes it); its history starts with a
         ``forked`` event naming the source."""
         fork = self.create(
             key=key,
@@ -99,6 +102,10 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
             created_at=now,
             updated_at=now,
             forked_from=source,
+            progress_current=source.progress_current,
+            progress_total=source.progress_total,
+            progress_message=source.progress_message,
+            progress_at=source.progress_at,
         )
         text = f"forked from '{source.key}'" + (f": {reason}" if reason else "")
         fork._record(WorkflowEventType.FORKED, now, previous=None, reason=text)  # noqa: SLF001 - the model's manager records the model's event
@@ -153,6 +160,14 @@ class WorkflowInstance(models.Model):
     )
     # A detached child outlives its parent: no cancel cascades to it.
     detached = models.BooleanField(default=False, db_default=False)
+    # The last progress the workflow reported (set_progress(); values/progress.py): kept
+    # on the row, not in a table of its own, because there is one value per instance, read
+    # with the instance (the change list, wait_progress) and written in the tick's own
+    # transactions on a row they already lock. progress_at None: never reported.
+    progress_current = models.FloatField(null=True, blank=True)
+    progress_total = models.FloatField(null=True, blank=True)
+    progress_message = models.TextField(blank=True, default="", db_default="")
+    progress_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -186,6 +201,15 @@ class WorkflowInstance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.definition_name}:{self.key}"
+
+    @property
+    def progress(self) -> Progress | None:
+        """The last progress the workflow reported (None: none yet), as of this object's
+        last read: refresh it (``refresh_from_db()``) or wait for a newer one with
+        :func:`django_workerflow.wait_progress`."""
+        return progress.from_row(
+            self.progress_current, self.progress_total, self.progress_message, self.progress_at
+        )
 
     @property
     def is_terminal(self) -> bool:

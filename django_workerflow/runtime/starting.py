@@ -32,9 +32,9 @@ from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
-from django_workerflow.models.history import WorkflowEvent
 from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
+from django_workerflow.store import sql
 from django_workerflow.store.instance_ids import draw_ids, id_block
 from django_workerflow.store.transactions import write_transaction
 from django_workerflow.values import jsonvalue
@@ -50,11 +50,7 @@ BATCH_ROWS = 1000
 ID_ATTEMPTS = 3
 
 INSTANCE = WorkflowInstance._meta.db_table
-EVENT = WorkflowEvent._meta.db_table
 # Quoted as both databases quote identifiers ("key" and "lock" are SQL keywords).
-KEY = '"key"'
-QUEUE_COLUMNS = '("key", "payload", "lock")'
-EVENT_COLUMNS = "(instance_id, type, reason, recorded_at)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,36 +357,29 @@ def _insert(
             columns = ("id", *columns)
             rows = [[pk, *row] for pk, row in zip(ids, rows, strict=True)]
         select, params = _unnest_rows(columns, rows)
-        text = (
-            f"WITH new AS (INSERT INTO {INSTANCE} ({', '.join(columns)}) {select} "
-            f"ON CONFLICT ({KEY}) DO NOTHING RETURNING id, {KEY}), created AS (INSERT INTO "
-            f"{EVENT} {EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new)"
+        text = sql.start_batch_statement(
+            columns, select, bell_rows.queue_table() if bells else None
         )
         params += created_event
         if bells:
-            text += (
-                f", bells AS (INSERT INTO {bell_rows.queue_table()} {QUEUE_COLUMNS} "
-                "SELECT %s, b.payload, %s::timestamptz FROM new JOIN "
-                "unnest(%s::bigint[], %s::text[]) AS b(instance_id, payload) "
-                "ON b.instance_id = new.id)"
-            )
             params += [bell_rows.list_key(), when, ids, [bell_rows.payload(pk) for pk in ids]]
-        cursor.execute(text + f" SELECT id, {KEY} FROM new", params)
+        cursor.execute(text, params)
         return {key: pk for pk, key in cursor.fetchall()}
-    cursor.execute(_insert_rows(columns, len(rows)), [value for row in rows for value in row])
+    cursor.execute(
+        sql.insert_instances_statement(columns, len(rows)),
+        [value for row in rows for value in row],
+    )
     created = {key: pk for pk, key in cursor.fetchall()}
     if not created:
         return created
     cursor.execute(
-        f"INSERT INTO {EVENT} {EVENT_COLUMNS} VALUES "
-        + ", ".join(["(%s, %s, NULL, %s)"] * len(created)),
+        sql.insert_created_events_statement(len(created)),
         [value for pk in created.values() for value in (pk, *created_event)],
     )
     if bells:
         list_key = bell_rows.list_key()
         cursor.execute(
-            f"INSERT INTO {bell_rows.queue_table()} {QUEUE_COLUMNS} VALUES "
-            + ", ".join(["(%s, %s, %s)"] * len(created)),
+            sql.insert_bells_statement(bell_rows.queue_table(), len(created)),
             [v for pk in created.values() for v in (list_key, bell_rows.payload(pk), when)],
         )
     return created
@@ -407,7 +396,7 @@ def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any
     would abort the caller's transaction.
     """
     key = row[_layout().key_at]
-    text = _one_text(columns, bell_rows.queue_table())
+    text = sql.start_one_statement(columns, bell_rows.queue_table())
     for _attempt in range(ID_ATTEMPTS):
         pk = id_block.take(cursor)
         params = [pk, *row, WorkflowEventType.CREATED, when]
@@ -426,17 +415,6 @@ def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any
 
 
 @functools.cache
-def _one_text(columns: tuple[str, ...], queue_table: str) -> str:
-    marks = ", ".join(["%s"] * (len(columns) + 1))
-    return (
-        f"WITH new AS (INSERT INTO {INSTANCE} (id, {', '.join(columns)}) VALUES ({marks}) "
-        f"ON CONFLICT DO NOTHING RETURNING id), created AS (INSERT INTO {EVENT} "
-        f"{EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new), bells AS (INSERT INTO "
-        f"{queue_table} {QUEUE_COLUMNS} SELECT %s, %s, %s::timestamptz FROM new) "
-        f"SELECT (SELECT id FROM new), EXISTS (SELECT 1 FROM {INSTANCE} WHERE {KEY} = %s)"
-    )
-
-
 @functools.cache
 def _db_types(vendor: str) -> dict[str, str | None]:
     """The instance table's column types (``vendor`` keys the cache: the types are the
@@ -460,22 +438,11 @@ def _unnest_rows(columns: Sequence[str], rows: list[list[Any]]) -> tuple[str, li
             outputs.append(f"v.c{index}")
             arrays.append((index, column))
             array_params.append(values)
-    select = f"SELECT {', '.join(outputs)}"
-    if arrays:  # else one row
-        unnest = ", ".join(f"%s::{types[column]}[]" for _index, column in arrays)
-        names = ", ".join(f"c{index}" for index, _column in arrays)
-        select += f" FROM unnest({unnest}) AS v({names})"
+    select = sql.unnest_select(
+        outputs, [(f"c{index}", str(types[column])) for index, column in arrays]
+    )
     # The unnest's parameters come after the select list's in the text.
     return select, params + array_params
-
-
-def _insert_rows(columns: Sequence[str], count: int) -> str:
-    marks = "(" + ", ".join(["%s"] * len(columns)) + ")"
-    return (
-        f"INSERT INTO {INSTANCE} ({', '.join(columns)}) VALUES "
-        + ", ".join([marks] * count)
-        + f" ON CONFLICT ({KEY}) DO NOTHING RETURNING id, {KEY}"
-    )
 
 
 def _announce(instances: list[WorkflowInstance]) -> None:

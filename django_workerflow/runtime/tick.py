@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from django_workerflow import registry
 from django_workerflow.conf import settings
@@ -28,12 +28,13 @@ from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
-from django_workerflow.store import instance_rows, lease, recovery
+from django_workerflow.store import instance_rows, interrupted, lease
+from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import ExecutionStopped, Suspension
+from django_workerflow.values.control_flow import ExecutionStopped, Suspension
 from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
@@ -147,14 +148,18 @@ def _execute(
     deadline = time.monotonic() + settings.TICK_BUDGET
     suspects: set[str] | None = None if recovering else set()
     replays = 0
+    # The progress the row holds and the passes report, shared by the tick's passes.
+    progress = PendingProgress(instance.pk, token, instance.progress)
     while True:
         replays += 1
-        store = StepStore(instance.pk, lease_token=token, start_child=starting.start)
+        store = StepStore(
+            instance.pk, lease_token=token, start_child=starting.start, progress=progress
+        )
         steps = store.load()
         if suspects is None:
-            suspects = recovery.interrupted_run_steps(steps)
+            suspects = interrupted.interrupted_run_steps(steps)
         execution, passed = _replay(instance, definition_class, store, deadline, suspects)
-        result = _settle(instance, token, execution, passed, replays)
+        result = _settle(instance, token, execution, passed, replays, progress)
         if result is not None:
             return result
 
@@ -249,57 +254,77 @@ def _settle(
     execution: Execution,
     result: PassResult,
     replays: int,
+    progress: PendingProgress,
 ) -> TickResult | None:
     """Commit the pass's outcome and release the lease, or return None to replay again.
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
-    step row fences it), so a short workflow's tick ends in one commit, not two."""
+    step row fences it), so a short workflow's tick ends in one commit, not two; so does
+    the progress it reported and no step write took (fenced by the lease)."""
     finishes = result.outcome in (PassOutcome.COMPLETED, PassOutcome.FAILED)
     with transaction.atomic():
-        # The lock order (runtime/finishing.py): whoever waits for this instance first.
-        followups = finishing.lock_waiters(instance.pk) if finishes else None
-        locked = instance_rows.read_instance(instance.pk, lock=True)
-        result = _flush(execution, result)
-        if locked is None:
-            # Deleted mid-tick (a purge, an admin's delete): nothing is left to settle.
-            return TickResult(TickOutcome.MISSING, replays=replays)
-        now = clock_now()
-        if not lease.is_held(locked, token):
-            logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
-            return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
-        if locked.status != WorkflowStatus.RUNNING:
-            # Paused or cancelled during the pass: leave the state the operator set.
-            locked.release_lease(None, now)
-            return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
-        _note_unreached(locked, result.unreached)
-        match result.outcome:
-            case PassOutcome.COMPLETED:
-                assert followups is not None  # taken above for every finishing outcome
-                locked.set_completed(jsonvalue.loads(result.result_json), now)
-                finishing.instance_finished(locked, now, None, followups)
-                logger.info("workflow completed key=%s replays=%s", locked.key, replays)
-                return TickResult(TickOutcome.COMPLETED, replays=replays)
-            case PassOutcome.FAILED:
-                locked.set_failed(
-                    result.error_name,
-                    result.error_message,
-                    now,
-                    traceback=result.error_traceback,
-                    step_id=result.error_step_id,
-                    other_step_ids=result.other_error_step_ids,
-                )
-                assert followups is not None  # taken above for every finishing outcome
-                finishing.instance_finished(locked, now, None, followups)
-                logger.info(
-                    "workflow failed key=%s error=%s step=%s",
-                    locked.key,
-                    result.error_name,
-                    result.error_step_id or "-",
-                    exc_info=result.exception,
-                )
-                return TickResult(TickOutcome.FAILED, replays=replays)
-            case PassOutcome.SUSPENDED:
-                return _settle_suspended(locked, result, replays, now)
+        return _settle_locked(instance, token, execution, result, replays, finishes, progress)
+
+
+def _settle_locked(
+    instance: WorkflowInstance,
+    token: str,
+    execution: Execution,
+    result: PassResult,
+    replays: int,
+    finishes: bool,
+    progress: PendingProgress,
+) -> TickResult | None:
+    """The settle's work, in its transaction. A rollback raises out of the tick, whose
+    held progress goes with it (the next tick reads the row afresh)."""
+    # The lock order (runtime/finishing.py): whoever waits for this instance first.
+    followups = finishing.lock_waiters(instance.pk) if finishes else None
+    locked = instance_rows.read_instance(instance.pk, lock=True)
+    result = _flush(execution, result)
+    if locked is None:
+        # Deleted mid-tick (a purge, an admin's delete): nothing is left to settle.
+        return TickResult(TickOutcome.MISSING, replays=replays)
+    now = clock_now()
+    if not lease.is_held(locked, token):
+        logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
+        return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+    if progress.pending is not None:
+        # Before the lease is released: the write is fenced by it.
+        with connection.cursor() as cursor:
+            progress.written(progress.write(cursor))
+    if locked.status != WorkflowStatus.RUNNING:
+        # Paused or cancelled during the pass: leave the state the operator set.
+        locked.release_lease(None, now)
+        return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+    _note_unreached(locked, result.unreached)
+    match result.outcome:
+        case PassOutcome.COMPLETED:
+            assert followups is not None  # taken above for every finishing outcome
+            locked.set_completed(jsonvalue.loads(result.result_json), now)
+            finishing.instance_finished(locked, now, None, followups)
+            logger.info("workflow completed key=%s replays=%s", locked.key, replays)
+            return TickResult(TickOutcome.COMPLETED, replays=replays)
+        case PassOutcome.FAILED:
+            locked.set_failed(
+                result.error_name,
+                result.error_message,
+                now,
+                traceback=result.error_traceback,
+                step_id=result.error_step_id,
+                other_step_ids=result.other_error_step_ids,
+            )
+            assert followups is not None  # taken above for every finishing outcome
+            finishing.instance_finished(locked, now, None, followups)
+            logger.info(
+                "workflow failed key=%s error=%s step=%s",
+                locked.key,
+                result.error_name,
+                result.error_step_id or "-",
+                exc_info=result.exception,
+            )
+            return TickResult(TickOutcome.FAILED, replays=replays)
+        case PassOutcome.SUSPENDED:
+            return _settle_suspended(locked, result, replays, now)
 
 
 def _settle_suspended(

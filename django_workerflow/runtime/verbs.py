@@ -18,9 +18,7 @@ from django.db.models import F, Q
 
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import awaited_event_names
-from django_workerflow.exceptions import (
-    WorkflowStateError,
-)
+from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import (
     ACTIVE_STATUSES,
     InboundEvent,

@@ -1,5 +1,6 @@
-"""Running the named statements of :mod:`.sql`: on PostgreSQL as server-side prepared
-statements (``PREPARE`` once per connection, then ``EXECUTE``), elsewhere as they are.
+"""Running the named statements of :mod:`.sql`, the one place that does: the hot path's on
+PostgreSQL as server-side prepared statements (``PREPARE`` once per connection, then
+``EXECUTE``; their parameters carry casts), elsewhere and off the hot path as they are.
 
 Django opens psycopg connections with ``prepare_threshold=None``, which disables the
 driver's own preparing; SQL-level ``PREPARE`` works through Django's cursor all the same.
@@ -47,14 +48,20 @@ def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
 _prepared_on: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
+def execute_plain(cursor: Any, name: str, values: dict[str, Any]) -> None:
+    """Run the statement ``name`` as it is, never prepared (its parameters need not carry
+    casts): the statements off the hot path."""
+    # Only the parameters the statement names: the driver binds (and Django's SQLite
+    # wrapper rewrites) every key it is given.
+    cursor.execute(statement(cursor.db.vendor, name), {key: values[key] for key in _names(name)})
+
+
 def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
     """Run the statement ``name``; on PostgreSQL as a server-side prepared statement
     (planned once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
     vendor = cursor.db.vendor
     if vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
-        # Only the parameters the statement names: the driver binds (and Django's SQLite
-        # wrapper rewrites) every key it is given.
-        cursor.execute(statement(vendor, name), {key: values[key] for key in _names(name)})
+        execute_plain(cursor, name, values)
         return
     server_name, prepare, names = prepared(name)
     done = _prepared_on.setdefault(cursor.db.connection, set())

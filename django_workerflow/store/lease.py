@@ -35,8 +35,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_workerflow.conf import settings
-from django_workerflow.store import sql
-from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.store import executor, sql
+from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StopReason, WorkflowStatus
 
 if TYPE_CHECKING:
@@ -96,24 +96,19 @@ class Lease:
     def fence(self, cursor: Any, adapt: Any, now: datetime, *, require_running: bool) -> None:
         """Renew the lease (locking the instance row) or raise ExecutionStopped."""
         name = "renew_lease_running" if require_running else "renew_lease"
-        cursor.execute(sql.statement(connection_vendor(cursor), name), self._renewal(adapt, now))
+        executor.execute_plain(cursor, name, self._renewal(adapt, now))
         if cursor.rowcount != 1:
             raise ExecutionStopped(self.stop_reason(cursor))
 
     def renew(self, cursor: Any, adapt: Any, now: datetime) -> bool:
         """Renew the lease; False once it is lost."""
-        cursor.execute(
-            sql.statement(connection_vendor(cursor), "renew_lease"), self._renewal(adapt, now)
-        )
+        executor.execute_plain(cursor, "renew_lease", self._renewal(adapt, now))
         renewed: bool = cursor.rowcount == 1
         return renewed
 
     def stop_reason(self, cursor: Any) -> StopReason:
         """Why a fenced write matched nothing: the lease is gone, or the status changed."""
-        cursor.execute(
-            sql.statement(connection_vendor(cursor), "lease_token"),
-            {"instance": self.instance_pk},
-        )
+        executor.execute_plain(cursor, "lease_token", {"instance": self.instance_pk})
         row = cursor.fetchone()
         if row is None or row[0] != self.token:
             return StopReason.LEASE_LOST
@@ -121,9 +116,3 @@ class Lease:
 
     def _renewal(self, adapt: Any, now: datetime) -> dict[str, Any]:
         return sql.params(instance=self.instance_pk, token=self.token, expires=adapt(expiry(now)))
-
-
-def connection_vendor(cursor: Any) -> str:
-    """The vendor of the connection a Django cursor wrapper belongs to."""
-    vendor: str = cursor.db.vendor
-    return vendor

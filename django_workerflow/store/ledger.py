@@ -126,3 +126,9 @@ class StepLedger(Protocol):
     ) -> StepRecord:
         """Record the answer of a ``patched()`` call as a succeeded marker step."""
         ...
+
+    def report_progress(self, current: object, total: object, message: object) -> None:
+        """Hold a ``set_progress()`` value for the pass's next write, or raise
+        WorkflowInputError for one that cannot be stored. Progress is not a step: no
+        replay compares it with what was recorded."""
+        ...

@@ -52,8 +52,8 @@ def read_outcomes(pks: list[int]) -> dict[int, Outcome]:
     """The outcomes of the instances ``pks`` (missing ones left out), in two queries at most."""
     # The package imports Outcome before the app registry is ready.
     from django_workerflow.models import (
-        WorkflowInstance,
-    )  # a leaf otherwise: the package exports Outcome
+        WorkflowInstance,  # a leaf otherwise: the package exports Outcome
+    )
 
     rows = list(WorkflowInstance.objects.filter(pk__in=pks).values_list(*_FIELDS))
     cancelled = [row[0] for row in rows if row[2] == WorkflowStatus.CANCELLED]

@@ -98,6 +98,16 @@ class StepRecord:
         )
 
 
+def name_parents(records: list[StepRecord]) -> list[StepRecord]:
+    """Give each of one instance's ``records`` its parent's step id (from ``parent_pk``);
+    the one place the parent's id is derived."""
+    step_ids = {record.pk: record.step_id for record in records}
+    for record in records:
+        if record.parent_pk is not None:
+            record.parent_step_id = step_ids.get(record.parent_pk)
+    return records
+
+
 # States in which a step still holds up its parent run step.
 UNSETTLED_STATES = frozenset({StepState.PENDING, StepState.RUNNING, StepState.WAITING})
 

@@ -8,8 +8,9 @@ what SQLite does in two statements), the name says which.
 
 The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`RENEW_LEASE_SET`)
 are written here once and used by every statement that checks or renews a lease; see
-:mod:`django_workerflow.lease` for the invariant they enforce. :mod:`.run_sql` runs them
-(prepared on PostgreSQL).
+:mod:`django_workerflow.lease` for the invariant they enforce. :mod:`.executor` runs them
+(prepared on PostgreSQL). Their full texts, per database, are checked in under
+``tests/sql/`` and kept current by ``tests/test_sql_texts.py``.
 """
 
 from __future__ import annotations
@@ -184,6 +185,13 @@ _FINISH_FOLLOWUPS = f"""
             AND type = %(type_child)s::varchar AND state = %(state_waiting)s::varchar
         )"""
 
+_PROGRESS_SET = (
+    "progress_current = %(progress_current)s::float8, "
+    "progress_total = %(progress_total)s::float8, "
+    "progress_message = %(progress_message)s::text, "
+    "progress_at = %(progress_at)s::timestamptz"
+)
+
 _STATEMENTS: dict[str, str] = {
     # An instance row, every column (the tick's claim and settle build the model from it).
     "read_instance": _READ_INSTANCE,
@@ -201,6 +209,14 @@ _STATEMENTS: dict[str, str] = {
     "renew_lease": f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD}",
     # Renew the lease of a running instance, locking its row; nothing if lost or not running.
     "renew_lease_running": (f"UPDATE {INSTANCE} SET {RENEW_LEASE_SET} WHERE {LEASE_HELD_RUNNING}"),
+    # Store the instance's progress (set_progress()) with a write of the tick holding its
+    # lease; matches nothing once the lease is lost.
+    "write_progress": f"UPDATE {INSTANCE} SET {_PROGRESS_SET} WHERE {LEASE_HELD}",
+    # PostgreSQL: the same, waking the wait_progress callers listening (on commit).
+    "write_progress_notify": f"""
+        WITH written AS (
+            UPDATE {INSTANCE} SET {_PROGRESS_SET} WHERE {LEASE_HELD} RETURNING id
+        ) SELECT pg_notify(%(channel)s::text, '') FROM written""",
     # The current lease token of an instance: why a fenced write matched nothing.
     "lease_token": f"SELECT lease_token FROM {INSTANCE} WHERE id = %(instance)s::bigint",
     # PostgreSQL: renew the lease, create a run step with attempt 1 started, and its event.
@@ -345,3 +361,108 @@ def statement(vendor: str, name: str) -> str:
 def params(**values: Any) -> dict[str, Any]:
     """``values`` with the states every statement may compare with."""
     return {**STATE_PARAMS, **values}
+
+
+# Starting instances (runtime/starting.py composes the parameters) -------------------------
+
+_QUOTED_KEY = '"key"'
+_QUEUE_COLUMNS = '("key", "payload", "lock")'
+_EVENT_COLUMNS = "(instance_id, type, reason, recorded_at)"
+
+
+def start_one_statement(columns: tuple[str, ...], queue_table: str) -> str:
+    """PostgreSQL: one instance (its id given), its 'created' event and its bell in one
+    statement; answers (the new id or NULL, whether the key existed)."""
+    marks = ", ".join(["%s"] * (len(columns) + 1))
+    return (
+        f"WITH new AS (INSERT INTO {INSTANCE} (id, {', '.join(columns)}) VALUES ({marks}) "
+        f"ON CONFLICT DO NOTHING RETURNING id), created AS (INSERT INTO {WORKFLOW_EVENT} "
+        f"{_EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new), bells AS (INSERT INTO "
+        f"{queue_table} {_QUEUE_COLUMNS} SELECT %s, %s, %s::timestamptz FROM new) "
+        f"SELECT (SELECT id FROM new), EXISTS (SELECT 1 FROM {INSTANCE} WHERE "
+        f"{_QUOTED_KEY} = %s)"
+    )
+
+
+def start_batch_statement(columns: tuple[str, ...], select: str, queue_table: str | None) -> str:
+    """PostgreSQL: a batch of instances from ``select`` (:func:`unnest_select`), their
+    events and (with a ``queue_table``) their bells in one statement; answers (id, key)."""
+    text = (
+        f"WITH new AS (INSERT INTO {INSTANCE} ({', '.join(columns)}) {select} "
+        f"ON CONFLICT ({_QUOTED_KEY}) DO NOTHING RETURNING id, {_QUOTED_KEY}), created AS "
+        f"(INSERT INTO {WORKFLOW_EVENT} {_EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new)"
+    )
+    if queue_table is not None:
+        text += (
+            f", bells AS (INSERT INTO {queue_table} {_QUEUE_COLUMNS} "
+            "SELECT %s, b.payload, %s::timestamptz FROM new JOIN "
+            "unnest(%s::bigint[], %s::text[]) AS b(instance_id, payload) "
+            "ON b.instance_id = new.id)"
+        )
+    return text + f" SELECT id, {_QUOTED_KEY} FROM new"
+
+
+def unnest_select(outputs: list[str], arrays: list[tuple[str, str]]) -> str:
+    """PostgreSQL: the SELECT of a batch's rows: ``outputs`` (a column's one value as
+    ``%s::type``, or ``v.cN``), from ``unnest`` of the ``arrays`` ((cN, type) each)."""
+    select = f"SELECT {', '.join(outputs)}"
+    if arrays:  # else one row
+        unnest = ", ".join(f"%s::{db_type}[]" for _name, db_type in arrays)
+        names = ", ".join(name for name, _db_type in arrays)
+        select += f" FROM unnest({unnest}) AS v({names})"
+    return select
+
+
+def insert_instances_statement(columns: tuple[str, ...], count: int) -> str:
+    """SQLite: ``count`` instances; answers (id, key) of those created."""
+    marks = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    return (
+        f"INSERT INTO {INSTANCE} ({', '.join(columns)}) VALUES "
+        + ", ".join([marks] * count)
+        + f" ON CONFLICT ({_QUOTED_KEY}) DO NOTHING RETURNING id, {_QUOTED_KEY}"
+    )
+
+
+def insert_created_events_statement(count: int) -> str:
+    """SQLite: the 'created' events of ``count`` new instances."""
+    return f"INSERT INTO {WORKFLOW_EVENT} {_EVENT_COLUMNS} VALUES " + ", ".join(
+        ["(%s, %s, NULL, %s)"] * count
+    )
+
+
+def insert_bells_statement(queue_table: str, count: int) -> str:
+    """SQLite: the bells of ``count`` new instances, as django-q2 queue rows."""
+    return f"INSERT INTO {queue_table} {_QUEUE_COLUMNS} VALUES " + ", ".join(
+        ["(%s, %s, %s)"] * count
+    )
+
+
+# The console and waiting callers ----------------------------------------------------------
+
+
+def distinct_values_statement(table: str, column: str) -> str:
+    """The distinct non-null values of ``column`` (both quoted), in order, one index probe
+    each (a recursive skip scan instead of ``SELECT DISTINCT``)."""
+    return f"""
+        WITH RECURSIVE skip(value) AS (
+            SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1)
+            UNION ALL
+            SELECT (SELECT {column} FROM {table} WHERE {column} > skip.value
+                    ORDER BY {column} LIMIT 1)
+            FROM skip WHERE skip.value IS NOT NULL
+        )
+        SELECT value FROM skip WHERE value IS NOT NULL"""
+
+
+def explain_statement(query: str) -> str:
+    """PostgreSQL: the planner's plan of ``query`` as JSON (its row estimate)."""
+    return f"EXPLAIN (FORMAT JSON) {query}"
+
+
+def listen_statement(channel: str) -> str:
+    """PostgreSQL: hear the notifications of ``channel`` (a name this engine made)."""
+    return f'LISTEN "{channel}"'
+
+
+def unlisten_statement(channel: str) -> str:
+    return f'UNLISTEN "{channel}"'

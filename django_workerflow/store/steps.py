@@ -27,11 +27,13 @@ transaction wakes the parent: :mod:`django_workerflow.runtime.finishing`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from django.db import connection
+from django.db import connection, transaction
 
 from django_workerflow.exceptions import StepStateError, WorkerflowError, WorkflowInputError
 from django_workerflow.models import Step, WorkflowInstance
@@ -39,7 +41,13 @@ from django_workerflow.store import executor, sql
 from django_workerflow.store.instance_rows import converted
 from django_workerflow.store.lease import Lease
 from django_workerflow.store.outcomes import Outcome, read_outcomes
-from django_workerflow.store.records import STEP_FIELDS, UNSETTLED_STATES, StepRecord
+from django_workerflow.store.progress import PendingProgress
+from django_workerflow.store.records import (
+    STEP_FIELDS,
+    UNSETTLED_STATES,
+    StepRecord,
+    name_parents,
+)
 from django_workerflow.store.transactions import (
     adapt,
     execute,
@@ -53,7 +61,7 @@ from django_workerflow.store.transactions import (
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff, backoff_failure, retry_delay
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import (
     StepEventType,
     StepState,
@@ -78,12 +86,7 @@ def read_steps(instance_pk: int) -> list[StepRecord]:
     with connection.cursor() as cursor:
         executor.execute(cursor, "read_steps", {"instance": instance_pk})
         rows = cursor.fetchall()
-    records = [StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows]
-    by_pk = {record.pk: record for record in records}
-    for record in records:
-        if record.parent_pk is not None:
-            record.parent_step_id = by_pk[record.parent_pk].step_id
-    return records
+    return name_parents([StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows])
 
 
 class ChildStarter(Protocol):
@@ -171,11 +174,43 @@ class StepStore(RecordedSteps):
 
     _outcomes: dict[int, Outcome] | None = None
 
-    def __init__(self, instance_pk: int, *, lease_token: str, start_child: ChildStarter) -> None:
+    def __init__(
+        self,
+        instance_pk: int,
+        *,
+        lease_token: str,
+        start_child: ChildStarter,
+        progress: PendingProgress | None = None,
+    ) -> None:
         super().__init__(instance_pk)
         self.lease = Lease(instance_pk, lease_token)
         self.pending_success: PendingSuccess | None = None
         self._start_child = start_child
+        # Shared by the passes of one tick: what the row holds, and what to write next.
+        self.progress = progress or PendingProgress(instance_pk, lease_token, None)
+
+    def report_progress(self, current: object, total: object, message: object) -> None:
+        """Hold a ``set_progress()`` value for the next write (see :mod:`.progress`)."""
+        self.progress.report(current, total, message)
+
+    # Every write's transaction: the held progress, if any, is written in it.
+
+    @contextmanager
+    def _fenced(self, now: datetime, *, require_running: bool) -> Iterator[Any]:
+        with fenced(self.lease, now, require_running=require_running) as cursor:
+            written = self.progress.write(cursor)
+            yield cursor
+        self.progress.written(written)
+
+    @contextmanager
+    def _hot_write(self, values: dict[str, Any]) -> Iterator[Any]:
+        """:func:`hot_write`; on PostgreSQL, a step write with progress to write becomes a
+        transaction of two statements (one commit still), and stays one statement without."""
+        grouped = self.progress.pending is not None and connection.vendor == "postgresql"
+        with transaction.atomic() if grouped else nullcontext(), hot_write(values) as cursor:
+            written = self.progress.write(cursor)
+            yield cursor
+        self.progress.written(written)
 
     # Sleep and wait steps: created waiting, resolved when due, satisfied by events ----
 
@@ -237,7 +272,7 @@ class StepStore(RecordedSteps):
     ) -> StepRecord:
         parent_pk = self.require(parent_step_id).pk if parent_step_id else None
         now = clock_now()
-        with fenced(self.lease, now, require_running=True) as cursor:
+        with self._fenced(now, require_running=True) as cursor:
             values = sql.params(
                 instance=self.instance_pk,
                 step_id=step_id,
@@ -281,7 +316,7 @@ class StepStore(RecordedSteps):
         """Re-read a waiting wait step (an event may have satisfied it meanwhile) and let it
         claim a queued event if none did."""
         now = clock_now()
-        with fenced(self.lease, now, require_running=False) as cursor:
+        with self._fenced(now, require_running=False) as cursor:
             execute(cursor, "step_state", {"step": record.pk}, now)
             if cursor.fetchone()[0] != StepState.WAITING:
                 updated = read_step(record.pk, record.parent_step_id)
@@ -293,7 +328,7 @@ class StepStore(RecordedSteps):
     def _resolve_waiting(self, step_id: str, state: str, event_type: str) -> StepRecord:
         record = self.require(step_id)
         now = clock_now()
-        with fenced(self.lease, now, require_running=False) as cursor:
+        with self._fenced(now, require_running=False) as cursor:
             execute(cursor, "resolve_waiting", sql.params(step=record.pk, state=state), now)
             if cursor.rowcount != 1:
                 raise explain_refusal(self.instance_pk, step_id, StepState.WAITING, None, now)
@@ -342,7 +377,7 @@ class StepStore(RecordedSteps):
         the child's key. A start that ``start()`` refuses fails the step with its error.
         """
         now = clock_now()
-        with fenced(self.lease, now, require_running=True) as cursor:
+        with self._fenced(now, require_running=True) as cursor:
             try:
                 child = self._start_child(
                     workflow,
@@ -363,7 +398,7 @@ class StepStore(RecordedSteps):
     ) -> StepRecord:
         """Record a step waiting for the instance ``key`` (any instance) to finish."""
         now = clock_now()
-        with fenced(self.lease, now, require_running=True) as cursor:
+        with self._fenced(now, require_running=True) as cursor:
             pk = WorkflowInstance.objects.filter(key=key).values_list("pk", flat=True).first()
             if pk is None:
                 missing = WorkflowInputError(
@@ -416,7 +451,7 @@ class StepStore(RecordedSteps):
                 error_message="The awaited instance was deleted before it finished.",
                 payload={"key": "", "status": "", "error_name": "", "error_message": ""},
             )
-        with fenced(self.lease, now, require_running=False) as cursor:
+        with self._fenced(now, require_running=False) as cursor:
             updated = Step.objects.filter(pk=record.pk, state=StepState.WAITING).update(**changes)
             if updated != 1:
                 raise explain_refusal(self.instance_pk, step_id, StepState.WAITING, None, now)
@@ -548,7 +583,7 @@ class StepStore(RecordedSteps):
         return record
 
     def _start_new_run(self, values: dict[str, Any], now: datetime) -> int:
-        with hot_write(values) as cursor:
+        with self._hot_write(values) as cursor:
             executor.execute(cursor, start_new_run_statement(values["renew"]), values)
             row = cursor.fetchone()
             if row is None:
@@ -572,7 +607,7 @@ class StepStore(RecordedSteps):
         the start is refused (paused, cancelled): ExecutionStopped is raised after it."""
         values.update(step=pending.record.pk, attempt=pending.attempt, result=pending.result_json)
         stopped: StopReason | None = None
-        with hot_write(values) as cursor:
+        with self._hot_write(values) as cursor:
             if connection.vendor == "postgresql":
                 name = (
                     "succeed_and_start_renewing" if values["renew"] else "succeed_and_start_checked"
@@ -619,7 +654,7 @@ class StepStore(RecordedSteps):
         """pending -> running for attempt number ``attempt`` (the next one)."""
         record = self.require(step_id)
         now = clock_now()
-        with fenced(self.lease, now, require_running=True) as cursor:
+        with self._fenced(now, require_running=True) as cursor:
             values = sql.params(step=record.pk, attempt=attempt, previous=attempt - 1)
             execute(cursor, "start_attempt", values, now)
             if cursor.rowcount != 1:
@@ -646,7 +681,7 @@ class StepStore(RecordedSteps):
         values = self.lease.params(adapt, now)
         values.update(step=record.pk, attempt=attempt, result=result_json, now=adapt(now))
         postgresql = connection.vendor == "postgresql"
-        with hot_write(values) as cursor:
+        with self._hot_write(values) as cursor:
             executor.execute(
                 cursor, "succeed_run_with_event" if postgresql else "succeed_run", values
             )
@@ -694,7 +729,7 @@ class StepStore(RecordedSteps):
                 error_name, error_message = backoff_failure(step_id, error_message, exc)
         state = StepState.PENDING if retry else StepState.FAILED
         resolved_at = None if retry else now
-        with fenced(self.lease, now, require_running=False) as cursor:
+        with self._fenced(now, require_running=False) as cursor:
             values = sql.params(
                 step=record.pk,
                 attempt=attempt,
@@ -732,7 +767,7 @@ class StepStore(RecordedSteps):
         """Record the answer of a ``patched()`` call as a succeeded marker step."""
         parent_pk = self.require(parent_step_id).pk if parent_step_id else None
         now = clock_now()
-        with fenced(self.lease, now, require_running=True):
+        with self._fenced(now, require_running=True):
             pk = Step.objects.create(
                 instance_id=self.instance_pk,
                 step_id=step_id,

@@ -29,7 +29,7 @@ def adapt(value: datetime | None) -> Any:
 
 def execute(cursor: Any, name: str, values: dict[str, Any], now: datetime) -> None:
     """Run the (not prepared) statement ``name`` with ``values`` and ``now``."""
-    cursor.execute(sql.statement(connection.vendor, name), {"now": adapt(now), **values})
+    executor.execute_plain(cursor, name, {"now": adapt(now), **values})
 
 
 @contextmanager
@@ -119,7 +119,7 @@ def insert_event(
         "payload": fields.get("payload"),
         "traceback": fields.get("traceback") or "",
     }
-    cursor.execute(sql.statement(connection.vendor, "insert_step_event"), values)
+    executor.execute_plain(cursor, "insert_step_event", values)
 
 
 def satisfy_wait(
@@ -131,10 +131,9 @@ def satisfy_wait(
     now: datetime,
 ) -> None:
     """Mark a waiting wait step satisfied by an inbound event, and the event claimed by it."""
-    vendor = connection.vendor
     values = sql.params(step=step_pk, event=event_pk, payload=payload_json, now=adapt(now))
-    cursor.execute(sql.statement(vendor, "satisfy_wait"), values)
-    cursor.execute(sql.statement(vendor, "claim_event"), values)
+    executor.execute_plain(cursor, "satisfy_wait", values)
+    executor.execute_plain(cursor, "claim_event", values)
     insert_event(
         cursor, instance_pk, step_pk, now, StepEventType.WAIT_SATISFIED, payload=payload_json
     )

@@ -87,7 +87,7 @@ class PassOutcome(models.TextChoices):
 
 
 class StopReason(models.TextChoices):
-    """Why a tick had to stop (:class:`~django_workerflow.values.control.ExecutionStopped`)."""
+    """Why a tick had to stop (:class:`~django_workerflow.values.control_flow.ExecutionStopped`)."""
 
     NOT_RUNNING = "not_running"
     LEASE_LOST = "lease_lost"

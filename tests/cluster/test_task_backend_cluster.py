@@ -83,6 +83,7 @@ def test_run_after__a_deferred_task_starts_on_its_bell_never_early(
     lateness = []
     for run_after, path, result in results:
         wait_until(lambda result=result: finished(result), timeout=30, what="the deferred task")
+        assert result.status == TaskResultStatus.SUCCESSFUL, [e.traceback for e in result.errors]
         ran_at = float(lines(path)[0])
         assert result.status == TaskResultStatus.SUCCESSFUL
         assert ran_at >= run_after.timestamp()  # never early

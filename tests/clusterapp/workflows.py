@@ -111,6 +111,21 @@ class Nap(WorkflowDefinition):
         return self.run("after", lambda: "awake")
 
 
+class Import(WorkflowDefinition):
+    """Ten batches of ``pause`` seconds each, reporting progress before each and at the end."""
+
+    name = "cluster-progress"
+    version = "1"
+
+    def execute(self) -> int:
+        batches = 10
+        for number in range(batches):
+            self.set_progress(number, batches, message=f"batch {number + 1}")
+            self.run(f"batch-{number}", lambda: time.sleep(self.input["pause"]))
+        self.set_progress(batches, batches, message="done")
+        return batches
+
+
 class Touch(WorkflowDefinition):
     """Create the file named in the input: a trace that the workflow ran at all."""
 

@@ -35,7 +35,7 @@ FIRST_RETRY = timedelta(seconds=1)
 RETRY_CAP = timedelta(hours=1)
 
 
-def retry_delay(failed_attempts: int) -> timedelta:
+def redelivery_delay(failed_attempts: int) -> timedelta:
     """The wait after the ``failed_attempts``-th failed call: 1 s doubling, capped at 1 h."""
     if failed_attempts >= 13:  # 2**12 s is past the cap already
         return RETRY_CAP
@@ -210,6 +210,6 @@ def _record(claim: _Claim, error: BaseException | None) -> None:
         elif delivery.acknowledged_at is None:
             delivery.last_error_name = storable.error_name(error)
             delivery.last_error_message = error_message(error)
-            delivery.next_attempt_at = now + retry_delay(claim.attempt)
+            delivery.next_attempt_at = now + redelivery_delay(claim.attempt)
             _ring(delivery.pk, delivery.next_attempt_at)
         delivery.save()

@@ -24,7 +24,7 @@ from django_workerflow.models import Step
 from django_workerflow.runtime.starting import start
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values.clock import now
-from django_workerflow.values.control import Suspension
+from django_workerflow.values.control_flow import Suspension
 from django_workerflow.values.states import StepState
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from django_workerflow.runtime.starting import start
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now
-from django_workerflow.values.control import ExecutionStopped
+from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StepEventType, StepState, StepType, StopReason
 
 from ...factories import WorkflowInstanceFactory

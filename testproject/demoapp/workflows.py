@@ -1,0 +1,72 @@
+"""The demo's tour: a workflow that fails (to try Retry and Fork), one with a concurrency
+limit (to see an instance queued), and a schedule that fires every minute.
+
+Installed by ``make demo`` only (``WORKERFLOW_DEMO=1``, see ``testproject/settings.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from django_workerflow import WorkflowDefinition
+from testproject.shop import services
+
+
+class PartnerUnavailable(Exception):
+    """The (simulated) invoicing partner is down; it comes back at ``partner_up_at``."""
+
+
+def send_invoice(order_number: str, partner_up_at: str) -> dict:
+    up_at = datetime.fromisoformat(partner_up_at)
+    if timezone.now() < up_at:
+        raise PartnerUnavailable(
+            f"invoicing partner unavailable for {order_number}; it is back at {up_at:%H:%M:%S} UTC"
+        )
+    return {"invoice": f"INV-{order_number}"}
+
+
+class InvoiceOrder(WorkflowDefinition):
+    """Send an order's invoice to the invoicing partner. In the demo the partner is down for
+    the first minute, so the instance fails; after that, Retry (or Fork) it in the admin."""
+
+    name = "demo-invoice"
+    version = "1"
+
+    def execute(self) -> dict:
+        number = self.input["order_number"]
+        self.run("prepare", lambda: {"order": number})
+        return self.run("send-invoice", lambda: send_invoice(number, self.input["partner_up_at"]))
+
+
+class WarehouseHandover(WorkflowDefinition):
+    """Hand a batch to a warehouse: one batch per warehouse at a time. The demo starts two for
+    the same warehouse: the second waits, queued, until the first gets its event."""
+
+    name = "demo-warehouse-handover"
+    version = "1"
+    max_concurrency = 1
+
+    def concurrency_key(self) -> str:
+        return self.input["warehouse"]
+
+    def execute(self) -> dict:
+        self.set_progress(0, 2, message="printing the pick list")
+        self.run("pick-list", lambda: {"batch": self.input["batch"]})
+        self.set_progress(1, 2, message="pick list printed; waiting for the warehouse")
+        receipt = self.wait("handover", "warehouse.handed-over", timeout=timedelta(hours=1))
+        self.set_progress(2, 2, message="handed over")
+        return {"batch": self.input["batch"], "receipt": receipt}
+
+
+class MinuteOrderCount(WorkflowDefinition):
+    """Every minute, in Paris time: count the orders by status (watch the schedules page)."""
+
+    name = "demo-minute-count"
+    version = "1"
+    schedule = "* * * * *"
+    schedule_timezone = "Europe/Paris"
+
+    def execute(self) -> dict:
+        return self.run("count-orders", services.count_orders_by_status)

@@ -1,0 +1,1 @@
+LISTEN "workerflow_finished_1"

@@ -1,0 +1,1 @@
+UNLISTEN "workerflow_finished_1"

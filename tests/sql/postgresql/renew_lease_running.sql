@@ -1,0 +1,1 @@
+UPDATE workerflow_workflowinstance SET lease_expires_at = %(expires)s::timestamptz, alarm_at = CASE WHEN status = %(status_running)s::varchar THEN %(expires)s::timestamptz ELSE alarm_at END WHERE id = %(instance)s::bigint AND lease_token = %(token)s::varchar AND status = %(status_running)s::varchar

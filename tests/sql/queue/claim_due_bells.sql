@@ -1,0 +1,6 @@
+UPDATE django_q_ormq AS q SET "lock" = %(until)s
+        FROM (
+            SELECT id, "lock" AS due FROM django_q_ormq WHERE "key" = %(key)s AND "lock" < %(now)s
+            ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+        ) AS d
+        WHERE q.id = d.id RETURNING q.id, q.payload, d.due

@@ -1,0 +1,1 @@
+DELETE FROM django_q_ormq WHERE id = %(id)s

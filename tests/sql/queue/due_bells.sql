@@ -1,0 +1,2 @@
+SELECT id, payload FROM django_q_ormq WHERE "key" = %(key)s AND "lock" < %(now)s
+        ORDER BY "lock", id LIMIT %(limit)s

@@ -1,0 +1,1 @@
+SELECT lease_token FROM workerflow_workflowinstance WHERE id = %(instance)s

@@ -1,0 +1,1 @@
+UPDATE workerflow_workflowinstance SET lease_expires_at = %(expires)s, alarm_at = CASE WHEN status = %(status_running)s THEN %(expires)s ELSE alarm_at END WHERE id = %(instance)s AND lease_token = %(token)s AND status = %(status_running)s

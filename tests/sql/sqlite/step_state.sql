@@ -1,0 +1,1 @@
+SELECT state FROM workerflow_step WHERE id = %(step)s

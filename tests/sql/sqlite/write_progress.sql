@@ -1,0 +1,1 @@
+UPDATE workerflow_workflowinstance SET progress_current = %(progress_current)s, progress_total = %(progress_total)s, progress_message = %(progress_message)s, progress_at = %(progress_at)s WHERE id = %(instance)s AND lease_token = %(token)s

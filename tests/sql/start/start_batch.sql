@@ -1,0 +1,1 @@
+WITH new AS (INSERT INTO workerflow_workflowinstance (key, input) SELECT %s::varchar, v.c1 FROM unnest(%s::text[]) AS v(c1) ON CONFLICT ("key") DO NOTHING RETURNING id, "key"), created AS (INSERT INTO workerflow_workflowevent (instance_id, type, reason, recorded_at) SELECT id, %s, NULL, %s FROM new) SELECT id, "key" FROM new

@@ -1,0 +1,100 @@
+"""`make demo`'s tour (testproject/demoapp, installed by the demo only): an invoice that fails
+until its partner is back, then retries; a handover queued behind another for the same
+warehouse; a schedule that fires every minute."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+
+import pytest
+
+import django_workerflow as workerflow
+from django_workerflow import registry
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.testing import Harness
+
+pytestmark = pytest.mark.django_db
+T0 = datetime(2026, 12, 1, 20, 0, 30, tzinfo=UTC)
+MODULE = "testproject.demoapp.workflows"
+
+
+@pytest.fixture
+def tour() -> Iterator[ModuleType]:
+    """The tour's definitions, registered for this test only."""
+    if MODULE in sys.modules:
+        module = importlib.reload(sys.modules[MODULE])
+    else:
+        module = importlib.import_module(MODULE)
+    definitions = [module.InvoiceOrder, module.WarehouseHandover, module.MinuteOrderCount]
+    try:
+        yield module
+    finally:
+        for definition in definitions:
+            registry.unregister(definition)
+
+
+def test_tour__the_invoice_fails_until_its_partner_is_back_then_a_retry_completes(
+    tour, monkeypatch
+):
+    with Harness(start=T0) as harness:
+        # The partner's clock is the wall clock (user code); here, the harness's.
+        monkeypatch.setattr(tour.timezone, "now", harness.now)
+        up_at = (T0 + timedelta(minutes=1)).isoformat()
+        invoice = workerflow.start(
+            "demo-invoice", key="invoice-1", input={"order_number": "INV-1", "partner_up_at": up_at}
+        )
+        harness.drain()
+        harness.advance(timedelta(seconds=5))  # the retries' backoffs
+        invoice.refresh_from_db()
+        assert invoice.status == "failed"
+        step = invoice.steps.get(step_id="send-invoice")
+        assert "invoicing partner unavailable for INV-1" in step.error_message
+        harness.advance(timedelta(minutes=1))
+        workerflow.retry(invoice)
+        harness.drain()
+        invoice.refresh_from_db()
+        assert invoice.status == "completed"
+        assert invoice.result == {"invoice": "INV-INV-1"}
+
+
+def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(tour):
+    with Harness(start=T0) as harness:
+        for turn in ("first", "queued"):
+            workerflow.start(
+                "demo-warehouse-handover",
+                key=f"handover-{turn}",
+                input={"warehouse": "paris-1", "batch": turn},
+            )
+        harness.drain()
+        queued = WorkflowInstance.objects.get(key="handover-queued")
+        assert (queued.status, queued.admitted_at) == ("pending", None)
+        first = workerflow.wait_progress("handover-first")
+        assert (first.fraction, first.message) == (
+            0.5,
+            "pick list printed; waiting for the warehouse",
+        )
+        workerflow.send_event("handover-first", "warehouse.handed-over", {"by": "you"})
+        harness.drain()
+        assert WorkflowInstance.objects.get(key="handover-first").progress.fraction == 1.0
+        queued.refresh_from_db()
+        assert queued.admitted_at is not None
+        assert queued.status == "running"  # now waiting for its own handover
+
+
+def test_tour__the_minute_schedule_fires_every_minute(tour):
+    with Harness(start=T0, schedules=["demo-minute-count"]) as harness:
+        harness.advance(timedelta(minutes=3))
+    keys = sorted(
+        WorkflowInstance.objects.filter(definition_name="demo-minute-count").values_list(
+            "key", flat=True
+        )
+    )
+    assert keys == [
+        "demo-minute-count@2026-12-01T20:01:00+00:00",
+        "demo-minute-count@2026-12-01T20:02:00+00:00",
+        "demo-minute-count@2026-12-01T20:03:00+00:00",
+    ]
