@@ -1,7 +1,10 @@
 # django-workerflow developer commands.
 #
 #   make demo    run the example shop demo (creates .venv on first use)
-#   make test    ruff lint + format check, mypy, migrations check, pytest
+#   make test    everything a developer runs: make lint, make check, make test-suite
+#   make lint    ruff lint + format check, mypy, lint-imports (the layers contract)
+#   make check   Django's system checks and the migrations check
+#   make test-suite  pytest with coverage (fails under pyproject's fail_under)
 #   make test-fast  pytest on SQLite without the slow tests (real worker processes) or the browser
 #
 # Override on the command line, e.g.
@@ -15,10 +18,10 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast lint format demo bench clean
+.PHONY: help install test test-suite test-fast lint check format demo bench clean
 
 help:
-	@echo "Targets: install test lint format demo bench clean"
+	@echo "Targets: install test lint check test-suite format demo bench clean"
 	@echo "         test-fast (pytest on SQLite, without slow and browser tests)"
 	@echo "Variables: PYTHON=$(PYTHON) VENV=$(VENV) DJANGO='$(DJANGO)' PYTEST_ARGS='$(PYTEST_ARGS)'"
 
@@ -31,18 +34,25 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
-test: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
-	$(BIN)/lint-imports
-	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: lint check test-suite
 
-# The inner loop: SQLite, no test that starts real worker processes (`slow`), no browser.
+# The whole suite, with coverage: the figure is printed, and below [tool.coverage.report]
+# fail_under it fails.
+test-suite: install
+	$(BIN)/pytest --cov --cov-report=term $(PYTEST_ARGS)
+
+# Django's system checks and the migrations check: both depend on the Django version, so
+# .ci/run runs them on every combination (they take seconds).
+check: install
+	$(BIN)/python manage.py check --fail-level WARNING
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+# The inner loop: SQLite, no test that starts real processes or takes seconds (`slow`), no browser.
 test-fast: install
 	@WORKERFLOW_DB=sqlite $(BIN)/pytest -q -rfE -m 'not slow and not browser' $(PYTEST_ARGS)
 
+# Static checks: they do not depend on the database or the Django version, so .ci/run runs
+# them once.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -72,4 +82,4 @@ bench: $(BENCH_VENV)/.installed
 clean:
 	rm -rf .venv .venv-* db.sqlite3 db.sqlite3-* artifacts/ build/ dist/ *.egg-info
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
-	rm -rf .pytest_cache .ruff_cache
+	rm -rf .pytest_cache .ruff_cache .coverage .coverage.*

@@ -58,7 +58,6 @@ def prepare_database(args: argparse.Namespace, workdir: Path) -> str:
     os.environ.update(
         DJANGO_SETTINGS_MODULE="bench.settings", WORKERFLOW_DB=args.db, PYTHONUNBUFFERED="1"
     )
-    os.environ.pop("WORKERFLOW_TEST_APPS", None)
     if args.db == "postgres":
         recreate_postgres_database(args.pg_name)
         os.environ["WORKERFLOW_PG_NAME"] = args.pg_name

@@ -8,7 +8,7 @@ console's columns, buttons, views and actions live in :mod:`django_workerflow.co
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
@@ -28,9 +28,14 @@ from django_workerflow.console.summary import MISSING_DEFINITION_HINT, build_sum
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
+if TYPE_CHECKING:  # ModelAdmin is generic for type checkers only
+    InstanceAdminBase: TypeAlias = admin.ModelAdmin[WorkflowInstance]
+else:
+    InstanceAdminBase = admin.ModelAdmin
+
 
 @admin.register(WorkflowInstance)
-class WorkflowInstanceAdmin(InstanceColumns, admin.ModelAdmin):
+class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
     list_display = [
         "key_column",
         "definition",

@@ -37,7 +37,7 @@ from django_workerflow.store import sql
 QUEUE = OrmQ._meta.db_table
 
 
-class DueFirstOrmBroker(ORM):
+class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
     """django-q2's ORM broker, dequeuing the earliest-due rows first."""
 
     @staticmethod

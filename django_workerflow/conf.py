@@ -8,14 +8,18 @@ django_workerflow.conf``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 from django import conf as django_conf
 
+T = TypeVar("T")
 
-def _read(name: str, default: Any) -> Any:
+
+def _read(name: str, default: T) -> T:
     # Through django.conf, not an imported LazySettings: pydoc can read this module unset.
-    return getattr(django_conf.settings, f"WORKERFLOW_{name}", default)
+    # A project's setting is taken to have the default's type (checks.py validates them).
+    value: T = getattr(django_conf.settings, f"WORKERFLOW_{name}", default)
+    return value
 
 
 class Settings:

@@ -35,7 +35,7 @@ def _versions_of(name: str) -> dict[str, type[WorkflowDefinition]] | None:
     return versions
 
 
-def version_sort_key(version: str) -> tuple:
+def version_sort_key(version: str) -> tuple[tuple[int, int, str], ...]:
     """Order versions naturally: "2" < "10", "2026-03-19" < "2026-03-20"."""
     return tuple(
         (0, int(part), "") if part.isdigit() else (1, 0, part)

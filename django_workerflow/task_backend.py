@@ -236,7 +236,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
 
     # The framework's contract ---------------------------------------------------------
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[Any, Any]) -> None:
         super().validate_task(task)
         if len(task.module_path) > 200:
             raise InvalidTask(
@@ -245,7 +245,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
             )
         self.definition_for(task)
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         """Start the task's instance (in the caller's transaction, if any) and return its
         result, READY."""
         self.validate_task(task)
@@ -269,7 +269,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The result of the task enqueued as ``result_id``, read from the database."""
         from django_workerflow.models import WorkflowInstance
 
@@ -290,13 +290,13 @@ class WorkflowTaskBackend(BaseTaskBackend):
         task = self.task_of(instance.definition_name, instance.input, instance.priority)
         return self.result_of(task, instance)
 
-    def result_of(self, task: Task, instance: WorkflowInstance) -> TaskResult:
+    def result_of(self, task: Task[Any, Any], instance: WorkflowInstance) -> TaskResult[Any, Any]:
         """The result of ``task``'s ``instance``, with its attempts read from the database."""
         return self._result(task, instance, *_history(instance))
 
     # For the engine ----------------------------------------------------------------------
 
-    def definition_for(self, task: Task) -> type[TaskWorkflow]:
+    def definition_for(self, task: Task[Any, Any]) -> type[TaskWorkflow]:
         """The definition of ``task``'s function, registered on first use."""
         name = task.module_path
         existing = registry.lookup(name, TASK_VERSION)
@@ -312,7 +312,9 @@ class WorkflowTaskBackend(BaseTaskBackend):
         logger.debug("task definition registered name=%s", name)
         return definition
 
-    def task_of(self, name: str, task_input: dict[str, Any], priority: int | None = None) -> Task:
+    def task_of(
+        self, name: str, task_input: dict[str, Any], priority: int | None = None
+    ) -> Task[Any, Any]:
         """The ``Task`` an instance of ``name`` with ``task_input`` (and the engine's
         ``priority``) was enqueued as."""
         declared = import_string(name)
@@ -341,7 +343,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
         options = self.queue_options.get(queue_name, {})
         return options.get("max_attempts", self.max_attempts), self.backoff
 
-    def call(self, task: Task, key: str, task_input: dict[str, Any], attempt: int) -> Any:
+    def call(self, task: Task[Any, Any], key: str, task_input: dict[str, Any], attempt: int) -> Any:
         """Attempt ``attempt``: announce it, call the task function, and return the step's
         result: the worker, the attempt's start and the function's value. Runs as the
         attempt's run step, whose start is already recorded. A failure leaves the worker in
@@ -379,18 +381,18 @@ class WorkflowTaskBackend(BaseTaskBackend):
 
     def _result(
         self,
-        task: Task,
+        task: Task[Any, Any],
         instance: WorkflowInstance,
         attempts: list[tuple[str, datetime, str]],
         errors: list[TaskError],
-    ) -> TaskResult:
+    ) -> TaskResult[Any, Any]:
         """A ``TaskResult`` of ``instance``; ``attempts`` holds (worker, start, step state)
         per started attempt."""
         from django_workerflow.models import WorkflowStatus
 
         status = _status(instance.status, attempts[-1][2] if attempts else None)
         task_input: dict[str, Any] = instance.input or {}
-        result: TaskResult = TaskResult(
+        result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id=instance.key,
             status=status,
@@ -564,7 +566,7 @@ def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -
         attempts: list[tuple[str, datetime, str]] = [
             (outcome["worker"], started, StepState.SUCCEEDED)
         ]
-        result = backend._result(task, instance, attempts=attempts, errors=[])
+        result = backend._result(task, instance, attempts=attempts, errors=[])  # noqa: SLF001 - the backend's own status hook
     else:
         result = backend.result_of(task, instance)
     task_finished.send(type(backend), task_result=result)

@@ -216,13 +216,13 @@ def registered(*definitions: type[WorkflowDefinition]) -> Iterator[None]:
             call_command("workerflow", "check-replay")
     """
     saved = registry.snapshot()
-    registry._replacing += 1
+    registry._replacing += 1  # noqa: SLF001 - testing.registered() is the registry's sanctioned replacement hook
     try:
         for definition in definitions:
             registry.register(definition)
         yield
     finally:
-        registry._replacing -= 1
+        registry._replacing -= 1  # noqa: SLF001 - testing.registered() is the registry's sanctioned replacement hook
         registry.restore(saved)
 
 

@@ -10,8 +10,6 @@ Environment variables:
 - ``WORKERFLOW_PG_NAME``: PostgreSQL database name (default ``workerflow``).
 - ``WORKERFLOW_PG_PORT``: PostgreSQL port on 127.0.0.1 (default 5432; a private server lets
   the database restart test run without disturbing others).
-- ``WORKERFLOW_TEST_APPS``: ``1`` adds the test-only app ``tests.clusterapp`` (always added
-  under pytest), so qcluster subprocesses started by the tests import its workflows.
 - ``WORKERFLOW_DEMO``: ``1`` (set by ``make demo``) adds ``testproject.demoapp``, the demo's
   tour: a workflow that fails, a concurrency limit and a schedule that fires every minute.
 - ``WORKERFLOW_LEASE_SECONDS``: overrides the engine's lease length (crash-recovery tests).
@@ -20,13 +18,14 @@ Environment variables:
 - ``WORKERFLOW_Q_LOG_LEVEL``: django-q2's ``log_level`` (default INFO); ``DEBUG`` also logs
   its lines about the engine's own tasks (tests that read which bells a cluster ran).
 
+The test suite runs ``tests/settings.py``, which adds its own apps to these.
+
 The workflow engine itself reads flat ``WORKERFLOW_*`` Django settings, each with a
 default, so none are needed here.
 """
 
 import importlib.util
 import os
-import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -51,10 +50,6 @@ INSTALLED_APPS = [
     "django_workerflow",
     "testproject.shop",
 ]
-
-# The test workflows must be importable by the tests' qcluster subprocesses too.
-if "pytest" in sys.modules or os.environ.get("WORKERFLOW_TEST_APPS"):
-    INSTALLED_APPS.append("tests.clusterapp")
 
 # `make demo` adds its tour (a failing workflow, a queue, a schedule firing every minute).
 if os.environ.get("WORKERFLOW_DEMO"):

@@ -1,10 +1,13 @@
-"""What the admin console tests share: the shop workflow they run, and the console's URLs."""
+"""What the admin console tests share: the shop workflow they run, the console's URLs, and
+clients of users holding given permissions."""
 
 from __future__ import annotations
 
 import html
 from collections import Counter
 
+from django.contrib.auth.models import Permission, User
+from django.test import Client
 from django.urls import reverse
 
 from django_workerflow.models import WorkflowInstance
@@ -43,3 +46,14 @@ def change_url(instance: WorkflowInstance, view: str = "change") -> str:
 def text(response) -> str:
     """The response body with HTML entities decoded, for reading its words."""
     return html.unescape(response.content.decode())
+
+
+def staff_client(*codenames: str, staff: bool = True, enforce_csrf: bool = False) -> Client:
+    """A client logged in as a new user holding exactly these workerflow permissions."""
+    user = User.objects.create_user(f"user-{User.objects.count()}", is_staff=staff)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="workerflow", codename__in=codenames)
+    )
+    client = Client(enforce_csrf_checks=enforce_csrf)
+    client.force_login(user)
+    return client

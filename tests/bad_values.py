@@ -1,17 +1,20 @@
-"""Bad input, one matrix per kind of value, shared by every module that checks validation.
+"""Bad input: the values each kind of argument refuses, and the one matrix of call sites
+that tries them.
 
-tests/test_api.py and tests/test_semantics.py check how a refusal behaves (the error's type,
-that nothing is written, that it can be caught inside ``execute()``);
-tests/reliability/test_bad_input.py checks what it says. Both try the same cases from here.
-Each case is ``pytest.param(value, problem)``: ``problem`` is a fragment the error message
-holds. :func:`values` drops it for a test that only checks the behaviour.
+Each value case is ``pytest.param(value, problem)``, ``problem`` a fragment (or a tuple of
+fragments) the error message holds. :data:`CALL_SITES` and :data:`INSIDE_EXECUTE` are the
+matrix: every place a user value enters the engine, crossed with every bad value of its
+kind. tests/reliability/test_bad_input.py runs it: each case is refused with a
+WorkflowInputError naming the problem, writes nothing, and inside ``execute()`` can be
+caught or else fails the workflow naming it. :func:`values` drops the problem, for the
+tests that only try the values (a step result that is not JSON, in test_semantics.py).
 """
 
 from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +23,8 @@ import pytest
 import django_workerflow as workerflow
 
 TOO_LONG_IDENTIFIER = "x" * 201  # identifiers (event names, step ids) allow 200 characters
+SURROGATE = "\ud800"  # a lone UTF-16 surrogate: not encodable as UTF-8 (both databases)
+NUL = "\x00"  # refused by PostgreSQL's text columns, and so refused on both databases
 
 NOT_JSON = [
     pytest.param(object(), "not JSON-serializable", id="object"),
@@ -38,7 +43,7 @@ NOT_JSON = [
 KEYS = [
     pytest.param("", "must not be empty", id="empty"),
     pytest.param("   ", "must not be empty", id="blank"),
-    pytest.param("k" * 256, "256 characters", id="too-long"),
+    pytest.param("k" * 256, ("256 characters", "the limit is 255"), id="too-long"),
     pytest.param(42, "must be a string, not int", id="int"),
     pytest.param(["k"], "must be a string, not list", id="list"),
 ]
@@ -63,6 +68,11 @@ DURATIONS = [
     pytest.param(math.inf, "must be a finite number", id="inf"),
     pytest.param(-math.inf, "must be a finite number", id="minus-inf"),
     pytest.param(timedelta(days=3651), "longer than the limit of 3650 days", id="over-10-years"),
+    pytest.param(
+        3651 * 86400,  # one day more than WORKERFLOW_MAX_DURATION_DAYS's default, in seconds
+        ("longer than the limit", "WORKERFLOW_MAX_DURATION_DAYS"),
+        id="over-the-setting",
+    ),
     pytest.param(10**12, "longer than the limit", id="absurd-seconds"),
     pytest.param(timedelta(days=100_000), "longer than the limit", id="absurd-timedelta"),
     pytest.param(timedelta.max, "longer than the limit", id="timedelta-max"),
@@ -88,8 +98,29 @@ MAX_ATTEMPTS = [
     pytest.param(2.5, "must be a whole number >= 1", id="float"),
     pytest.param("3", "must be a whole number >= 1", id="str"),
     pytest.param(True, "must be a whole number >= 1", id="bool"),
+    pytest.param(2**31, "limit of 2147483647", id="over-the-stored-count"),
 ]
 """Unusable ``max_attempts`` of a run step."""
+
+UNSTORABLE_TEXT = [
+    pytest.param(SURROGATE, "lone UTF-16 surrogate", id="surrogate"),
+    pytest.param(NUL, "NUL character", id="nul"),
+]
+"""Characters no text column stores: refused in any identifier or text the user passes."""
+
+
+def embedded(shape: Callable[[str], Any], cases: Sequence[Any] = UNSTORABLE_TEXT) -> list[Any]:
+    """``cases`` with each character put in place by ``shape`` (``lambda c: f"key{c}"``)."""
+    return [pytest.param(shape(case.values[0]), case.values[1], id=case.id) for case in cases]
+
+
+def nested_levels(levels: int) -> list[Any]:
+    """A JSON array nested ``levels`` deep (``[]`` is one level)."""
+    value: list[Any] = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
 
 OPERATIONS_BY_KEY = [
     pytest.param(lambda key: workerflow.send_event(key, "go"), id="send_event"),

@@ -1,5 +1,12 @@
-"""Shared fixtures: throwaway definitions registered for one test only, and a recorder of
-the status changes the runtime announces."""
+"""Shared fixtures: throwaway definitions registered for one test only, the test harness
+under its short name, an instance waiting for an event, a recorder of the status changes
+the runtime announces, and the step store of a claimed instance.
+
+Shared helpers that are not fixtures live beside this file: ``runtime_helpers`` (reading
+an instance's rows, claiming it, definition bodies), ``factories`` (rows for states the
+public path cannot reach), ``flow_helpers`` (flow-control definitions), ``admin_helpers``
+(the console's URLs and shop workflow), ``threads`` (code run in threads) and
+``bad_values`` (the bad-input matrix's values)."""
 
 from __future__ import annotations
 
@@ -10,10 +17,16 @@ from typing import Any
 
 import pytest
 
+import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.definition import drift
-from django_workerflow.models import WorkflowInstance
+from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.signals import workflow_status_changed
+from django_workerflow.store.steps import StepStore
+from django_workerflow.testing import Harness
+
+from .factories import WorkflowInstanceFactory
+from .runtime_helpers import claim, waits_for_go
 
 _counter = itertools.count()
 
@@ -56,6 +69,25 @@ def define() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
         registry.unregister(definition)
 
 
+@pytest.fixture
+def harness(workerflow_harness: Harness) -> Harness:
+    """The plugin's ``workerflow_harness``, under the short name most tests use."""
+    return workerflow_harness
+
+
+@pytest.fixture
+def waiting(
+    define: Callable[..., type[WorkflowDefinition]], workerflow_harness: Harness
+) -> WorkflowInstance:
+    """Instance ``waiting-1`` (input ``{"n": 1}``), running, its step 'go' waiting for the
+    event 'go': calls on it have rows to disturb. A module may define its own."""
+    instance = workerflow.start(define(waits_for_go), key="waiting-1", input={"n": 1})
+    workerflow_harness.drain()
+    instance.refresh_from_db()
+    assert instance.status == WorkflowStatus.RUNNING
+    return instance
+
+
 class StatusRecorder:
     """A ``workflow_status_changed`` receiver: the seed's ``onStatusChange_experimental``."""
 
@@ -81,6 +113,18 @@ def status_changes() -> Iterator[StatusRecorder]:
     workflow_status_changed.connect(recorder, weak=False)
     yield recorder
     workflow_status_changed.disconnect(recorder)
+
+
+@pytest.fixture
+def claimed_store(db: None) -> Callable[..., tuple[StepStore, WorkflowInstance]]:
+    """Return ``claimed_store(instance=None)``: the instance (a new one by default) claimed
+    as a tick claims it, running and leased, and that tick's step store."""
+
+    def make(instance: WorkflowInstance | None = None) -> tuple[StepStore, WorkflowInstance]:
+        instance = instance if instance is not None else WorkflowInstanceFactory()
+        return claim(instance), instance
+
+    return make
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

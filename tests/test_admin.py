@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.test import Client
 from django.urls import reverse
@@ -34,7 +34,8 @@ from django_workerflow.runtime import verbs
 from django_workerflow.testing import Harness
 from django_workerflow.values import clock
 
-from .admin_helpers import ATTEMPTS, change_url, changelist_url, shop_execute, text
+from .admin_helpers import ATTEMPTS, change_url, changelist_url, shop_execute, staff_client, text
+from .runtime_helpers import status_of
 
 pytestmark = pytest.mark.django_db
 
@@ -135,10 +136,6 @@ def scenario(workerflow_harness: Harness) -> dict[str, WorkflowInstance]:
     return instances
 
 
-def status_of(key: str) -> str:
-    return WorkflowInstance.objects.get(key=key).status
-
-
 def sent_events() -> list[InboundEvent]:
     """Inbound events beyond the payment that completed ``completed-1`` in the scenario."""
     return list(InboundEvent.objects.exclude(instance__key="completed-1"))
@@ -159,17 +156,7 @@ def run_action(client: Client, action: str, instances, follow: bool = True, **da
 @pytest.fixture
 def make_staff(db) -> Callable[..., Client]:
     """``make_staff(*codenames)``: a logged-in staff client with exactly these permissions."""
-
-    def make(*codenames: str) -> Client:
-        user = User.objects.create_user(f"staff-{User.objects.count()}", is_staff=True)
-        user.user_permissions.set(
-            Permission.objects.filter(content_type__app_label="workerflow", codename__in=codenames)
-        )
-        client = Client()
-        client.force_login(user)
-        return client
-
-    return make
+    return staff_client
 
 
 # Change list --------------------------------------------------------------------------------

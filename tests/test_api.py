@@ -26,20 +26,14 @@ from django_workerflow import (
 )
 from django_workerflow.models import (
     InboundEvent,
-    Step,
     WorkflowEvent,
     WorkflowInstance,
     WorkflowStatus,
 )
 
-from .bad_values import IDENTIFIERS, KEYS, NOT_JSON, OPERATIONS_BY_KEY, values
+from .runtime_helpers import waits_for_go
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def harness(workerflow_harness):
-    return workerflow_harness
 
 
 @pytest.fixture
@@ -55,10 +49,6 @@ def scratch_registry():
 
 def returns_input(self):
     return self.input
-
-
-def waits_for_go(self):
-    return self.wait("go", "go")
 
 
 def instance_rows() -> int:
@@ -385,28 +375,6 @@ def test_version_conflict_error__is_a_workerflow_error():
     assert issubclass(WorkflowVersionConflictError, WorkerflowError)
 
 
-@pytest.mark.parametrize("bad_input", values(NOT_JSON))
-def test_start__input_that_is_not_json_raises_input_error_and_writes_nothing(define, bad_input):
-    definition = define(returns_input)
-
-    with pytest.raises(WorkflowInputError, match="The workflow input is not JSON") as raised:
-        workerflow.start(definition, key="k", input=bad_input)
-
-    assert isinstance(raised.value, ValueError)
-    assert instance_rows() == 0
-    assert WorkflowEvent.objects.count() == 0
-
-
-@pytest.mark.parametrize("bad_key", values(KEYS))
-def test_start__unusable_key_raises_input_error_and_writes_nothing(define, bad_key):
-    definition = define(returns_input)
-
-    with pytest.raises(WorkflowInputError):
-        workerflow.start(definition, key=bad_key)
-
-    assert instance_rows() == 0
-
-
 def test_start__with_something_that_is_not_a_definition_raises_input_error():
     with pytest.raises(WorkflowInputError, match="definition name or class"):
         workerflow.start(42)  # type: ignore[arg-type]
@@ -450,43 +418,6 @@ def test_exceptions__are_exported_under_one_base(error):
 
 
 # Unknown instances and bad operations --------------------------------------------------
-
-
-@pytest.mark.parametrize("operation", OPERATIONS_BY_KEY)
-def test_operations__on_an_unknown_key_raise_does_not_exist(operation):
-    with pytest.raises(WorkflowInstance.DoesNotExist):
-        operation("nobody")
-
-    assert InboundEvent.objects.count() == 0
-    assert WorkflowEvent.objects.count() == 0
-
-
-@pytest.mark.parametrize("payload", values(NOT_JSON))
-def test_send_event__payload_that_is_not_json_raises_input_error_and_writes_nothing(
-    define, harness, payload
-):
-    instance = workerflow.start(define(waits_for_go))
-    harness.drain()
-
-    with pytest.raises(WorkflowInputError, match="payload of event 'go'") as raised:
-        workerflow.send_event(instance, "go", payload)
-
-    assert isinstance(raised.value, ValueError)
-    assert InboundEvent.objects.count() == 0
-    assert Step.objects.get(step_id="go").state == "waiting"
-
-
-@pytest.mark.parametrize("event_name", values(IDENTIFIERS))
-def test_send_event__unusable_event_name_raises_input_error_and_writes_nothing(
-    define, harness, event_name
-):
-    instance = workerflow.start(define(waits_for_go))
-    harness.drain()
-
-    with pytest.raises(WorkflowInputError):
-        workerflow.send_event(instance, event_name, {"ok": True})
-
-    assert InboundEvent.objects.count() == 0
 
 
 def test_send_event__accepts_the_instance_or_its_key(define, harness):

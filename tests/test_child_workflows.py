@@ -23,13 +23,9 @@ from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StopReason
 
 from .factories import WorkflowInstanceFactory
+from .runtime_helpers import refreshed
 
 pytestmark = pytest.mark.django_db
-
-
-def fresh(instance: WorkflowInstance) -> WorkflowInstance:
-    instance.refresh_from_db()
-    return instance
 
 
 class WorkerDied(BaseException):
@@ -66,13 +62,17 @@ def test_child__starts_the_child_once_and_returns_its_result(define, shipment, w
     order = workerflow.start(define(execute), key="order-7")
     workerflow_harness.drain()
     child = WorkflowInstance.objects.get(key="order-7/ship")
-    assert (fresh(order).status, child.parent_id, child.detached) == ("running", order.pk, False)
+    assert (refreshed(order).status, child.parent_id, child.detached) == (
+        "running",
+        order.pk,
+        False,
+    )
     step = Step.objects.get(instance=order, step_id="ship")
     assert (step.type, step.state, step.child_instance_id) == (StepType.CHILD, "waiting", child.pk)
 
     workerflow.send_event(child.key, "shipped", "TRK-1")
     workerflow_harness.drain()
-    assert fresh(order).status == WorkflowStatus.COMPLETED
+    assert refreshed(order).status == WorkflowStatus.COMPLETED
     assert order.result == {"parcel": 1, "tracking": "TRK-1"}
     assert calls == [1]
     assert WorkflowInstance.objects.filter(parent=order).count() == 1
@@ -85,7 +85,7 @@ def test_child__accepts_a_registered_name_and_an_explicit_key(define, quick, wor
 
     parent = workerflow.start(define(execute))
     workerflow_harness.drain()
-    assert fresh(parent).result == 42
+    assert refreshed(parent).result == 42
     assert WorkflowInstance.objects.get(key="custom-key").parent_id == parent.pk
 
 
@@ -106,7 +106,7 @@ def test_child__exactly_one_child_after_replays_and_a_crash(define, quick, worke
         workerflow_harness.drain()
     workerflow_harness.advance(settings.LEASE_SECONDS + 1)
     workerflow_harness.advance(10)
-    assert fresh(parent).result == [2, 4]
+    assert refreshed(parent).result == [2, 4]
     assert WorkflowInstance.objects.filter(key="crashy/a").count() == 1
     assert WorkflowInstance.objects.filter(parent=parent).count() == 2
     assert Step.objects.filter(instance=parent, type=StepType.CHILD).count() == 2
@@ -125,7 +125,7 @@ def test_child__a_failed_child_fails_the_parent_once(define, workerflow_harness)
 
     order = workerflow.start(define(execute), key="order-7")
     workerflow_harness.drain()
-    assert fresh(order).status == WorkflowStatus.FAILED
+    assert refreshed(order).status == WorkflowStatus.FAILED
     assert order.error_name == "WorkflowFailedError"
     assert order.error_message == (
         "WorkflowFailedError: Child workflow 'order-7/ship' failed: "
@@ -158,7 +158,7 @@ def test_child__a_caught_failure_carries_the_details_and_the_parent_goes_on(
 
     order = workerflow.start(define(execute), key="order-7")
     workerflow_harness.drain()
-    assert fresh(order).result == "refunded"
+    assert refreshed(order).result == "refunded"
     error = seen[-1]
     assert isinstance(error, WorkerflowError)
     assert not isinstance(error, WorkflowCancelledError)
@@ -190,7 +190,7 @@ def test_child__a_cancelled_child_raises_workflow_cancelled_error(
     workerflow_harness.drain()
     workerflow.cancel("order-8/ship", reason="out of stock")
     workerflow_harness.drain()
-    assert fresh(order).result == "cancelled"
+    assert refreshed(order).result == "cancelled"
     error = seen[-1]
     assert isinstance(error, WorkflowFailedError)
     assert (error.status, error.reason) == ("cancelled", "out of stock")
@@ -211,7 +211,7 @@ def test_start_child__returns_the_key_and_wait_child_the_result(
     assert Step.objects.get(instance=order, step_id="note").result == "order-9/ship"
     workerflow.send_event("order-9/ship", "shipped", "T")
     workerflow_harness.drain()
-    assert fresh(order).result == {"parcel": 3, "tracking": "T"}
+    assert refreshed(order).result == {"parcel": 3, "tracking": "T"}
 
 
 def test_wait_child__waits_for_any_instance(define, shipment, workerflow_harness):
@@ -222,11 +222,11 @@ def test_wait_child__waits_for_any_instance(define, shipment, workerflow_harness
 
     waiter = workerflow.start(define(execute))
     workerflow_harness.drain()
-    assert fresh(waiter).status == "running"
+    assert refreshed(waiter).status == "running"
     workerflow.send_event(other, "shipped", "X")
     workerflow_harness.drain()
-    assert fresh(waiter).result == {"parcel": 5, "tracking": "X"}
-    assert fresh(other).parent_id is None
+    assert refreshed(waiter).result == {"parcel": 5, "tracking": "X"}
+    assert refreshed(other).parent_id is None
 
 
 def test_child__a_version_conflict_fails_the_step(define, shipment, workerflow_harness):
@@ -243,7 +243,7 @@ def test_child__a_version_conflict_fails_the_step(define, shipment, workerflow_h
 
     parent = workerflow.start(define(execute))
     workerflow_harness.drain()
-    assert fresh(parent).result == "conflict"
+    assert refreshed(parent).result == "conflict"
     step = Step.objects.get(instance=parent, step_id="ship")
     assert (step.state, step.error_name) == ("failed", "WorkflowVersionConflictError")
 
@@ -256,7 +256,7 @@ def test_child__fan_out_of_fifty_children_inside_all(define, quick, workerflow_h
 
     parent = workerflow.start(define(execute), key="fan")
     workerflow_harness.drain()
-    assert fresh(parent).result == 2 * sum(range(50))
+    assert refreshed(parent).result == 2 * sum(range(50))
     assert WorkflowInstance.objects.filter(parent=parent).count() == 50
     assert set(WorkflowInstance.objects.filter(parent=parent).values_list("status", flat=True)) == {
         "completed"
@@ -302,7 +302,7 @@ def test_finish__a_parent_that_finishes_cancels_non_detached_children_only(
 
     parent = workerflow.start(define(execute), key="p")
     workerflow_harness.drain()
-    assert fresh(parent).status == "completed"
+    assert refreshed(parent).status == "completed"
     attached = WorkflowInstance.objects.get(key="p/attached")
     detached = WorkflowInstance.objects.get(key="p/detached")
     assert attached.status == "cancelled"
@@ -328,12 +328,12 @@ def test_child__finishing_wakes_the_waiting_parent_in_the_same_transaction(
 
     parent = workerflow.start(define(execute), key="p")
     workerflow_harness.drain()
-    assert fresh(parent).alarm_at is None
+    assert refreshed(parent).alarm_at is None
     workerflow.send_event("p/ship", "shipped", "T")
     from django_workerflow.runtime import verbs
 
     verbs.tick(WorkflowInstance.objects.get(key="p/ship").pk)
-    woken = fresh(parent)
+    woken = refreshed(parent)
     assert (woken.alarm_at, woken.wake_requested) == (workerflow_harness.now(), True)
 
 
@@ -379,16 +379,16 @@ def test_retry__a_parent_failed_by_its_child_waits_again_for_the_retried_child(
 
     order = workerflow.start(define(execute), key="order-r")
     workerflow_harness.drain()
-    assert (fresh(order).status, order.error_step_id) == ("failed", "ship")
+    assert (refreshed(order).status, order.error_step_id) == ("failed", "ship")
 
     workerflow.retry(order)  # the child still failed: so does the parent, at once
     workerflow_harness.drain()
-    assert fresh(order).status == "failed"
+    assert refreshed(order).status == "failed"
 
     workerflow.retry("order-r/ship")
     workerflow.retry(order)
     workerflow_harness.drain()
-    assert (fresh(order).status, order.result) == ("completed", "shipped")
+    assert (refreshed(order).status, order.result) == ("completed", "shipped")
     assert WorkflowInstance.objects.filter(parent=order).count() == 1
 
 
@@ -407,7 +407,7 @@ def test_child__all_settled_collects_each_childs_outcome(define, quick, workerfl
 
     parent = workerflow.start(define(execute), key="s")
     workerflow_harness.drain()
-    assert fresh(parent).result == [[True, 8, "NoneType"], [False, None, "WorkflowFailedError"]]
+    assert refreshed(parent).result == [[True, 8, "NoneType"], [False, None, "WorkflowFailedError"]]
 
 
 # Issue 20: recovering a fan-out, a refused start, and a parent whose child failed ----------
@@ -458,7 +458,7 @@ def _failed_fan_out(fan_out, harness):
     parent_definition, work, _ = fan_out
     parent = workerflow.start(parent_definition, key="fan")
     harness.drain()
-    parent = fresh(parent)
+    parent = refreshed(parent)
     assert (parent.status, parent.error_step_id) == ("failed", "flaky")
     slow = WorkflowInstance.objects.get(key="fan/slow")
     assert slow.status == "cancelled"
@@ -469,10 +469,13 @@ def _failed_fan_out(fan_out, harness):
 
 def _finish_fan_out(parent, harness, work):
     harness.drain()
-    assert fresh(parent).status == "running"
+    assert refreshed(parent).status == "running"
     workerflow.send_event("fan/slow", "go")
     harness.drain()
-    assert (fresh(parent).status, parent.result) == ("completed", ["packed", "shipped", "billed"])
+    assert (refreshed(parent).status, parent.result) == (
+        "completed",
+        ["packed", "shipped", "billed"],
+    )
     # No finished work ran again: 'done' once, 'slow' once before its wait.
     assert work == {"done": 1, "flaky": 2, "slow": 1, "slow-after": 1}
     assert WorkflowInstance.objects.filter(parent=parent).count() == 3
@@ -519,7 +522,7 @@ def test_retry__a_parent_alone_meets_its_failed_child_again_until_retried_with_i
 
     workerflow.retry(parent)
     workerflow_harness.drain()
-    assert (fresh(parent).status, parent.error_step_id) == ("failed", "flaky")
+    assert (refreshed(parent).status, parent.error_step_id) == ("failed", "flaky")
     assert [child.key for child in workerflow.failed_children(parent)] == ["fan/flaky"]
 
     workerflow.retry(parent, with_children=True)
@@ -549,7 +552,7 @@ def test_retry__one_retry_with_children_recovers_an_all_whose_two_children_faile
 
     parent = workerflow.start(define(execute), key="two")
     workerflow_harness.drain()
-    parent = fresh(parent)
+    parent = refreshed(parent)
     assert (parent.status, parent.error_step_id, parent.other_error_step_ids) == (
         "failed",
         "a",
@@ -560,7 +563,7 @@ def test_retry__one_retry_with_children_recovers_an_all_whose_two_children_faile
     broken["on"] = False
     workerflow.retry(parent, with_children=True)
     workerflow_harness.drain()
-    assert (fresh(parent).status, parent.result) == ("completed", ["ok", "ok"])
+    assert (refreshed(parent).status, parent.result) == ("completed", ["ok", "ok"])
     assert len(calls) == 4
 
 
@@ -578,7 +581,7 @@ def test_retry__a_grandchild_failure_is_named_and_retried_down_the_family(
     middle = define(lambda self: self.child("leaf", leaf))
     top = workerflow.start(define(lambda self: self.child("middle", middle)), key="top")
     workerflow_harness.drain()
-    assert fresh(top).status == "failed"
+    assert refreshed(top).status == "failed"
     assert [child.key for child in workerflow.failed_children(top)] == [
         "top/middle",
         "top/middle/leaf",
@@ -587,7 +590,7 @@ def test_retry__a_grandchild_failure_is_named_and_retried_down_the_family(
     broken["on"] = False
     workerflow.retry(top, with_children=True)
     workerflow_harness.drain()
-    assert (fresh(top).status, top.result) == ("completed", "leaf")
+    assert (refreshed(top).status, top.result) == ("completed", "leaf")
 
 
 def test_retry__a_refused_child_start_starts_the_child_once_it_is_deployed(
@@ -601,7 +604,7 @@ def test_retry__a_refused_child_start_starts_the_child_once_it_is_deployed(
 
     parent = workerflow.start(define(execute), key="later")
     workerflow_harness.drain()
-    parent = fresh(parent)
+    parent = refreshed(parent)
     assert (parent.status, parent.error_name, parent.error_step_id) == (
         "failed",
         "WorkflowNotRegisteredError",
@@ -614,7 +617,7 @@ def test_retry__a_refused_child_start_starts_the_child_once_it_is_deployed(
     assert (step.state, step.error_name) == ("pending", "")
     workerflow_harness.drain()
 
-    assert (fresh(parent).status, parent.result) == ("completed", 6)
+    assert (refreshed(parent).status, parent.result) == ("completed", 6)
     step = Step.objects.get(instance=parent, step_id="ship")
     assert step.child_instance == WorkflowInstance.objects.get(key="later/ship")
     assert list(step.events.values_list("type", flat=True)) == [
@@ -631,12 +634,12 @@ def test_retry__a_wait_child_for_a_missing_key_looks_again(define, quick, worker
 
     waiter = workerflow.start(define(execute), key="waiter")
     workerflow_harness.drain()
-    assert (fresh(waiter).status, waiter.error_step_id) == ("failed", "await")
+    assert (refreshed(waiter).status, waiter.error_step_id) == ("failed", "await")
 
     workerflow.start(quick, key="started-later", input=5)
     workerflow.retry(waiter)
     workerflow_harness.drain()
-    assert (fresh(waiter).status, waiter.result) == ("completed", 10)
+    assert (refreshed(waiter).status, waiter.result) == ("completed", 10)
 
 
 def test_retry__does_not_take_back_a_cancellation_an_operator_made(
@@ -652,14 +655,14 @@ def test_retry__does_not_take_back_a_cancellation_an_operator_made(
     workerflow_harness.drain()
     workerflow.cancel("op/ship", reason="out of stock")
     workerflow_harness.drain()
-    assert (fresh(parent).status, parent.error_name) == ("failed", "WorkflowCancelledError")
+    assert (refreshed(parent).status, parent.error_name) == ("failed", "WorkflowCancelledError")
     assert [(c.key, c.status) for c in workerflow.failed_children(parent)] == [
         ("op/ship", "cancelled")
     ]
 
     workerflow.retry(parent, with_children=True)
     workerflow_harness.drain()
-    assert fresh(parent).status == "failed"
+    assert refreshed(parent).status == "failed"
     assert WorkflowInstance.objects.get(key="op/ship").status == "cancelled"
 
 
@@ -680,7 +683,7 @@ def test_retry__takes_back_a_paused_child_as_paused(define, shipment, workerflow
     workerflow_harness.drain()
     workerflow.pause("pp/ship")
     workerflow_harness.advance(61)
-    assert fresh(parent).status == "failed"
+    assert refreshed(parent).status == "failed"
     assert WorkflowInstance.objects.get(key="pp/ship").status == "cancelled"
 
     workerflow.retry(parent)

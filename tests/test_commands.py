@@ -24,6 +24,8 @@ from django_workerflow.models import (
 )
 from django_workerflow.runtime import purge
 
+from .runtime_helpers import status_of
+
 pytestmark = pytest.mark.django_db
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,10 +35,6 @@ def run(*args: str) -> str:
     out = StringIO()
     call_command("workerflow", *args, stdout=out)
     return out.getvalue()
-
-
-def status_of(key: str) -> str:
-    return WorkflowInstance.objects.get(key=key).status
 
 
 def shop_execute(self):
@@ -521,6 +519,7 @@ def manage(*args: str, db_path: Path | None = None) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -542,6 +541,7 @@ def test_command_line__bad_arguments_exit_2_with_one_line(args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 def test_command_line__a_refused_operation_exits_1_with_one_line(tmp_path):
     db_path = tmp_path / "cli.sqlite3"
     migrate = manage("migrate", "--verbosity", "0", db_path=db_path)
@@ -563,6 +563,7 @@ def test_command_line__a_refused_operation_exits_1_with_one_line(tmp_path):
     assert listed.stdout == "No workflow instance matches.\n"
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 def test_command_line__show_into_a_closed_pipe_exits_quietly(tmp_path):
     # As `workerflow show KEY | head` once `head` has gone: the reading end is closed.
     db_path = tmp_path / "cli.sqlite3"

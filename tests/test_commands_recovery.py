@@ -14,6 +14,7 @@ import django_workerflow as workerflow
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
 
 from .factories import WorkflowInstanceFactory
+from .runtime_helpers import fail_every_attempt, get
 from .test_commands import manage
 
 pytestmark = pytest.mark.django_db
@@ -26,10 +27,6 @@ def run(*args: str) -> str:
     out = StringIO()
     call_command("workerflow", *args, stdout=out)
     return out.getvalue()
-
-
-def get(key: str) -> WorkflowInstance:
-    return WorkflowInstance.objects.get(key=key)
 
 
 def checkout_v1(self):
@@ -307,6 +304,7 @@ def test_show__warns_of_a_definition_no_worker_has(db):
 # The command line ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 def test_command_line__recovery_subcommands_exit_1_or_2_with_one_line(tmp_path):
     db_path = tmp_path / "cli.sqlite3"
     assert manage("migrate", "--verbosity", "0", db_path=db_path).returncode == 0
@@ -325,10 +323,3 @@ def test_command_line__recovery_subcommands_exit_1_or_2_with_one_line(tmp_path):
         assert result.returncode == 2
         assert len(result.stderr.strip().splitlines()) == 1
         assert "Traceback" not in result.stderr
-
-
-def fail_every_attempt(harness) -> None:
-    """Run the instances' attempts one by one until their retries are used up."""
-    harness.drain()
-    for _ in range(3):
-        harness.advance(600)

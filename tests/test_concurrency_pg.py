@@ -26,6 +26,8 @@ from django_workerflow.models import (
 from django_workerflow.runtime import verbs
 from tests.threads import in_threads
 
+from .runtime_helpers import refreshed
+
 pytestmark = [
     pytest.mark.postgres_only,
     pytest.mark.skipif(
@@ -41,11 +43,6 @@ rng = random.Random(20260319)
 
 def jitter(upper: float) -> None:
     time.sleep(rng.uniform(0, upper))
-
-
-def fresh(instance: WorkflowInstance) -> WorkflowInstance:
-    instance.refresh_from_db()
-    return instance
 
 
 def workflow_event_types(instance: WorkflowInstance) -> list[str]:
@@ -130,7 +127,7 @@ def test_send_event__racing_a_tick_that_creates_the_wait_is_never_lost(
         claimed_at_once[sent.claimed_by_id is not None] += 1
         workerflow_harness.drain()
 
-        instance = fresh(instance)
+        instance = refreshed(instance)
         assert instance.status == WorkflowStatus.COMPLETED, (iteration, instance.status)
         assert instance.result == {"n": iteration}
         event = InboundEvent.objects.get(instance=instance)
@@ -199,7 +196,7 @@ def test_pause__racing_a_tick_leaves_a_paused_instance_with_a_consistent_history
 
         _, paused = in_threads(tick, pause)
 
-        instance = fresh(instance)
+        instance = refreshed(instance)
         if not paused:  # the tick finished every step before the pause arrived
             assert instance.status == WorkflowStatus.COMPLETED
             continue
@@ -215,7 +212,7 @@ def test_pause__racing_a_tick_leaves_a_paused_instance_with_a_consistent_history
         instance.resume()
         workerflow_harness.drain()
 
-        instance = fresh(instance)
+        instance = refreshed(instance)
         assert instance.status == WorkflowStatus.COMPLETED
         assert instance.result == list(range(STEPS))
         assert assert_prefix_of_steps_ran_once(instance, calls) == STEPS
@@ -251,7 +248,7 @@ def test_cancel__racing_a_tick_means_no_step_starts_afterwards(
 
         _, (cancelled, steps_at_cancel) = in_threads(tick, cancel)
 
-        instance = fresh(instance)
+        instance = refreshed(instance)
         if not cancelled:
             assert instance.status == WorkflowStatus.COMPLETED
             continue
@@ -289,7 +286,7 @@ def test_tick__two_racing_ticks_run_each_step_once(transactional_db, define, wor
         workerflow_harness.drain()
 
         assert "completed" in outcomes
-        instance = fresh(instance)
+        instance = refreshed(instance)
         assert instance.status == WorkflowStatus.COMPLETED
         assert instance.result == list(range(STEPS))
         assert assert_prefix_of_steps_ran_once(instance, calls) == STEPS

@@ -7,13 +7,12 @@ from collections import Counter
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
-from django.test import Client
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
 
-from .admin_helpers import change_url, changelist_url, text
+from .admin_helpers import change_url, changelist_url, staff_client, text
+from .runtime_helpers import get
 
 pytestmark = pytest.mark.django_db
 
@@ -65,20 +64,6 @@ def sleeper(define, workerflow_harness):
     workerflow.start(define(execute, name="sleeper"), key="sleeping-1")
     workerflow_harness.drain()
     return WorkflowInstance.objects.get(key="sleeping-1")
-
-
-def staff(*codenames: str) -> Client:
-    user = User.objects.create_user(f"staff-{User.objects.count()}", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="workerflow", codename__in=codenames)
-    )
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def get(key: str) -> WorkflowInstance:
-    return WorkflowInstance.objects.get(key=key)
 
 
 def messages_of(response) -> list[str]:
@@ -325,7 +310,7 @@ def test_fork_selected__opens_the_fork_page_of_the_one_selected(admin_client, ch
 
 
 def test_permissions__without_them_retry_and_fork_are_hidden(checkout):
-    viewer = staff("view_workflowinstance")
+    viewer = staff_client("view_workflowinstance")
 
     page = viewer.get(change_url(get("failed-1")))
     listing = viewer.get(changelist_url())
@@ -339,7 +324,7 @@ def test_permissions__without_them_retry_and_fork_are_hidden(checkout):
 
 @pytest.mark.parametrize("view", ["retry", "fork"])
 def test_permissions__a_crafted_post_is_refused(checkout, view):
-    viewer = staff("view_workflowinstance", "pause_workflowinstance")
+    viewer = staff_client("view_workflowinstance", "pause_workflowinstance")
 
     response = viewer.post(
         change_url(get("failed-1"), view), {"reason": "x", "version": "2", "from_step": ""}
@@ -353,7 +338,7 @@ def test_permissions__a_crafted_post_is_refused(checkout, view):
 
 @pytest.mark.parametrize("action", ["retry_selected", "fork_selected"])
 def test_permissions__a_crafted_action_post_is_refused(checkout, action):
-    viewer = staff("view_workflowinstance")
+    viewer = staff_client("view_workflowinstance")
 
     response = viewer.post(
         changelist_url(),
@@ -365,8 +350,8 @@ def test_permissions__a_crafted_action_post_is_refused(checkout, action):
 
 
 def test_permissions__each_needs_its_own(checkout):
-    retrier = staff("view_workflowinstance", "retry_workflowinstance")
-    forker = staff("view_workflowinstance", "fork_workflowinstance")
+    retrier = staff_client("view_workflowinstance", "retry_workflowinstance")
+    forker = staff_client("view_workflowinstance", "fork_workflowinstance")
 
     retrier_controls = retrier.get(change_url(get("failed-1"))).context["controls"]
     forker_controls = forker.get(change_url(get("failed-1"))).context["controls"]

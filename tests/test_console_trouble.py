@@ -17,12 +17,9 @@ from django_workerflow.models import WorkflowInstance
 
 from .admin_helpers import change_url, changelist_url, text
 from .factories import WorkflowInstanceFactory
+from .runtime_helpers import fail_every_attempt, get
 
 pytestmark = pytest.mark.django_db
-
-
-def get(key: str) -> WorkflowInstance:
-    return WorkflowInstance.objects.get(key=key)
 
 
 def order_execute(self):
@@ -240,13 +237,6 @@ def test_missing_definition__goes_away_when_the_definition_is_registered(
     define(order_execute, name="late", version="1")
 
     assert "no worker has workflow" not in text(admin_client.get(changelist_url()))
-
-
-def fail_every_attempt(harness) -> None:
-    """Run the instances' attempts one by one until their retries are used up."""
-    harness.drain()
-    for _ in range(3):
-        harness.advance(600)
 
 
 def test_send_event__a_queued_event_says_which_events_the_instance_waits_for(

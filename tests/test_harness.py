@@ -21,13 +21,10 @@ from django_workerflow.signals import workflow_status_changed
 from django_workerflow.testing import Harness
 from django_workerflow.values import clock
 
+from .runtime_helpers import refreshed
+
 T0 = datetime(2001, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
 ENGINE_MODELS = (WorkflowInstance, Step, StepEvent, WorkflowEvent, InboundEvent)
-
-
-def fresh(instance: WorkflowInstance) -> WorkflowInstance:
-    instance.refresh_from_db()
-    return instance
 
 
 def written_timestamps() -> dict[str, datetime]:
@@ -100,7 +97,7 @@ def test_harness__every_timestamp_written_is_the_virtual_time(define):
         event = workerflow.send_event(instance, "answered", "yes")
         harness.drain()
 
-    instance = fresh(instance)
+    instance = refreshed(instance)
     assert instance.status == WorkflowStatus.COMPLETED
     allowed = {T0, retry_at, woke_at, woke_at + timedelta(days=1), answered_at}
     stray = {label: value for label, value in written_timestamps().items() if value not in allowed}
@@ -173,7 +170,7 @@ def test_harness__pause_resume_and_cancel_timestamps_are_virtual(define, db):
         ("resumed", minutes[2]),
         ("cancelled", minutes[3]),
     ]
-    assert fresh(instance).finished_at == minutes[3]
+    assert refreshed(instance).finished_at == minutes[3]
     assert set(written_timestamps().values()) <= set(minutes) | {T0 + timedelta(seconds=60)}
 
 
@@ -185,10 +182,10 @@ def test_harness__nothing_runs_until_drain(define, workerflow_harness):
     instance = workerflow.start(define(lambda self: self.run("a", lambda: calls.update("a"))))
 
     assert calls["a"] == 0
-    assert fresh(instance).status == WorkflowStatus.PENDING
+    assert refreshed(instance).status == WorkflowStatus.PENDING
     assert workerflow_harness.drain() == 1
     assert calls["a"] == 1
-    assert fresh(instance).status == WorkflowStatus.COMPLETED
+    assert refreshed(instance).status == WorkflowStatus.COMPLETED
 
 
 def test_harness__advance_fires_a_sleep_exactly_when_due_and_not_before(define, workerflow_harness):
@@ -198,13 +195,13 @@ def test_harness__advance_fires_a_sleep_exactly_when_due_and_not_before(define, 
 
     assert workerflow_harness.advance(timedelta(seconds=10) - timedelta(microseconds=1)) == 0
     assert Step.objects.get(step_id="nap").state == "waiting"
-    assert fresh(instance).status == WorkflowStatus.RUNNING
+    assert refreshed(instance).status == WorkflowStatus.RUNNING
 
     assert workerflow_harness.advance(timedelta(microseconds=1)) == 1
     assert workerflow_harness.now() == due
     nap = Step.objects.get(step_id="nap")
     assert (nap.state, nap.resolved_at) == ("elapsed", due)
-    assert fresh(instance).status == WorkflowStatus.COMPLETED
+    assert refreshed(instance).status == WorkflowStatus.COMPLETED
 
 
 def test_harness__advance_fires_sleeps_in_due_order(define, workerflow_harness):
@@ -340,7 +337,7 @@ def test_harness__drives_a_workflow_in_a_transactional_db_test(
     workerflow.send_event(instance, "answered", {"score": 9})
     workerflow_harness.drain()
 
-    assert fresh(instance).result == {"score": 9}
+    assert refreshed(instance).result == {"score": 9}
     assert calls["flaky"] == 2
     assert status_changes == [
         ("transactional", "pending", None),
@@ -360,7 +357,7 @@ def test_harness__drives_a_workflow_in_a_django_db_test(define, workerflow_harne
     workerflow.send_event(instance, "answered", {"score": 9})
     workerflow_harness.drain()
 
-    assert fresh(instance).result == {"score": 9}
+    assert refreshed(instance).result == {"score": 9}
     assert calls["flaky"] == 2
 
 
@@ -377,7 +374,7 @@ def test_harness__every_timestamp_is_virtual_in_a_transactional_test(define):
         workerflow.send_event(instance, "answered", "yes")
         harness.drain()
 
-    assert fresh(instance).status == WorkflowStatus.COMPLETED
+    assert refreshed(instance).status == WorkflowStatus.COMPLETED
     retry_at = T0 + timedelta(seconds=0.25)
     woke_at = retry_at + timedelta(hours=1)
     allowed = {T0, retry_at, woke_at, woke_at + timedelta(days=1)}

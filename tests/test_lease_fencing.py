@@ -7,11 +7,10 @@ while the outcome of the attempt it already started is fenced by the step row al
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from django_workerflow.engine.execution import (
     INTERRUPTED_ERROR_NAME,
@@ -19,26 +18,16 @@ from django_workerflow.engine.execution import (
     Execution,
 )
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime.starting import start
 from django_workerflow.runtime.tick import PassResult, _settle
-from django_workerflow.store import lease
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values.clock import now
 from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import PassOutcome, StepState, StopReason, TickOutcome
 
 from .factories import WorkflowInstanceFactory
+from .runtime_helpers import claim
 
 pytestmark = pytest.mark.django_db
-
-
-def claim(instance: WorkflowInstance) -> StepStore:
-    """Claim the instance as a tick does, and return that tick's store."""
-    token = uuid.uuid4().hex
-    with transaction.atomic():
-        locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
-        lease.claim(locked, token, now())
-    return StepStore(instance.pk, lease_token=token, start_child=start)
 
 
 def take_over(instance: WorkflowInstance) -> StepStore:

@@ -46,6 +46,7 @@ def wait_for(condition, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 @override_settings(WORKERFLOW_LEASE_SECONDS=LEASE)
 def test_heartbeat__renews_every_running_tick_and_stops_when_it_ends():
     (first, first_token), (second, second_token) = claimed(), claimed()
@@ -63,6 +64,7 @@ def test_heartbeat__renews_every_running_tick_and_stops_when_it_ends():
     assert (expiry(first), expiry(second)) == (ended[first.pk], ended[second.pk])
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 @override_settings(WORKERFLOW_LEASE_SECONDS=LEASE)
 def test_heartbeat__a_lost_lease_is_logged_once_and_no_longer_renewed(caplog):
     instance, token = claimed()
@@ -76,6 +78,7 @@ def test_heartbeat__a_lost_lease_is_logged_once_and_no_longer_renewed(caplog):
     assert caplog.text.count(f"lease lost instance={instance.pk}") == 1
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 @override_settings(WORKERFLOW_LEASE_SECONDS=LEASE)
 def test_heartbeat__a_tick_that_ended_is_not_reported_lost(caplog):
     instance, token = claimed()
@@ -87,4 +90,4 @@ def test_heartbeat__a_tick_that_ended_is_not_reported_lost(caplog):
     time.sleep(2 * LEASE)
 
     assert "lease lost" not in caplog.text
-    assert not _renewer._leases
+    assert not _renewer._leases  # noqa: SLF001 - the renewer holds no lease once ticks end

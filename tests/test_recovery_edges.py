@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow.conf import settings
 from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import Step, StepEvent, StepEventType, WorkflowStatus
+
+from .runtime_helpers import lease_runs_out
 
 pytestmark = pytest.mark.django_db
 
@@ -39,11 +40,6 @@ def failed_attempts(instance, step_id: str) -> list[str]:
             step__instance=instance, step__step_id=step_id, type=StepEventType.ATTEMPT_FAILED
         ).values_list("error_name", flat=True)
     )
-
-
-def lease_runs_out(harness) -> None:
-    harness.advance(settings.LEASE_SECONDS + 1)  # the take-over, then the interrupted retry
-    harness.advance(1)
 
 
 @pytest.mark.parametrize("max_attempts", [1, 3])

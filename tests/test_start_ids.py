@@ -112,7 +112,7 @@ def test_id_block__discard_makes_the_next_take_draw_again():
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
 def test_id_block__a_forked_child_draws_its_own_block():
     block, sequence = instance_ids.IdBlock(10), FakeSequence()
-    os.register_at_fork(after_in_child=block._reset)
+    os.register_at_fork(after_in_child=block._reset)  # noqa: SLF001 - the hook instance_ids registers
     assert block.take(sequence) == 1
     read, write = os.pipe()
 
@@ -234,7 +234,7 @@ def test_start__an_id_already_taken_costs_a_retry_not_an_error(define, in_transa
     instance_ids.id_block.discard()
     first = workerflow.start(workflow, key="draws-a-block")
     squatter = WorkflowInstance.objects.create(
-        pk=instance_ids.id_block._ids[-1],  # the next id the block hands out
+        pk=instance_ids.id_block._ids[-1],  # noqa: SLF001 - the next id the block hands out
         key="squatter",
         definition_name=workflow.name,
         definition_version=workflow.version,

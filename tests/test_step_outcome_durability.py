@@ -12,10 +12,11 @@ import pytest
 from django.test import override_settings
 
 import django_workerflow as workerflow
-from django_workerflow.conf import settings
 from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import Step, StepEvent, StepEventType, StepState, WorkflowStatus
 from django_workerflow.runtime import verbs
+
+from .runtime_helpers import lease_runs_out
 
 pytestmark = pytest.mark.django_db
 
@@ -34,11 +35,6 @@ def events(instance, step_id: str) -> list[str]:
         .order_by("id")
         .values_list("type", flat=True)
     )
-
-
-def lease_runs_out(harness) -> None:
-    harness.advance(settings.LEASE_SECONDS + 1)  # the take-over, then the interrupted retry
-    harness.advance(1)
 
 
 def test_crash_right_after_a_callback_returns__re_runs_that_step_only(define, workerflow_harness):

@@ -11,20 +11,17 @@ workflow through the harness.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
 
 import django_workerflow as workerflow
 from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
 from django_workerflow.runtime.starting import start
-from django_workerflow.store import lease
 from django_workerflow.store.records import StepRecord
 from django_workerflow.store.steps import StepStore
 from django_workerflow.testing import Harness
@@ -32,6 +29,7 @@ from django_workerflow.values.clock import now
 from django_workerflow.values.states import StepEventType, StepState, StepType
 
 from .factories import WorkflowInstanceFactory
+from .runtime_helpers import claim
 
 RUN, SLEEP, WAIT = StepType.RUN, StepType.SLEEP, StepType.WAIT
 
@@ -44,11 +42,7 @@ def instance(db: None) -> WorkflowInstance:
 @pytest.fixture
 def store(instance: WorkflowInstance) -> StepStore:
     """The store of a tick that claimed ``instance`` (now running, leased)."""
-    token = uuid.uuid4().hex
-    with transaction.atomic():
-        locked = WorkflowInstance.objects.select_for_update().get(pk=instance.pk)
-        lease.claim(locked, token, now())
-    return StepStore(instance.pk, lease_token=token, start_child=start)
+    return claim(instance)
 
 
 # Helpers -------------------------------------------------------------------------------
@@ -127,17 +121,19 @@ def drive(define: Callable[..., Any], harness: Harness, execute: Callable[[Any],
     return instance
 
 
-# Run steps: get_or_create_step ----------------------------------------------------------
+# Run steps: create_started_run_step ---------------------------------------------------
 
 
-def test_get_or_create_run_step__creates_a_new_run_step(store: StepStore) -> None:
+def test_create_started_run_step__creates_a_running_step_with_its_first_attempt(
+    store: StepStore,
+) -> None:
     """creates a new run step (in production, with its first attempt started)"""
     step = start_run_step(store, "step-1")
 
     assert_matches(step, step_id="step-1", type=RUN, state=StepState.RUNNING, attempt_count=1)
 
 
-def test_get_or_create_run_step__creates_once_and_returns_the_same_durable_row_on_later_reads(
+def test_create_started_run_step__writes_one_row_that_later_reads_return(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """creates a run step once and returns the same durable row on subsequent reads"""
@@ -149,7 +145,7 @@ def test_get_or_create_run_step__creates_once_and_returns_the_same_durable_row_o
     assert instance.steps.count() == 1
 
 
-def test_get_or_create_run_step__does_not_write_an_attempt_started_event_when_in_progress(
+def test_require__rereading_a_running_step_writes_no_second_attempt_started_event(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """does not write an 'attempt_started' step event when a run step is already in progress"""
@@ -163,7 +159,7 @@ def test_get_or_create_run_step__does_not_write_an_attempt_started_event_when_in
     )
 
 
-def test_get_or_create_run_step__persists_max_attempts_on_the_run_step_row(
+def test_create_started_run_step__persists_max_attempts_on_the_row(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """persists 'max_attempts' on the run step row"""
@@ -527,10 +523,10 @@ def test_mark_attempt_failed__rejects_when_the_step_is_still_pending(store: Step
         fail_attempt(store, "step-1", 1, "bad")
 
 
-# Sleep steps: get_or_create_step --------------------------------------------------------
+# Sleep steps: sleep_step ----------------------------------------------------------------
 
 
-def test_get_or_create_sleep_step__creates_a_sleep_step(store: StepStore) -> None:
+def test_sleep_step__creates_a_waiting_sleep_step_with_its_wake_time(store: StepStore) -> None:
     """creates a sleep step"""
     wake_at = now() + timedelta(seconds=60)
 
@@ -539,7 +535,7 @@ def test_get_or_create_sleep_step__creates_a_sleep_step(store: StepStore) -> Non
     assert_matches(step, step_id="sleep-1", type=SLEEP, state=StepState.WAITING, wake_at=wake_at)
 
 
-def test_get_or_create_sleep_step__creates_once_and_returns_the_same_durable_row_on_later_reads(
+def test_sleep_step__writes_one_row_that_later_calls_and_reads_return(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """creates a sleep step once and returns the same durable row on subsequent reads"""
@@ -551,7 +547,7 @@ def test_get_or_create_sleep_step__creates_once_and_returns_the_same_durable_row
     assert instance.steps.count() == 1
 
 
-def test_get_or_create_sleep_step__writes_a_sleep_waiting_step_event(
+def test_sleep_step__writes_a_sleep_waiting_step_event(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """writes a 'sleep_waiting' step event"""
@@ -565,7 +561,7 @@ def test_get_or_create_sleep_step__writes_a_sleep_waiting_step_event(
     )
 
 
-def test_get_or_create_sleep_step__schedules_an_alarm(
+def test_sleep__sets_the_instance_alarm_to_the_wake_time(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """schedules an alarm"""
@@ -574,7 +570,7 @@ def test_get_or_create_sleep_step__schedules_an_alarm(
     assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
-def test_get_or_create_sleep_step__replaces_any_existing_alarm_with_a_new_alarm(
+def test_sleep__a_later_sleep_replaces_the_earlier_alarm(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """replaces any existing alarm with a new alarm"""
@@ -591,7 +587,7 @@ def test_get_or_create_sleep_step__replaces_any_existing_alarm_with_a_new_alarm(
     assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
-def test_get_or_create_sleep_step__does_not_schedule_an_alarm_for_an_existing_past_wake_at(
+def test_sleep__an_elapsed_sleep_leaves_no_alarm(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """does not schedule an alarm when an existing sleep step has a past wake_at"""
@@ -607,7 +603,7 @@ def test_get_or_create_sleep_step__does_not_schedule_an_alarm_for_an_existing_pa
     assert alarm_of(instance) is None
 
 
-def test_get_or_create_sleep_step__does_not_append_a_second_sleep_waiting_event_when_it_exists(
+def test_sleep_step__a_second_call_writes_no_second_sleep_waiting_event(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """does not append a second sleep_waiting step_events row when the sleep step already exists"""
@@ -621,7 +617,7 @@ def test_get_or_create_sleep_step__does_not_append_a_second_sleep_waiting_event_
     )
 
 
-def test_get_or_create_sleep_step__does_not_set_an_alarm_when_re_reading_an_elapsed_sleep_step(
+def test_sleep__replaying_an_elapsed_sleep_sets_no_alarm(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """does not set an alarm when re-reading an already elapsed sleep step"""
@@ -686,10 +682,10 @@ def test_mark_sleep_elapsed__throws_when_the_step_is_already_elapsed(store: Step
         store.mark_sleep_elapsed("sleep-1")
 
 
-# Wait steps: get_or_create_step ---------------------------------------------------------
+# Wait steps: wait_step ------------------------------------------------------------------
 
 
-def test_get_or_create_wait_step__creates_a_wait_step_when_no_timeout_is_provided(
+def test_wait_step__creates_a_waiting_step_without_a_timeout(
     store: StepStore,
 ) -> None:
     """creates a wait step when no timeout is provided"""
@@ -699,7 +695,7 @@ def test_get_or_create_wait_step__creates_a_wait_step_when_no_timeout_is_provide
     assert step.timeout_at is None
 
 
-def test_get_or_create_wait_step__creates_a_wait_step_when_a_timeout_is_provided(
+def test_wait_step__creates_a_waiting_step_with_its_timeout(
     store: StepStore,
 ) -> None:
     """creates a wait step when a timeout is provided"""
@@ -717,7 +713,7 @@ def test_get_or_create_wait_step__creates_a_wait_step_when_a_timeout_is_provided
     )
 
 
-def test_get_or_create_wait_step__writes_a_wait_waiting_step_event(
+def test_wait_step__writes_a_wait_waiting_step_event(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """writes a 'wait_waiting' step event"""
@@ -738,7 +734,7 @@ def test_get_or_create_wait_step__writes_a_wait_waiting_step_event(
     )
 
 
-def test_get_or_create_wait_step__creates_once_and_returns_the_same_durable_row_on_later_reads(
+def test_wait_step__writes_one_row_that_later_calls_and_reads_return(
     instance: WorkflowInstance, store: StepStore
 ) -> None:
     """creates a wait step once and returns the same durable row on subsequent reads"""
@@ -759,7 +755,7 @@ def test_get_or_create_wait_step__creates_once_and_returns_the_same_durable_row_
     assert instance.steps.count() == 1
 
 
-def test_get_or_create_wait_step__schedules_an_alarm_when_a_timeout_is_provided(
+def test_wait__with_a_timeout_sets_the_instance_alarm_to_it(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """schedules an alarm when a timeout is provided"""
@@ -770,7 +766,7 @@ def test_get_or_create_wait_step__schedules_an_alarm_when_a_timeout_is_provided(
     assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
-def test_get_or_create_wait_step__replaces_any_existing_alarm_when_a_timeout_is_provided(
+def test_wait__with_a_timeout_replaces_the_earlier_alarm(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """replaces any existing alarm with a new alarm when a timeout is provided"""
@@ -785,7 +781,7 @@ def test_get_or_create_wait_step__replaces_any_existing_alarm_when_a_timeout_is_
     assert alarm_of(instance) == workerflow_harness.now() + timedelta(seconds=60)
 
 
-def test_get_or_create_wait_step__does_not_schedule_an_alarm_when_no_timeout_is_provided(
+def test_wait__without_a_timeout_leaves_no_alarm(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """doesn't schedule an alarm when no timeout is provided"""
@@ -794,7 +790,7 @@ def test_get_or_create_wait_step__does_not_schedule_an_alarm_when_no_timeout_is_
     assert alarm_of(instance) is None
 
 
-def test_get_or_create_wait_step__uses_the_stored_timeout_at_for_the_alarm_not_the_callers(
+def test_wait__replay_keeps_the_recorded_timeout_for_the_alarm_not_the_new_one(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """uses the stored timeout_at for the alarm, not the caller-provided timeoutAt"""
@@ -811,7 +807,7 @@ def test_get_or_create_wait_step__uses_the_stored_timeout_at_for_the_alarm_not_t
     assert alarm_of(instance) == original_timeout
 
 
-def test_get_or_create_wait_step__does_not_schedule_an_alarm_for_an_existing_past_timeout_at(
+def test_wait__a_passed_timeout_leaves_no_alarm(
     define: Callable[..., Any], workerflow_harness: Harness
 ) -> None:
     """does not schedule an alarm when an existing wait step has a past timeout_at"""

@@ -1,19 +1,21 @@
 """Text the database cannot store: refused before any write, or made safe if it is an error.
 
 A lone UTF-16 surrogate cannot be encoded as UTF-8 (both databases), and PostgreSQL's text
-columns refuse NUL; both are refused on both databases alike. Error text is never refused:
-it is escaped and cut to its column, because a failure must always be recorded.
+columns refuse NUL; both are refused on both databases alike. Where a user passes such text
+(keys, event names, step ids, inputs, payloads, reasons, definition names) the refusal is a
+case of the bad-input matrix (tests/reliability/test_bad_input.py); here are the values a
+workflow produces, and error text, which is never refused: it is escaped and cut to its
+column, because a failure must always be recorded.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 import django_workerflow as workerflow
-from django_workerflow import NonRetryableStepError, WorkflowDefinition, WorkflowInputError
+from django_workerflow import NonRetryableStepError, WorkflowInputError
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -30,8 +32,9 @@ from django_workerflow.values.storable import (
     safe_text,
 )
 
-SURROGATE = "\ud800"
-NUL = "\x00"
+from .bad_values import NUL, SURROGATE
+from .runtime_helpers import refreshed, waits_for_go
+
 UNSTORABLE = [pytest.param(SURROGATE, id="surrogate"), pytest.param(NUL, id="nul")]
 
 pytestmark = pytest.mark.django_db
@@ -44,82 +47,12 @@ def row_counts() -> tuple[int, ...]:
     )
 
 
-def fresh(instance: WorkflowInstance) -> WorkflowInstance:
-    instance.refresh_from_db()
-    return instance
-
-
-def waits_for_go(self):
-    return self.wait("go", "go")
-
-
-@pytest.fixture
-def waiting(define, workerflow_harness) -> WorkflowInstance:
-    instance = workerflow.start(define(waits_for_go), key="waiting")
-    workerflow_harness.drain()
-    return instance
-
-
-# User values at the call sites -------------------------------------------------------
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_start__refuses_an_unstorable_key_and_writes_nothing(define, workerflow_harness, bad):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="instance key"):
-        workerflow.start(define(waits_for_go), key=f"order{bad}1")
-    assert row_counts() == before
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        pytest.param({"name": SURROGATE}, id="value"),
-        pytest.param({SURROGATE: 1}, id="key"),
-        pytest.param([["deep", f"a{SURROGATE}b"]], id="nested"),
-    ],
-)
-def test_start__refuses_an_input_holding_a_lone_surrogate(define, workerflow_harness, value):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match=r"workflow input .*surrogate"):
-        workerflow.start(define(waits_for_go), input=value)
-    assert row_counts() == before
+# Values at the call sites -------------------------------------------------------------
 
 
 def test_start__keeps_an_input_holding_nul_as_escaped_json(define, workerflow_harness):
     instance = workerflow.start(define(waits_for_go), input={"a": f"x{NUL}y"})
-    assert fresh(instance).input == {"a": f"x{NUL}y"}
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_send_event__refuses_an_unstorable_event_name_and_writes_nothing(waiting, bad):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="event name"):
-        workerflow.send_event(waiting.key, f"go{bad}")
-    assert row_counts() == before
-
-
-def test_send_event__refuses_a_payload_holding_a_lone_surrogate(waiting):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="payload of event 'go'"):
-        workerflow.send_event(waiting.key, "go", {"note": SURROGATE})
-    assert row_counts() == before
-    assert fresh(waiting).status == WorkflowStatus.RUNNING
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_send_event__refuses_an_unstorable_instance_key(waiting, bad):
-    with pytest.raises(WorkflowInputError, match="instance key"):
-        workerflow.send_event(f"waiting{bad}", "go")
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_cancel__refuses_an_unstorable_reason_and_leaves_the_instance(waiting, bad):
-    before = row_counts()
-    with pytest.raises(WorkflowInputError, match="cancel reason"):
-        workerflow.cancel(waiting, reason=f"because{bad}")
-    assert row_counts() == before
-    assert fresh(waiting).status == WorkflowStatus.RUNNING
+    assert refreshed(instance).input == {"a": f"x{NUL}y"}
 
 
 @pytest.fixture
@@ -129,7 +62,7 @@ def failed(define, workerflow_harness) -> WorkflowInstance:
 
     instance = workerflow.start(define(execute), key="failed")
     workerflow_harness.drain()
-    assert fresh(instance).status == WorkflowStatus.FAILED
+    assert refreshed(instance).status == WorkflowStatus.FAILED
     return instance
 
 
@@ -139,7 +72,7 @@ def test_retry__refuses_an_unstorable_reason_and_leaves_the_instance(failed, bad
     with pytest.raises(WorkflowInputError, match="retry reason contains"):
         workerflow.retry(failed, reason=f"fixed{bad}")
     assert row_counts() == before
-    assert fresh(failed).status == WorkflowStatus.FAILED
+    assert refreshed(failed).status == WorkflowStatus.FAILED
 
 
 @pytest.mark.parametrize("bad", UNSTORABLE)
@@ -169,38 +102,7 @@ def test_start__refuses_an_unstorable_concurrency_key_and_writes_nothing(
     assert row_counts() == before
 
 
-@pytest.mark.parametrize("bad", UNSTORABLE)
-def test_definition__refuses_an_unstorable_name(bad):
-    with pytest.raises(ImproperlyConfigured, match="name"):
-        type(
-            "Bad",
-            (WorkflowDefinition,),
-            {"name": f"bad{bad}", "execute": lambda self: None, "__module__": __name__},
-        )
-
-
-# User values inside execute() --------------------------------------------------------
-
-
-@pytest.mark.parametrize("bad", UNSTORABLE)
-@pytest.mark.parametrize(
-    "body",
-    [
-        pytest.param(lambda self, bad: self.run(f"step{bad}", lambda: 1), id="run-step-id"),
-        pytest.param(lambda self, bad: self.sleep(f"nap{bad}", 5), id="sleep-step-id"),
-        pytest.param(lambda self, bad: self.wait(f"w{bad}", "go"), id="wait-step-id"),
-        pytest.param(lambda self, bad: self.wait("w", f"go{bad}"), id="event-name"),
-    ],
-)
-def test_execute__an_unstorable_step_id_or_event_name_fails_the_workflow(
-    define, workerflow_harness, body, bad
-):
-    instance = workerflow.start(define(lambda self: body(self, bad)))
-    workerflow_harness.drain()
-    instance = fresh(instance)
-    assert instance.status == WorkflowStatus.FAILED
-    assert instance.error_name == "WorkflowInputError"
-    assert Step.objects.filter(instance=instance).count() == 0
+# Values the workflow produces --------------------------------------------------------
 
 
 def test_run__a_result_holding_a_lone_surrogate_fails_the_step_as_non_retryable(
@@ -219,8 +121,8 @@ def test_run__a_result_holding_a_lone_surrogate_fails_the_step_as_non_retryable(
     workerflow_harness.drain()
     step = Step.objects.get(instance=instance, step_id="answer")
     assert (step.state, step.attempt_count) == (StepState.FAILED, 1)
-    assert fresh(instance).status == WorkflowStatus.FAILED
-    assert fresh(instance).error_name == "NonRetryableStepError"
+    assert refreshed(instance).status == WorkflowStatus.FAILED
+    assert refreshed(instance).error_name == "NonRetryableStepError"
     assert "surrogate" in seen[0]
 
 
@@ -230,13 +132,13 @@ def test_run__an_atomic_result_holding_a_lone_surrogate_fails_the_step(define, w
     )
     workerflow_harness.drain()
     assert Step.objects.get(instance=instance).state == StepState.FAILED
-    assert fresh(instance).error_name == "NonRetryableStepError"
+    assert refreshed(instance).error_name == "NonRetryableStepError"
 
 
 def test_execute__returning_a_lone_surrogate_fails_the_workflow_once(define, workerflow_harness):
     instance = workerflow.start(define(lambda self: [SURROGATE]))
     assert workerflow_harness.drain() == 1
-    instance = fresh(instance)
+    instance = refreshed(instance)
     assert instance.status == WorkflowStatus.FAILED
     assert instance.error_name == "WorkflowInputError"
     assert "return value" in instance.error_message
@@ -261,7 +163,7 @@ def test_run__an_error_message_holding_unstorable_text_is_recorded_escaped(
     assert step.error_message == expected
     failures = StepEvent.objects.filter(step=step, error_name="ValueError")
     assert [event.error_message for event in failures] == [expected, expected]
-    assert fresh(instance).error_name == "MaxAttemptsExceededError"
+    assert refreshed(instance).error_name == "MaxAttemptsExceededError"
 
 
 @pytest.mark.parametrize("bad", UNSTORABLE)
@@ -273,7 +175,7 @@ def test_execute__raising_an_error_with_unstorable_text_fails_the_workflow(
 
     instance = workerflow.start(define(execute))
     assert workerflow_harness.drain() == 1
-    instance = fresh(instance)
+    instance = refreshed(instance)
     assert instance.status == WorkflowStatus.FAILED
     assert instance.error_message == f"RuntimeError: bad{bad!r}".replace("'", "")
 
@@ -293,7 +195,7 @@ def test_run__an_error_class_name_longer_than_its_column_is_recorded_cut(
     assert len(step.error_name) == MAX_ERROR_NAME_LENGTH
     assert step.error_name.endswith(TRUNCATION_MARKER)
     assert step.error_message == f"{step.error_name}: boom"
-    assert fresh(instance).error_name == "MaxAttemptsExceededError"
+    assert refreshed(instance).error_name == "MaxAttemptsExceededError"
 
 
 def test_execute__an_error_class_name_longer_than_its_column_fails_the_workflow(
@@ -306,7 +208,7 @@ def test_execute__an_error_class_name_longer_than_its_column_fails_the_workflow(
 
     instance = workerflow.start(define(execute))
     workerflow_harness.drain()
-    instance = fresh(instance)
+    instance = refreshed(instance)
     assert instance.status == WorkflowStatus.FAILED
     assert instance.error_name == "E" * (MAX_ERROR_NAME_LENGTH - len(TRUNCATION_MARKER)) + (
         TRUNCATION_MARKER

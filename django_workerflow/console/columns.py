@@ -24,7 +24,7 @@ from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
 
-def _forks_prefetch() -> Prefetch:
+def _forks_prefetch() -> Prefetch[str, Any, str]:
     """Each instance's forks (``fork_list``), for the "waiting on" column's "forked to"."""
     forks = WorkflowInstance.objects.only("id", "key", "forked_from_id").order_by(
         "created_at", "id"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, tzinfo
+from typing import Any
 
 from django.db.models import Prefetch
 from django.utils import timezone
@@ -39,7 +40,7 @@ ATTENTION_STATES = OPEN_STATES | FAILED_STATES
 MAX_NAMED_STEPS = 3
 
 
-def attention_prefetches() -> list[Prefetch]:
+def attention_prefetches() -> list[Prefetch[str, Any, str]]:
     """Prefetches that give each instance ``attention_steps`` and ``cancel_events``."""
     return [
         Prefetch(

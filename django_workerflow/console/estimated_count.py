@@ -11,7 +11,7 @@ estimate. Above :data:`LARGE_LIST` rows the list also hides the date drill-down,
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.core.paginator import Paginator
 from django.db import connections
@@ -40,7 +40,13 @@ def estimated_rows(queryset: QuerySet[Any]) -> int | None:
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
-class EstimatedCountPaginator(Paginator):
+if TYPE_CHECKING:  # Paginator is generic for type checkers only
+    PaginatorBase: TypeAlias = Paginator[Any]
+else:
+    PaginatorBase = Paginator
+
+
+class EstimatedCountPaginator(PaginatorBase):
     """A paginator whose count is PostgreSQL's estimate once that reaches EXACT_BELOW."""
 
     @cached_property

@@ -17,7 +17,7 @@ from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.reruns import failed_children
 
 
-def add_arguments(sub: argparse._SubParsersAction) -> None:
+def add_arguments(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the ``retry``, ``fork`` and ``wake`` subcommands to the command's subparsers."""
     retry = sub.add_parser("retry", help="Retry a failed instance from the step that failed it.")
     retry.add_argument("key", metavar="KEY")

@@ -52,7 +52,7 @@ class ScheduleFilter(admin.SimpleListFilter):
         return queryset.filter(definition_name=name, key__startswith=f"{name}@")
 
 
-def _set_enabled(request: HttpRequest, queryset: Schedules, enabled: bool) -> tuple[int, list]:
+def _set_enabled(request: HttpRequest, queryset: Schedules, enabled: bool) -> tuple[int, list[str]]:
     changed, refused = 0, []
     for name in queryset.order_by("name").values_list("name", flat=True):
         try:

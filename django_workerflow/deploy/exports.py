@@ -127,7 +127,9 @@ def records(history: dict[str, Any]) -> list[StepRecord]:
     return result
 
 
-def _step(row: dict[str, Any], step_ids: dict[int, str], events: list[dict]) -> dict[str, Any]:
+def _step(
+    row: dict[str, Any], step_ids: dict[int, str], events: list[dict[str, Any]]
+) -> dict[str, Any]:
     step = _times(dict(row))
     step.pop("id")
     parent_pk = step.pop("parent_id")

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django.db import models
 
 from django_workerflow.values import jsonvalue
 
+if TYPE_CHECKING:  # TextField is generic for type checkers only
+    TextFieldBase: TypeAlias = models.TextField[Any, Any]
+else:
+    TextFieldBase = models.TextField
 
-class JSONTextField(models.TextField):
+
+class JSONTextField(TextFieldBase):
     """JSON kept as text, so values read back exactly as written (``jsonb`` reorders keys)."""
 
     # django-stubs types a TextField's value as str; this one holds any JSON value.

@@ -76,7 +76,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
             created_at=now,
             updated_at=now,
         )
-        instance._record(WorkflowEventType.CREATED, now, previous=None)
+        instance._record(WorkflowEventType.CREATED, now, previous=None)  # noqa: SLF001 - the model's manager records the model's event
         return instance
 
     def create_fork(
@@ -108,7 +108,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
             progress_at=source.progress_at,
         )
         text = f"forked from '{source.key}'" + (f": {reason}" if reason else "")
-        fork._record(WorkflowEventType.FORKED, now, previous=None, reason=text)
+        fork._record(WorkflowEventType.FORKED, now, previous=None, reason=text)  # noqa: SLF001 - the model's manager records the model's event
         return fork
 
 

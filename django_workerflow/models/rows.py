@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import Field, Model
@@ -37,7 +37,7 @@ def insert_event_statement(table: str) -> str:
 
 
 @cache
-def _fields_by_name(model: type[Model]) -> dict[str, Field]:
+def _fields_by_name(model: type[Model]) -> dict[str, Field[Any, Any]]:
     """The model's concrete fields by name (a foreign key also by its ``_id`` name)."""
     fields = model._meta.concrete_fields
     return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}

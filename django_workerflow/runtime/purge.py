@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections, router, transaction
 from django.db.models import Model, QuerySet
@@ -103,7 +104,7 @@ def purge(
         last_pk = batch[-1]
 
 
-def _count(instances: QuerySet) -> dict[str, int]:
+def _count(instances: QuerySet[WorkflowInstance, Any]) -> dict[str, int]:
     counts = {"instances": instances.count()}
     for model in TABLES:
         counts[_label(model)] = model.objects.filter(instance__in=instances).count()

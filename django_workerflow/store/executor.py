@@ -33,7 +33,7 @@ def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
     """
     names: list[str] = []
 
-    def positional(match: re.Match) -> str:
+    def positional(match: re.Match[str]) -> str:
         if match.group(1) not in names:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"

@@ -66,7 +66,7 @@ class IdBlock:
 
 id_block = IdBlock(ID_BLOCK_SIZE)
 if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
-    os.register_at_fork(after_in_child=id_block._reset)
+    os.register_at_fork(after_in_child=id_block._reset)  # noqa: SLF001 - this module's own block
 
 
 def draw_ids(cursor: Any, count: int) -> list[int]:

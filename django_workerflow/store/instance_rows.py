@@ -29,7 +29,7 @@ Converter = Callable[[Any, Any, Any], Any]
 @cache
 def _converters(
     model: type[Model], columns: tuple[str, ...], vendor: str
-) -> tuple[tuple[Field, tuple[Converter, ...]], ...]:
+) -> tuple[tuple[Field[Any, Any], tuple[Converter, ...]], ...]:
     """Each column's field and the converters the ORM applies to its values."""
     by_column = {field.column: field for field in model._meta.concrete_fields}
     table = model._meta.db_table

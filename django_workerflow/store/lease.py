@@ -103,7 +103,8 @@ class Lease:
     def renew(self, cursor: Any, adapt: Any, now: datetime) -> bool:
         """Renew the lease; False once it is lost."""
         executor.execute_plain(cursor, "renew_lease", self._renewal(adapt, now))
-        return cursor.rowcount == 1
+        renewed: bool = cursor.rowcount == 1
+        return renewed
 
     def stop_reason(self, cursor: Any) -> StopReason:
         """Why a fenced write matched nothing: the lease is gone, or the status changed."""

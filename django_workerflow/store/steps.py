@@ -203,7 +203,7 @@ class StepStore(RecordedSteps):
         self.progress.written(written)
 
     @contextmanager
-    def _hot_write(self, values: dict) -> Iterator[Any]:
+    def _hot_write(self, values: dict[str, Any]) -> Iterator[Any]:
         """:func:`hot_write`; on PostgreSQL, a step write with progress to write becomes a
         transaction of two statements (one commit still), and stays one statement without."""
         grouped = self.progress.pending is not None and connection.vendor == "postgresql"
@@ -582,7 +582,7 @@ class StepStore(RecordedSteps):
         self._remember(record)
         return record
 
-    def _start_new_run(self, values: dict, now: datetime) -> int:
+    def _start_new_run(self, values: dict[str, Any], now: datetime) -> int:
         with self._hot_write(values) as cursor:
             executor.execute(cursor, start_new_run_statement(values["renew"]), values)
             row = cursor.fetchone()
@@ -597,9 +597,11 @@ class StepStore(RecordedSteps):
                     StepEventType.ATTEMPT_STARTED,
                     attempt_number=1,
                 )
-        return row[0]
+        return int(row[0])
 
-    def _succeed_and_start(self, pending: PendingSuccess, values: dict, now: datetime) -> int:
+    def _succeed_and_start(
+        self, pending: PendingSuccess, values: dict[str, Any], now: datetime
+    ) -> int:
         """Record ``pending`` and start the new run step in one statement (PostgreSQL) or one
         IMMEDIATE transaction (SQLite), committed synchronously. The success lands even if
         the start is refused (paused, cancelled): ExecutionStopped is raised after it."""
@@ -639,7 +641,7 @@ class StepStore(RecordedSteps):
                 stopped = self.lease.stop_reason(cursor)
         if stopped is not None:
             raise ExecutionStopped(stopped)
-        return new_pk
+        return int(new_pk)
 
     def _refused(self, cursor: object, step_id: str, attempt: int, now: datetime) -> None:
         """A success matched no row: the lease was taken over (and the attempt recorded as

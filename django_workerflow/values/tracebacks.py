@@ -49,7 +49,7 @@ def _is_engine_frame(filename: str) -> bool:
         path = str(Path(filename).resolve())
     except (OSError, ValueError):
         return False
-    return path.startswith(_PACKAGE_DIR + "/") or path.startswith(_PACKAGE_DIR + "\\")
+    return path.startswith((_PACKAGE_DIR + "/", _PACKAGE_DIR + "\\"))
 
 
 def bounded(text: str, limit: int = MAX_TRACEBACK_CHARS) -> str:

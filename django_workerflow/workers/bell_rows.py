@@ -31,7 +31,8 @@ def direct_orm_bells() -> bool:
 def queue_table() -> str:
     from django_q.models import OrmQ
 
-    return OrmQ._meta.db_table
+    table: str = OrmQ._meta.db_table  # django-q2 ships no types
+    return table
 
 
 def list_key() -> str:
@@ -41,7 +42,8 @@ def list_key() -> str:
     Django's eyes, as it is inside the engine's own ``BEGIN IMMEDIATE`` transaction."""
     from django_q.conf import Conf
 
-    return Conf.CLUSTER_NAME
+    name: str = Conf.CLUSTER_NAME  # django-q2 ships no types
+    return name
 
 
 def payload(instance_pk: int) -> str:
@@ -66,7 +68,8 @@ def payload(instance_pk: int) -> str:
     task["kwargs"] = {}
     task["started"] = timezone.now()
     pre_enqueue.send(sender="django_q", task=task)
-    return SignedPackage.dumps(task)
+    package: str = SignedPackage.dumps(task)  # django-q2 ships no types
+    return package
 
 
 def due(when: datetime) -> Any:

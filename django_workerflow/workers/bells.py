@@ -93,7 +93,7 @@ def _delayed_orm_broker_class() -> type:
     from django_q.conf import Conf
     from django_q.models import OrmQ
 
-    class DelayedOrmBroker(ORM):
+    class DelayedOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
         """The ORM broker, but the row's lock (when it may be handed out) is the due time.
 
         Relies on django-q2 1.11's ORM broker dequeuing only rows whose ``lock`` has passed
@@ -108,7 +108,8 @@ def _delayed_orm_broker_class() -> type:
             row = OrmQ.objects.using(Conf.ORM).create(
                 key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=self.when
             )
-            return row.pk
+            pk: int = row.pk  # django-q2 ships no types
+            return pk
 
     return DelayedOrmBroker
 

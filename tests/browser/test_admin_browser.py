@@ -9,7 +9,6 @@ of the change list and the change page are saved under ``artifacts/``.
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from django.contrib.auth.models import Permission, User
 import django_workerflow as workerflow
 from django_workerflow.models import InboundEvent, WorkflowEvent, WorkflowInstance
 
+from .console import CHANGELIST, PASSWORD, login, message, row
+
 sync_api = pytest.importorskip(
     "playwright.sync_api",
     reason="playwright is not installed: run `bash .ci/install-browser .venv`",
@@ -27,8 +28,6 @@ expect = sync_api.expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "correct horse battery staple"
-CHANGELIST = "/admin/workerflow/workflowinstance/"
 ATTEMPTS: Counter[str] = Counter()
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
@@ -74,22 +73,6 @@ def orders(define, workerflow_harness):
     workerflow.start(definition, key="order-1004", input={**order, "failures": 0})
     harness.drain()
     return harness
-
-
-def login(page, live_server, username: str) -> None:
-    page.goto(f"{live_server.url}/admin/login/?next={CHANGELIST}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    expect(page).to_have_url(re.compile(re.escape(CHANGELIST) + "$"))
-
-
-def row(page, key: str):
-    return page.locator("#result_list tbody tr", has=page.get_by_role("link", name=key))
-
-
-def message(page):
-    return page.locator("ul.messagelist li")
 
 
 def save_docs_screenshot(page) -> None:

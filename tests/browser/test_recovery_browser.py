@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import linecache
 import os
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +21,8 @@ import django_workerflow as workerflow
 from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 
+from .console import CHANGELIST, PASSWORD, login, message, row
+
 sync_api = pytest.importorskip(
     "playwright.sync_api",
     reason="playwright is not installed: run `bash .ci/install-browser .venv`",
@@ -30,8 +31,6 @@ expect = sync_api.expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "correct horse battery staple"
-CHANGELIST = "/admin/workerflow/workflowinstance/"
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 CALLS: Counter[str] = Counter()
 SERVICE = {"up": False}
@@ -103,22 +102,6 @@ def trouble(define, workerflow_harness):
     workerflow.start(invoices, key="invoice-8")
     workerflow_harness.drain()
     return workerflow_harness
-
-
-def login(page, live_server, username: str) -> None:
-    page.goto(f"{live_server.url}/admin/login/?next={CHANGELIST}")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    expect(page).to_have_url(re.compile(re.escape(CHANGELIST) + "$"))
-
-
-def row(page, key: str):
-    return page.locator("#result_list tbody tr", has=page.get_by_role("link", name=key))
-
-
-def message(page):
-    return page.locator("ul.messagelist li")
 
 
 def docs_screenshot(page, name: str) -> None:

@@ -84,7 +84,7 @@ class Cluster:
                 try:
                     self.process.wait(STOP_TIMEOUT)
                 except subprocess.TimeoutExpired:
-                    self._kill_group()
+                    self.kill_group()
                     self.process.wait()
                     raise RuntimeError(
                         f"{self.name} did not stop within {STOP_TIMEOUT} s of SIGTERM; "
@@ -101,7 +101,7 @@ class Cluster:
             if not self._group_alive():
                 return
             time.sleep(0.1)
-        self._kill_group()
+        self.kill_group()
 
     def _group_alive(self) -> bool:
         try:
@@ -112,7 +112,7 @@ class Cluster:
             return True
         return True
 
-    def _kill_group(self) -> None:
+    def kill_group(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
 
@@ -186,8 +186,7 @@ def cluster_environment(extra: dict[str, str]) -> dict[str, str]:
     """The environment that points a qcluster subprocess at this test's database."""
     env = dict(os.environ)
     env.update(
-        DJANGO_SETTINGS_MODULE="testproject.settings",
-        WORKERFLOW_TEST_APPS="1",
+        DJANGO_SETTINGS_MODULE="tests.settings",
         PYTHONUNBUFFERED="1",
     )
     name = str(connection.settings_dict["NAME"])

@@ -225,7 +225,7 @@ def test_wedged_cluster__health_fails_and_a_restart_loses_nothing(
     try:
         cluster.process.wait(10)
     except subprocess.TimeoutExpired:
-        cluster._kill_group()
+        cluster.kill_group()
         cluster.process.wait()
     qcluster.start(**DEFAULTS)
     wait_until(

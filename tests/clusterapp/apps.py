@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class ClusterAppConfig(AppConfig):
-    """Installed under pytest, and in qcluster subprocesses with ``WORKERFLOW_TEST_APPS=1``."""
+    """Installed by ``tests/settings.py``: under pytest and in the qcluster processes it starts."""
 
     name = "tests.clusterapp"
     label = "clusterapp"

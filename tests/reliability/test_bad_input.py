@@ -1,16 +1,19 @@
 """Bad input: each is refused with an error that names the problem, and nothing is written.
 
-At a call site (start, send_event, pause, resume, cancel, a class statement) "nothing
-written" means the row counts of all five engine tables are unchanged. Inside ``execute()``
-the error fails the workflow with a message naming the problem, and no step row is written
-for the call that was refused.
+The one bad-input matrix: every place a user value enters the engine (a call site, or a
+step helper inside ``execute()``) crossed with every bad value of its kind (the value
+tables are in tests/bad_values.py). At a call site (start, send_event, pause, resume,
+cancel, a class statement) "nothing written" means the row counts of all five engine tables
+are unchanged. Inside ``execute()`` the error is a WorkflowInputError the workflow can catch
+(no step row is written for the call), and uncaught it fails the workflow with a message
+naming the problem.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +25,7 @@ import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.models import Step, StepEvent, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
+from django_workerflow.values.jsonvalue import MAX_NESTING
 
 from ..bad_values import (
     DEADLINES,
@@ -31,8 +35,13 @@ from ..bad_values import (
     MAX_ATTEMPTS,
     NOT_JSON,
     OPERATIONS_BY_KEY,
+    SURROGATE,
     TIMEOUTS,
+    UNSTORABLE_TEXT,
+    embedded,
+    nested_levels,
 )
+from ..runtime_helpers import waits_for_go
 from .conftest import print_figures, table_counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]
@@ -59,22 +68,9 @@ def small_json_limit(settings) -> int:
     return SMALL_LIMIT
 
 
-def waits_for_go(self):
-    return self.wait("go", "go")
-
-
-@pytest.fixture
-def waiting(define, workerflow_harness) -> WorkflowInstance:
-    """An instance waiting for event 'go', so that calls on it have rows to disturb."""
-    instance = workerflow.start(define(waits_for_go), key="waiting-1", input={"n": 1})
-    workerflow_harness.drain()
-    instance.refresh_from_db()
-    assert instance.status == WorkflowStatus.RUNNING
-    return instance
-
-
-def refused(call: Callable[[], Any], error: type[BaseException], *fragments: str) -> None:
-    """``call`` raises ``error`` whose message holds every fragment, and writes no row."""
+def refused(call: Callable[[], Any], error: type[BaseException], *fragments: str) -> BaseException:
+    """``call`` raises ``error`` whose message holds every fragment, and writes no row;
+    return the error."""
     TRIED["call_site"] += 1
     before = table_counts()
     with pytest.raises(error) as raised:
@@ -83,21 +79,112 @@ def refused(call: Callable[[], Any], error: type[BaseException], *fragments: str
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
     assert table_counts() == before
+    return raised.value
 
 
-# Call sites: start ---------------------------------------------------------------------
+def fragments(*parts: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The message fragments of a case: strings, or tuples of them, flattened."""
+    return tuple(
+        fragment for part in parts for fragment in ((part,) if isinstance(part, str) else part)
+    )
 
 
-@pytest.mark.parametrize(("value", "problem"), NOT_JSON)
-def test_start__input_that_is_not_json_is_refused(define, waiting, value, problem):
+def matrix(site: str, *kinds: Sequence[Any]) -> list[Any]:
+    """``site`` crossed with every case of ``kinds``: ``pytest.param(site, value, problem)``."""
+    return [
+        pytest.param(site, case.values[0], case.values[1], id=f"{site}-{case.id}")
+        for kind in kinds
+        for case in kind
+    ]
+
+
+# Call sites --------------------------------------------------------------------------
+#
+# ``CALLS[site](definition, waiting, value)`` passes ``value`` where the site takes it;
+# ``SUBJECT[site]`` is what the message names.
+
+CALLS: dict[str, Callable[[Any, WorkflowInstance, Any], Any]] = {
+    "start-input": lambda definition, waiting, value: workerflow.start(
+        definition, key="new", input=value
+    ),
+    "start-key": lambda definition, waiting, value: workerflow.start(definition, key=value),
+    "send_event-payload": lambda definition, waiting, value: workerflow.send_event(
+        waiting, "go", value
+    ),
+    "send_event-name": lambda definition, waiting, value: workerflow.send_event(
+        waiting, value, {"ok": True}
+    ),
+    "send_event-key": lambda definition, waiting, value: workerflow.send_event(value, "go"),
+    "cancel-reason": lambda definition, waiting, value: workerflow.cancel(waiting, reason=value),
+}
+SUBJECT = {
+    "start-input": "The workflow input",
+    "start-key": "instance key",
+    "send_event-payload": "The payload of event 'go'",
+    "send_event-name": "An event name",
+    "send_event-key": "instance key",
+    "cancel-reason": "cancel reason",
+}
+
+
+def not_json_at(site: str) -> list[Any]:
+    """NOT_JSON at ``site``, the message reading "<subject> is not JSON-serializable"."""
+    return [
+        pytest.param(case.values[0], f"{SUBJECT[site]} is not JSON-serializable", id=case.id)
+        for case in NOT_JSON
+    ]
+
+
+CALL_SITES = [
+    *matrix(
+        "start-input",
+        not_json_at("start-input"),
+        [
+            pytest.param({"name": SURROGATE}, "surrogate", id="surrogate-value"),
+            pytest.param({SURROGATE: 1}, "surrogate", id="surrogate-key"),
+            pytest.param([["deep", f"a{SURROGATE}b"]], "surrogate", id="surrogate-nested"),
+            pytest.param(10**5000, "4300", id="integer-over-4300-digits"),
+            pytest.param(
+                nested_levels(MAX_NESTING + 1), "JSON nesting limit of 100 levels", id="nest"
+            ),
+        ],
+    ),
+    *matrix("start-key", KEYS, embedded(lambda c: f"order{c}1")),
+    *matrix(
+        "send_event-payload",
+        not_json_at("send_event-payload"),
+        embedded(lambda c: {"note": c}, UNSTORABLE_TEXT[:1]),  # NUL is escaped in JSON
+    ),
+    *matrix("send_event-name", IDENTIFIERS, embedded(lambda c: f"go{c}")),
+    *matrix("send_event-key", embedded(lambda c: f"waiting{c}")),
+    *matrix(
+        "cancel-reason",
+        [
+            pytest.param(42, "cancel reason must be a string", id="int"),
+            pytest.param(["why"], "cancel reason must be a string", id="list"),
+            pytest.param(b"why", "cancel reason must be a string", id="bytes"),
+        ],
+        embedded(lambda c: f"because{c}"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("site", "value", "problem"), CALL_SITES)
+def test_call_site__bad_input_is_refused_naming_the_problem_and_writes_nothing(
+    define, waiting, site, value, problem
+):
     definition = define(waits_for_go)
 
-    refused(
-        lambda: workerflow.start(definition, key="new", input=value),
+    error = refused(
+        lambda: CALLS[site](definition, waiting, value),
         workerflow.WorkflowInputError,
-        "The workflow input",
-        problem,
+        *fragments(SUBJECT[site], problem),
     )
+
+    assert isinstance(error, ValueError)
+    waiting.refresh_from_db()
+    assert waiting.status == WorkflowStatus.RUNNING
+    assert Step.objects.get(instance=waiting, step_id="go").state == "waiting"
 
 
 def test_start__input_over_the_size_limit_is_refused_and_at_the_limit_accepted(
@@ -118,16 +205,14 @@ def test_start__input_over_the_size_limit_is_refused_and_at_the_limit_accepted(
     assert workerflow.start(definition, key="just-fits", input=at_limit).input == at_limit
 
 
-@pytest.mark.parametrize(("key", "problem"), KEYS)
-def test_start__unusable_key_is_refused(define, waiting, key, problem):
-    definition = define(waits_for_go)
-
+def test_send_event__payload_over_the_size_limit_is_refused(waiting, small_json_limit):
     refused(
-        lambda: workerflow.start(definition, key=key),
+        lambda: workerflow.send_event(waiting, "go", {"blob": "b" * small_json_limit}),
         workerflow.WorkflowInputError,
-        "instance key",
-        problem,
+        "The payload of event 'go' is",
+        f"more than the limit of {small_json_limit} bytes",
     )
+    assert Step.objects.get(instance=waiting, step_id="go").state == "waiting"
 
 
 def test_start__unknown_name_is_refused_naming_it(waiting):
@@ -159,54 +244,9 @@ def test_start__something_that_is_not_a_definition_is_refused(waiting):
     )
 
 
-# Call sites: send_event and control operations ------------------------------------------
-
-
-@pytest.mark.parametrize(("value", "problem"), NOT_JSON)
-def test_send_event__payload_that_is_not_json_is_refused(waiting, value, problem):
-    refused(
-        lambda: workerflow.send_event(waiting, "go", value),
-        workerflow.WorkflowInputError,
-        "The payload of event 'go'",
-        problem,
-    )
-    assert Step.objects.get(instance=waiting, step_id="go").state == "waiting"
-
-
-def test_send_event__payload_over_the_size_limit_is_refused(waiting, small_json_limit):
-    refused(
-        lambda: workerflow.send_event(waiting, "go", {"blob": "b" * small_json_limit}),
-        workerflow.WorkflowInputError,
-        "The payload of event 'go' is",
-        f"more than the limit of {small_json_limit} bytes",
-    )
-    assert Step.objects.get(instance=waiting, step_id="go").state == "waiting"
-
-
-@pytest.mark.parametrize(("name", "problem"), IDENTIFIERS)
-def test_send_event__unusable_event_name_is_refused(waiting, name, problem):
-    refused(
-        lambda: workerflow.send_event(waiting, name, {"ok": True}),
-        workerflow.WorkflowInputError,
-        "An event name",
-        problem,
-    )
-
-
 @pytest.mark.parametrize("operation", OPERATIONS_BY_KEY)
-def test_operations__on_an_unknown_key_are_refused_naming_the_key(waiting, operation):
-    refused(lambda: operation("no-such-key-42"), Exception, "no-such-key-42")
-
-
-@pytest.mark.parametrize("reason", [42, ["why"], b"why"])
-def test_cancel__reason_that_is_not_a_string_is_refused(waiting, reason):
-    refused(
-        lambda: workerflow.cancel(waiting, reason=reason),
-        workerflow.WorkflowInputError,
-        "cancel reason must be a string",
-    )
-    waiting.refresh_from_db()
-    assert waiting.status == WorkflowStatus.RUNNING
+def test_operations__on_an_unknown_key_raise_does_not_exist_naming_the_key(waiting, operation):
+    refused(lambda: operation("no-such-key-42"), WorkflowInstance.DoesNotExist, "no-such-key-42")
 
 
 @pytest.mark.parametrize(
@@ -239,6 +279,10 @@ def registered() -> set[tuple[str, str]]:
         pytest.param({"name": "ok", "version": ""}, "set `version`", id="empty-version"),
         pytest.param({"name": "ok", "version": 2}, "set `version`", id="int-version"),
         pytest.param({"name": "ok", "version": "v" * 101}, "at most 100", id="long-version"),
+        *(
+            pytest.param({"name": f"bad{case.values[0]}"}, "`name`", id=f"{case.id}-name")
+            for case in UNSTORABLE_TEXT
+        ),
     ],
 )
 def test_definition__without_a_usable_name_or_version_is_improperly_configured(
@@ -258,6 +302,67 @@ def test_definition__without_a_usable_name_or_version_is_improperly_configured(
 
 
 # Inside execute() -------------------------------------------------------------------------
+#
+# ``HELPERS[site](self, value)`` passes ``value`` where the step helper takes it.
+
+HELPERS: dict[str, Callable[[Any, Any], Any]] = {
+    "run-step-id": lambda self, value: self.run(value, noop),
+    "sleep-step-id": lambda self, value: self.sleep(value, 1),
+    "sleep_until-step-id": lambda self, value: self.sleep_until(
+        value, datetime(2030, 1, 1, tzinfo=UTC)
+    ),
+    "wait-step-id": lambda self, value: self.wait(value, "go"),
+    "wait-event-name": lambda self, value: self.wait("answer", value),
+    "sleep-duration": lambda self, value: self.sleep("nap", value),
+    "wait-timeout": lambda self, value: self.wait("answer", "go", timeout=value),
+    "sleep_until-time": lambda self, value: self.sleep_until("nap", value),
+    "wait-timeout_at": lambda self, value: self.wait("answer", "go", timeout_at=value),
+    "wait-both-timeouts": lambda self, value: self.wait(
+        "answer", "go", timeout=value, timeout_at=datetime(2030, 1, 1, tzinfo=UTC)
+    ),
+    "run-max_attempts": lambda self, value: self.run("charge", noop, max_attempts=value),
+    "run-fn": lambda self, value: self.run("charge", value),
+}
+HELPER_SUBJECT = {
+    "run-step-id": "A step id",
+    "sleep-step-id": "A step id",
+    "sleep_until-step-id": "A step id",
+    "wait-step-id": "A step id",
+    "wait-event-name": "The event name of wait step 'answer'",
+    "sleep-duration": "The duration of sleep step 'nap'",
+    "wait-timeout": "The timeout of wait step 'answer'",
+    "sleep_until-time": "sleep step 'nap'",
+    "wait-timeout_at": "The timeout_at of wait step 'answer'",
+    "wait-both-timeouts": "Wait step 'answer' got both timeout and timeout_at",
+    "run-max_attempts": "max_attempts of run step 'charge'",
+    "run-fn": "Run step 'charge' needs a callable",
+}
+
+INSIDE_EXECUTE = [
+    *matrix("run-step-id", IDENTIFIERS, embedded(lambda c: f"step{c}")),
+    *matrix("sleep-step-id", IDENTIFIERS, embedded(lambda c: f"nap{c}")),
+    *matrix("sleep_until-step-id", IDENTIFIERS),
+    *matrix("wait-step-id", IDENTIFIERS, embedded(lambda c: f"w{c}")),
+    *matrix("wait-event-name", IDENTIFIERS, embedded(lambda c: f"go{c}")),
+    *matrix("sleep-duration", DURATIONS),
+    *matrix("wait-timeout", TIMEOUTS),
+    *matrix(
+        "sleep_until-time",
+        DEADLINES,
+        [pytest.param(datetime(2100, 1, 1), "timezone-aware", id="naive-2100")],
+    ),
+    *matrix(
+        "wait-timeout_at",
+        DEADLINES,
+        [pytest.param(datetime(2100, 1, 1), "timezone-aware", id="naive-2100")],
+    ),
+    *matrix("wait-both-timeouts", [pytest.param(60, (), id="60"), pytest.param(5, (), id="5")]),
+    *matrix("run-max_attempts", MAX_ATTEMPTS),
+    *matrix(
+        "run-fn",
+        [pytest.param("not callable", (), id="str"), pytest.param(42, (), id="int")],
+    ),
+]
 
 
 def noop() -> str:
@@ -276,14 +381,15 @@ def failing_workflow(bad_call: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 def fails_naming(define, harness, bad_call, *fragments: str) -> WorkflowInstance:
-    """Run ``bad_call`` inside execute(): the instance fails with a message holding every
-    fragment, and only the step before it has a row."""
+    """Run ``bad_call`` inside execute(): the instance fails with a WorkflowInputError whose
+    message holds every fragment, and only the step before it has a row."""
     TRIED["inside_execute"] += 1
     instance = workerflow.start(define(failing_workflow(bad_call)))
     harness.drain()
 
     instance.refresh_from_db()
     assert instance.status == WorkflowStatus.FAILED, instance.status
+    assert instance.error_name == "WorkflowInputError", instance.error_name
     for fragment in fragments:
         assert fragment in instance.error_message, f"{fragment!r} not in {instance.error_message!r}"
     assert list(Step.objects.filter(instance=instance).values_list("step_id", flat=True)) == [
@@ -295,124 +401,49 @@ def fails_naming(define, harness, bad_call, *fragments: str) -> WorkflowInstance
     return instance
 
 
-@pytest.mark.parametrize(("step_id", "problem"), IDENTIFIERS)
-@pytest.mark.parametrize(
-    "helper",
-    [
-        pytest.param(lambda self, step_id: self.run(step_id, noop), id="run"),
-        pytest.param(lambda self, step_id: self.sleep(step_id, 1), id="sleep"),
-        pytest.param(
-            lambda self, step_id: self.sleep_until(step_id, datetime(2030, 1, 1, tzinfo=UTC)),
-            id="sleep_until",
-        ),
-        pytest.param(lambda self, step_id: self.wait(step_id, "go"), id="wait"),
-    ],
-)
-def test_step__unusable_step_id_fails_the_workflow_naming_the_problem(
-    define, workerflow_harness, helper, step_id, problem
-):
-    fails_naming(
-        define, workerflow_harness, lambda self: helper(self, step_id), "A step id", problem
-    )
+def caught_inside(define, harness, bad_call) -> workerflow.WorkflowInputError:
+    """Run ``bad_call(self)`` inside execute() and return the WorkflowInputError it raised,
+    which the workflow caught; nothing was recorded for the call."""
+    TRIED["inside_execute"] += 1
+    caught: list[workerflow.WorkflowInputError] = []
+
+    def execute(self):
+        try:
+            bad_call(self)
+        except workerflow.WorkflowInputError as exc:
+            caught.append(exc)
+            return "rejected"
+        return "accepted"
+
+    instance = workerflow.start(define(execute))
+    harness.drain()
+    instance.refresh_from_db()
+    assert instance.result == "rejected", "the call was accepted"
+    assert Step.objects.count() == 0
+    assert isinstance(caught[0], ValueError)
+    return caught[0]
 
 
-@pytest.mark.parametrize(("name", "problem"), IDENTIFIERS)
-def test_wait__unusable_event_name_fails_the_workflow_naming_the_problem(
-    define, workerflow_harness, name, problem
-):
-    fails_naming(
-        define,
-        workerflow_harness,
-        lambda self: self.wait("answer", name),
-        "The event name of wait step 'answer'",
-        problem,
-    )
-
-
-@pytest.mark.parametrize(("duration", "problem"), DURATIONS)
-def test_sleep__unusable_duration_fails_the_workflow_naming_the_problem(
-    define, workerflow_harness, duration, problem
+@pytest.mark.parametrize(("site", "value", "problem"), INSIDE_EXECUTE)
+def test_step_helper__bad_input_fails_the_workflow_naming_the_problem(
+    define, workerflow_harness, site, value, problem
 ):
     fails_naming(
         define,
         workerflow_harness,
-        lambda self: self.sleep("nap", duration),
-        "The duration of sleep step 'nap'",
-        problem,
+        lambda self: HELPERS[site](self, value),
+        *fragments(HELPER_SUBJECT[site], problem),
     )
 
 
-@pytest.mark.parametrize(("duration", "problem"), TIMEOUTS)
-def test_wait__unusable_timeout_fails_the_workflow_naming_the_problem(
-    define, workerflow_harness, duration, problem
+@pytest.mark.parametrize(("site", "value", "problem"), INSIDE_EXECUTE)
+def test_step_helper__bad_input_raises_an_input_error_the_workflow_can_catch(
+    define, workerflow_harness, site, value, problem
 ):
-    fails_naming(
-        define,
-        workerflow_harness,
-        lambda self: self.wait("answer", "go", timeout=duration),
-        "The timeout of wait step 'answer'",
-        problem,
-    )
+    error = caught_inside(define, workerflow_harness, lambda self: HELPERS[site](self, value))
 
-
-@pytest.mark.parametrize(("when", "problem"), DEADLINES)
-def test_sleep_until__unusable_time_fails_the_workflow_naming_the_problem(
-    define, workerflow_harness, when, problem
-):
-    fails_naming(
-        define,
-        workerflow_harness,
-        lambda self: self.sleep_until("nap", when),
-        "sleep step 'nap'",
-        problem,
-    )
-
-
-@pytest.mark.parametrize(("when", "problem"), DEADLINES)
-def test_wait__unusable_timeout_at_fails_the_workflow_naming_the_problem(
-    define, workerflow_harness, when, problem
-):
-    fails_naming(
-        define,
-        workerflow_harness,
-        lambda self: self.wait("answer", "go", timeout_at=when),
-        "The timeout_at of wait step 'answer'",
-        problem,
-    )
-
-
-def test_wait__both_timeout_and_timeout_at_fail_the_workflow_naming_the_step(
-    define, workerflow_harness
-):
-    fails_naming(
-        define,
-        workerflow_harness,
-        lambda self: self.wait(
-            "answer", "go", timeout=60, timeout_at=datetime(2030, 1, 1, tzinfo=UTC)
-        ),
-        "Wait step 'answer' got both timeout and timeout_at",
-    )
-
-
-@pytest.mark.parametrize(
-    ("options", "problem"),
-    [
-        *(
-            pytest.param(
-                {"max_attempts": case.values[0]}, "max_attempts of run step 'charge'", id=case.id
-            )
-            for case in MAX_ATTEMPTS
-        ),
-        pytest.param({"fn": "not callable"}, "Run step 'charge' needs a callable", id="no-fn"),
-    ],
-)
-def test_run__unusable_options_fail_the_workflow_naming_the_problem(
-    define, workerflow_harness, options, problem
-):
-    fn = options.pop("fn", noop)
-    fails_naming(
-        define, workerflow_harness, lambda self: self.run("charge", fn, **options), problem
-    )
+    for fragment in fragments(HELPER_SUBJECT[site], problem):
+        assert fragment in str(error), f"{fragment!r} not in {str(error)!r}"
 
 
 # Inside execute(): values the workflow produces ------------------------------------------

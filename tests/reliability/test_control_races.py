@@ -414,6 +414,7 @@ def drive_to_finish(key: str) -> tuple[str, int]:
     raise AssertionError(f"instance {key} did not finish: {instance.status}")
 
 
+@pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out
 def test_control_races__histories_follow_the_status_model_and_nothing_runs_after_the_end(
     transactional_db, define, quiet_engine_logs
 ):

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -30,6 +29,7 @@ from django_workerflow.models import (
 )
 from django_workerflow.workers import bells
 
+from ..admin_helpers import staff_client
 from .conftest import ENGINE_MODELS, print_figures, table_counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]
@@ -67,17 +67,6 @@ def instances(define, workerflow_harness) -> dict[str, WorkflowInstance]:
     assert found["paused-1"].status == WorkflowStatus.PAUSED
     assert found["completed-1"].status == WorkflowStatus.COMPLETED
     return found
-
-
-def login(*codenames: str, staff: bool = True, enforce_csrf: bool = False) -> Client:
-    """A client logged in as a new user holding exactly these workerflow permissions."""
-    user = User.objects.create_user(f"user-{User.objects.count()}", is_staff=staff)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="workerflow", codename__in=codenames)
-    )
-    client = Client(enforce_csrf_checks=enforce_csrf)
-    client.force_login(user)
-    return client
 
 
 EVERY_PERMISSION = (
@@ -184,7 +173,7 @@ def assert_sent_to_login(response: Any, before: tuple[Any, ...]) -> None:
 def test_admin_post__without_its_permission_is_refused_and_changes_nothing(instances, control):
     # Everything but the one permission the control needs: each is checked on its own.
     others = [p for p in EVERY_PERMISSION if p != f"{control.permission}_workflowinstance"]
-    client = login(*others)
+    client = staff_client(*others)
     before = snapshot()
 
     assert_refused(control.post(client, instances[control.target]), before)
@@ -192,7 +181,7 @@ def test_admin_post__without_its_permission_is_refused_and_changes_nothing(insta
 
 @pytest.mark.parametrize("control", CONTROLS, ids=CONTROL_IDS)
 def test_admin_post__by_staff_with_no_permission_is_refused_and_changes_nothing(instances, control):
-    client = login()
+    client = staff_client()
     before = snapshot()
 
     assert_refused(control.post(client, instances[control.target]), before)
@@ -200,7 +189,7 @@ def test_admin_post__by_staff_with_no_permission_is_refused_and_changes_nothing(
 
 @pytest.mark.parametrize("control", CONTROLS, ids=CONTROL_IDS)
 def test_admin_post__by_a_user_who_is_not_staff_changes_nothing(instances, control):
-    client = login(*EVERY_PERMISSION, staff=False)
+    client = staff_client(*EVERY_PERMISSION, staff=False)
     before = snapshot()
 
     assert_sent_to_login(control.post(client, instances[control.target]), before)
@@ -216,7 +205,7 @@ def test_admin_post__anonymous_changes_nothing(instances, control):
 @pytest.mark.parametrize("control", CONTROLS, ids=CONTROL_IDS)
 def test_admin_post__with_view_and_its_permission_takes_effect(instances, control):
     """The positive control: the refusals above are not refusals of everything."""
-    client = login("view_workflowinstance", f"{control.permission}_workflowinstance")
+    client = staff_client("view_workflowinstance", f"{control.permission}_workflowinstance")
     before = snapshot()
 
     response = control.post(client, instances[control.target])
@@ -242,7 +231,7 @@ def test_admin_get__never_changes_state(admin_client, instances, view):
 
 @pytest.mark.parametrize("control", CONTROLS, ids=CONTROL_IDS)
 def test_admin_post__without_a_csrf_token_is_refused_and_changes_nothing(instances, control):
-    client = login(*EVERY_PERMISSION, enforce_csrf=True)
+    client = staff_client(*EVERY_PERMISSION, enforce_csrf=True)
     before = snapshot()
 
     response = control.post(client, instances[control.target])
@@ -254,7 +243,7 @@ def test_admin_post__without_a_csrf_token_is_refused_and_changes_nothing(instanc
 
 @pytest.mark.parametrize("control", CONTROLS, ids=CONTROL_IDS)
 def test_admin_post__with_a_wrong_csrf_token_is_refused(instances, control):
-    client = login(*EVERY_PERMISSION, enforce_csrf=True)
+    client = staff_client(*EVERY_PERMISSION, enforce_csrf=True)
     client.get(reverse("admin:workerflow_workflowinstance_changelist"))  # sets the cookie
     before = snapshot()
 
@@ -265,7 +254,7 @@ def test_admin_post__with_a_wrong_csrf_token_is_refused(instances, control):
 
 
 def test_admin_post__with_the_csrf_token_takes_effect(instances):
-    client = login(*EVERY_PERMISSION, enforce_csrf=True)
+    client = staff_client(*EVERY_PERMISSION, enforce_csrf=True)
     instance = instances["running-1"]
     page = client.get(reverse("admin:workerflow_workflowinstance_change", args=[instance.pk]))
     token = page.context["csrf_token"]

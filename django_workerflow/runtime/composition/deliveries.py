@@ -39,7 +39,7 @@ def redelivery_delay(failed_attempts: int) -> timedelta:
     """The wait after the ``failed_attempts``-th failed call: 1 s doubling, capped at 1 h."""
     if failed_attempts >= 13:  # 2**12 s is past the cap already
         return RETRY_CAP
-    return min(FIRST_RETRY * 2 ** (failed_attempts - 1), RETRY_CAP)
+    return min(FIRST_RETRY * 2.0 ** (failed_attempts - 1), RETRY_CAP)
 
 
 def create(instance: WorkflowInstance, now: datetime, reason: str | None = None) -> FinishDelivery:

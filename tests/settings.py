@@ -1,0 +1,15 @@
+"""Settings of the test suite: the demo project's, plus what the tests need.
+
+pytest reads this module (``DJANGO_SETTINGS_MODULE`` in pyproject.toml), and so do the real
+``qcluster`` processes the tests start (tests/cluster/conftest.py passes it on), so that a
+worker imports the same apps as the test that enqueued its work. The demo's settings know
+nothing of the tests.
+
+Environment variables are the demo's: see ``testproject/settings.py``.
+"""
+
+from testproject.settings import *  # noqa: F403 - the tests run the demo project
+from testproject.settings import INSTALLED_APPS
+
+# The workflows that real qcluster processes started by tests/cluster run.
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.clusterapp"]
