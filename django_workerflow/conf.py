@@ -70,5 +70,17 @@ class Settings:
         workers report for ``manage.py workerflow health``."""
         return _read("SWEEP_SECONDS", 5.0)
 
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        """A secret that lets a scraper read the metrics view with ``Authorization: Bearer
+        <token>`` (unset: only staff users and ``WORKERFLOW_METRICS_ALLOW`` may)."""
+        return _read("METRICS_TOKEN", None)
+
+    @property
+    def METRICS_ALLOW(self) -> str | None:
+        """The dotted path of a callable taking the request and returning whether it may
+        read the metrics view (unset: only staff users and the bearer token may)."""
+        return _read("METRICS_ALLOW", None)
+
 
 settings = Settings()

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_workerflow import metrics
 from django_workerflow.console import describe, documents, rerun_commands
 from django_workerflow.console.composition import load_composition, render_lines
 from django_workerflow.console.history import load_history
@@ -130,6 +131,12 @@ class Command(BaseCommand):
             help="Only this finished status (repeatable; default: all finished ones).",
         )
         purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
+
+        sub.add_parser(
+            "metrics",
+            help="Print the Prometheus metrics, as the metrics view serves them "
+            "(needs django-workerflow[metrics]).",
+        )
 
         rerun_commands.add_arguments(sub)
         deploy.add_parsers(sub, _positive_int)
@@ -272,6 +279,13 @@ class Command(BaseCommand):
 
     def handle_health(self, **options: Any) -> None:
         deploy.health(self, **options)
+
+    def handle_metrics(self, **_: Any) -> None:
+        try:
+            exposition = metrics.text()
+        except ImportError:
+            raise CommandError(metrics.MISSING_EXTRA.strip()) from None
+        self.stdout.write(exposition.decode(), ending="")
 
 
 def _json(text: str, option: str) -> Any:

@@ -1,0 +1,220 @@
+"""The Prometheus metrics view and ``manage.py workerflow metrics``: who may scrape, the text
+format, and values read from the database (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.http import HttpRequest
+from django.test import Client, override_settings
+from django.urls import path
+from prometheus_client.parser import text_string_to_metric_families
+
+import django_workerflow as workerflow
+import django_workerflow.metrics
+from django_workerflow import WorkflowDefinition
+from django_workerflow.models import FinishDelivery, WorkerHeartbeat, WorkflowInstance
+from django_workerflow.testing import Harness
+
+from . import flow_helpers
+
+urlpatterns = [path("workerflow/metrics", django_workerflow.metrics.view)]
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+define_with = flow_helpers.define_with
+
+T0 = datetime(2026, 12, 1, 14, 3, 0, tzinfo=UTC)
+URL = "/workerflow/metrics"
+TOKEN = "s3cret-scrape-token"
+PROMETHEUS_TEXT = "text/plain; version="
+
+
+def allow_from_header(request: HttpRequest) -> bool:
+    """The WORKERFLOW_METRICS_ALLOW callable of the tests."""
+    return request.headers.get("X-Scraper") == "yes"
+
+
+def parse(text: str) -> dict[str, Any]:
+    """Family name -> {(sample name, sorted labels): value}."""
+    parsed: dict[str, Any] = {}
+    for family in text_string_to_metric_families(text):
+        parsed[family.name] = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for sample in family.samples
+        }
+    return parsed
+
+
+def scrape() -> dict[str, Any]:
+    with override_settings(WORKERFLOW_METRICS_TOKEN=TOKEN):
+        response = Client().get(URL, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 200
+    return parse(response.content.decode())
+
+
+def value(families: dict[str, Any], family: str, **labels: str) -> float | None:
+    sample = "".join([family, "_total" if family.startswith("workerflow_step") else ""])
+    return families[family].get((sample, tuple(sorted(labels.items()))))
+
+
+def staff_client(*, is_staff: bool = True, is_active: bool = True) -> Client:
+    user = get_user_model().objects.create_user(
+        "scraper", password="pw", is_staff=is_staff, is_active=is_active
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+# Who may scrape ------------------------------------------------------------------------
+
+
+def test_view__anonymous__is_forbidden():
+    assert Client().get(URL).status_code == 403
+
+
+def test_view__a_non_staff_user__is_forbidden():
+    assert staff_client(is_staff=False).get(URL).status_code == 403
+
+
+@override_settings(WORKERFLOW_METRICS_TOKEN=TOKEN)
+def test_view__a_wrong_bearer_token__is_forbidden():
+    response = Client().get(URL, headers={"Authorization": "Bearer not-the-token"})
+    assert response.status_code == 403
+
+
+def test_view__any_bearer_token__is_forbidden_when_no_token_is_set():
+    assert Client().get(URL, headers={"Authorization": "Bearer "}).status_code == 403
+
+
+def test_view__a_staff_user__reads_prometheus_text():
+    response = staff_client().get(URL)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith(PROMETHEUS_TEXT)
+    assert "workerflow_instances" in parse(response.content.decode())
+
+
+@override_settings(WORKERFLOW_METRICS_TOKEN=TOKEN)
+def test_view__the_bearer_token__reads_prometheus_text():
+    response = Client().get(URL, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith(PROMETHEUS_TEXT)
+
+
+@override_settings(WORKERFLOW_METRICS_ALLOW=f"{__name__}.allow_from_header")
+def test_view__the_allow_callable__decides():
+    assert Client().get(URL, headers={"X-Scraper": "yes"}).status_code == 200
+    assert Client().get(URL, headers={"X-Scraper": "no"}).status_code == 403
+
+
+def test_view__without_prometheus_client__answers_501_naming_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
+    response = staff_client().get(URL)
+    assert response.status_code == 501
+    assert "django-workerflow[metrics]" in response.content.decode()
+
+
+# What the metrics say ------------------------------------------------------------------
+
+
+def test_scrape__counts_instances_by_definition_and_status_and_the_queue(define_with):
+    definition = define_with(max_concurrency=2)
+
+    def boom(self: WorkflowDefinition) -> None:
+        self.run("explode", lambda: 1 / 0, max_attempts=1)
+
+    failing = define_with(execute=boom)
+    with Harness(start=T0) as harness:
+        for index in range(3):
+            workerflow.start(definition, key=f"job-{index}")
+        workerflow.start(failing, key="bad")
+        harness.drain()
+        harness.clock.advance(timedelta(seconds=90))
+        families = scrape()
+    name = definition.name
+    assert value(families, "workerflow_instances", definition=name, status="running") == 2
+    assert value(families, "workerflow_instances", definition=name, status="pending") == 1
+    assert value(families, "workerflow_instances", definition=failing.name, status="failed") == 1
+    assert value(families, "workerflow_queued_instances", definition=name) == 1
+    assert value(families, "workerflow_oldest_instance_age_seconds", status="running") == 90
+    assert value(families, "workerflow_oldest_instance_age_seconds", status="pending") == 90
+    assert value(families, "workerflow_oldest_instance_age_seconds", status="no_worker") == 0
+    failed = {"definition": failing.name, "step_type": "run"}
+    assert value(families, "workerflow_step_attempts_started", **failed) == 1
+    assert value(families, "workerflow_step_attempts_finished", **failed, outcome="failed") == 1
+
+
+def test_scrape__counters_move_after_a_harness_drain(define_with):
+    def two_steps(self: WorkflowDefinition) -> int:
+        return self.run("a", lambda: 1) + self.run("b", lambda: 2)
+
+    definition = define_with(execute=two_steps)
+    labels = {"definition": definition.name, "step_type": "run"}
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="first")
+        before = scrape()
+        assert value(before, "workerflow_step_attempts_started", **labels) is None
+        harness.drain()
+        after = scrape()
+        assert value(after, "workerflow_step_attempts_started", **labels) == 2
+        assert value(after, "workerflow_step_attempts_finished", **labels, outcome="succeeded") == 2
+        workerflow.start(definition, key="second")
+        harness.drain()
+        assert value(scrape(), "workerflow_step_attempts_started", **labels) == 4
+
+
+def test_scrape__an_instance_of_an_unknown_version__is_waiting_for_a_worker(define_with):
+    definition = define_with()
+    with Harness(start=T0) as harness:
+        instance = workerflow.start(definition, key="orphan")
+        WorkflowInstance.objects.filter(pk=instance.pk).update(definition_version="gone")
+        harness.clock.advance(timedelta(minutes=5))
+        families = scrape()
+    assert value(families, "workerflow_oldest_instance_age_seconds", status="no_worker") == 300
+
+
+def test_scrape__reports_finish_deliveries_and_cluster_reports(define_with):
+    definition = define_with(execute=lambda self: "done", on_finish=lambda *args: None)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="delivered-later")
+        harness.drain()
+        WorkerHeartbeat.objects.create(queue="orders", beat_at=T0)
+        FinishDelivery.objects.update(acknowledged_at=None, created_at=T0)
+        harness.clock.advance(timedelta(seconds=30))
+        families = scrape()
+    pending = FinishDelivery.objects.pending().count()
+    assert pending >= 1
+    assert value(families, "workerflow_finish_deliveries_pending") == pending
+    assert value(families, "workerflow_finish_delivery_oldest_age_seconds") == 30
+    assert value(families, "workerflow_cluster_last_report_age_seconds", cluster="orders") == 30
+
+
+def test_scrape__labels_never_name_a_key_or_a_step_id(define_with):
+    def one(self: WorkflowDefinition) -> int:
+        return self.run("secret-step-id", lambda: 1)
+
+    definition = define_with(execute=one)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="secret-instance-key")
+        harness.drain()
+        families = scrape()
+    text = repr(families)
+    assert "secret-instance-key" not in text
+    assert "secret-step-id" not in text
+
+
+def test_command__prints_the_same_families_as_the_view(define_with):
+    definition = define_with()
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="one")
+        harness.drain()
+        out = StringIO()
+        call_command("workerflow", "metrics", stdout=out)
+        assert parse(out.getvalue()) == scrape()
