@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.http import HttpRequest
 from django.test import Client, override_settings
 from django.urls import path
@@ -18,8 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 import django_workerflow as workerflow
 import django_workerflow.metrics
 from django_workerflow import WorkflowDefinition
-from django_workerflow.models import FinishDelivery, WorkerHeartbeat, WorkflowInstance
+from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME
+from django_workerflow.models import (
+    FinishDelivery,
+    StepEvent,
+    WorkerHeartbeat,
+    WorkflowInstance,
+)
 from django_workerflow.testing import Harness
+from django_workerflow.values.states import StepEventType
 
 from . import flow_helpers
 
@@ -137,12 +144,15 @@ def test_scrape__counts_instances_by_definition_and_status_and_the_queue(define_
         workerflow.start(failing, key="bad")
         harness.drain()
         harness.clock.advance(timedelta(seconds=90))
+        workerflow.start(failing, key="admitted-not-yet-run")  # pending, not queued
         families = scrape()
     name = definition.name
     assert value(families, "workerflow_instances", definition=name, status="running") == 2
     assert value(families, "workerflow_instances", definition=name, status="pending") == 1
     assert value(families, "workerflow_instances", definition=failing.name, status="failed") == 1
     assert value(families, "workerflow_queued_instances", definition=name) == 1
+    assert value(families, "workerflow_instances", definition=failing.name, status="pending") == 1
+    assert value(families, "workerflow_queued_instances", definition=failing.name) is None
     assert value(families, "workerflow_oldest_instance_age_seconds", status="running") == 90
     assert value(families, "workerflow_oldest_instance_age_seconds", status="pending") == 90
     assert value(families, "workerflow_oldest_instance_age_seconds", status="no_worker") == 0
@@ -218,3 +228,35 @@ def test_command__prints_the_same_families_as_the_view(define_with):
         out = StringIO()
         call_command("workerflow", "metrics", stdout=out)
         assert parse(out.getvalue()) == scrape()
+
+
+def test_scrape__an_interrupted_attempt__counts_as_interrupted_not_failed(define_with):
+    def boom(self: WorkflowDefinition) -> None:
+        self.run("explode", lambda: 1 / 0, max_attempts=1)
+
+    definition = define_with(execute=boom)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="crashed")
+        harness.drain()
+        # What the next tick records for an attempt whose worker died (engine/execution.py).
+        StepEvent.objects.filter(type=StepEventType.ATTEMPT_FAILED).update(
+            error_name=INTERRUPTED_ERROR_NAME
+        )
+        families = scrape()
+    labels = {"definition": definition.name, "step_type": "run"}
+    assert (
+        value(families, "workerflow_step_attempts_finished", **labels, outcome="interrupted") == 1
+    )
+    assert value(families, "workerflow_step_attempts_finished", **labels, outcome="failed") is None
+
+
+def test_scrape__has_only_workerflow_families_not_the_process_registry():
+    assert all(name.startswith("workerflow_") for name in scrape())
+
+
+def test_command__without_prometheus_client__fails_naming_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
+    with pytest.raises(CommandError, match=r"django-workerflow\[metrics\]"):
+        call_command("workerflow", "metrics", stdout=StringIO())
