@@ -22,10 +22,21 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
-from django.db.models import Count, Min, Q
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+)
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
@@ -59,10 +70,14 @@ class Family:
     """One metric: its name (a counter's without ``_total``), kind, help and samples."""
 
     name: str
-    kind: Literal["gauge", "counter"]
+    kind: Literal["gauge", "counter", "histogram"]
     documentation: str
     labels: tuple[str, ...] = ()
     samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+    # A histogram's samples: labels -> (cumulative (upper bound, count) pairs, sum).
+    buckets: list[tuple[tuple[str, ...], list[tuple[str, float]], float]] = field(
+        default_factory=list
+    )
 
 
 def families(now: datetime | None = None) -> list[Family]:
@@ -76,6 +91,7 @@ def families(now: datetime | None = None) -> list[Family]:
         *_deliveries(now),
         _clusters(now),
         *_attempts(),
+        _attempt_durations(),
     ]
 
 
@@ -87,7 +103,11 @@ def text() -> bytes:
     # Late: prometheus-client is an optional extra; this module imports without it (the
     # view then answers 501), so its names are only imported when metrics are rendered.
     from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
     from prometheus_client.registry import Collector
 
     class DatabaseCollector(Collector):
@@ -95,7 +115,15 @@ def text() -> bytes:
 
         def collect(self) -> Iterable[Metric]:
             for family in families():
-                metric: GaugeMetricFamily | CounterMetricFamily
+                metric: GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
+                if family.kind == "histogram":
+                    metric = HistogramMetricFamily(
+                        family.name, family.documentation, labels=family.labels
+                    )
+                    for values, buckets, total in family.buckets:
+                        metric.add_metric(list(values), buckets, total)
+                    yield metric
+                    continue
                 if family.kind == "counter":
                     metric = CounterMetricFamily(
                         family.name, family.documentation, labels=family.labels
@@ -279,6 +307,55 @@ def _attempts() -> Iterator[Family]:
         "Step attempts finished, by outcome (counted from the step events: a purge lowers it).",
         ("definition", "step_type", "outcome"),
         finished,
+    )
+
+
+# Upper bounds of the attempt duration histogram, in seconds (prometheus-client's defaults).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
+def _attempt_durations() -> Family:
+    """Each finished attempt's time from its ``attempt_started`` event to its outcome, as
+    bucketed counts computed by the database (one grouped query, a count per bucket)."""
+    started = StepEvent.objects.filter(
+        step=OuterRef("step"),
+        attempt_number=OuterRef("attempt_number"),
+        type=StepEventType.ATTEMPT_STARTED,
+    ).values("recorded_at")[:1]
+    duration = ExpressionWrapper(F("recorded_at") - F("started_at"), output_field=DurationField())
+    bounds = {
+        f"le_{index}": Count(
+            "id",
+            filter=Q(recorded_at__lte=F("started_at") + timedelta(seconds=bound)),
+        )
+        for index, bound in enumerate(DURATION_BUCKETS)
+    }
+    rows = (
+        StepEvent.objects.filter(
+            type__in=[StepEventType.ATTEMPT_SUCCEEDED, StepEventType.ATTEMPT_FAILED]
+        )
+        .annotate(started_at=Subquery(started, output_field=DateTimeField()))
+        .filter(started_at__isnull=False)
+        .order_by()
+        .values("instance__definition_name")
+        .annotate(count=Count("id"), total=Sum(duration), **bounds)
+    )
+    buckets: list[tuple[tuple[str, ...], list[tuple[str, float]], float]] = []
+    for grouped in rows:
+        row: dict[str, Any] = dict(grouped)  # the bucket keys are built, not literal
+        cumulative = [
+            (str(bound), float(row[f"le_{index}"])) for index, bound in enumerate(DURATION_BUCKETS)
+        ]
+        cumulative.append(("+Inf", float(row["count"])))
+        total = row["total"] or timedelta(0)
+        buckets.append(((row["instance__definition_name"],), cumulative, total.total_seconds()))
+    return Family(
+        "workerflow_step_attempt_duration_seconds",
+        "histogram",
+        "Seconds from a step attempt's start to its outcome (counted from the step events: "
+        "a purge lowers it).",
+        ("definition",),
+        buckets=buckets,
     )
 
 

@@ -260,3 +260,35 @@ def test_command__without_prometheus_client__fails_naming_the_extra(monkeypatch)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
     with pytest.raises(CommandError, match=r"django-workerflow\[metrics\]"):
         call_command("workerflow", "metrics", stdout=StringIO())
+
+
+def test_scrape__attempt_durations__are_bucketed_from_start_to_outcome(define_with):
+    with Harness(start=T0) as harness:
+
+        def take(seconds: float) -> float:
+            harness.clock.advance(timedelta(seconds=seconds))
+            return seconds
+
+        def slow_steps(self: WorkflowDefinition) -> None:
+            for step_id, seconds in [("quick", 0.3), ("slow", 3.0)]:
+                self.run(step_id, lambda s=seconds: take(s))
+
+        definition = define_with(execute=slow_steps)
+        workerflow.start(definition, key="timed")
+        harness.drain()
+        families = scrape()
+    name = "workerflow_step_attempt_duration_seconds"
+    samples = families[name]
+
+    def bucket(le: str) -> float:
+        return samples[(f"{name}_bucket", (("definition", definition.name), ("le", le)))]
+
+    assert (bucket("0.25"), bucket("0.5"), bucket("2.5"), bucket("5.0"), bucket("+Inf")) == (
+        0,
+        1,
+        1,
+        2,
+        2,
+    )
+    assert samples[(f"{name}_count", (("definition", definition.name),))] == 2
+    assert samples[(f"{name}_sum", (("definition", definition.name),))] == pytest.approx(3.3)
