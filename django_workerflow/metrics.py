@@ -27,14 +27,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from django.db.models import (
     Count,
-    DateTimeField,
     DurationField,
     ExpressionWrapper,
     F,
+    FilteredRelation,
     Min,
-    OuterRef,
     Q,
-    Subquery,
     Sum,
 )
 from django.http import HttpRequest, HttpResponse
@@ -317,16 +315,22 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 
 def _attempt_durations() -> Family:
     """Each finished attempt's time from its ``attempt_started`` event to its outcome, as
     bucketed counts computed by the database (one grouped query, a count per bucket)."""
-    started = StepEvent.objects.filter(
-        step=OuterRef("step"),
-        attempt_number=OuterRef("attempt_number"),
-        type=StepEventType.ATTEMPT_STARTED,
-    ).values("recorded_at")[:1]
-    duration = ExpressionWrapper(F("recorded_at") - F("started_at"), output_field=DurationField())
+    # A join (not a correlated subquery, which each bucket's FILTER would evaluate again):
+    # the outcome event to its step's attempt_started event of the same attempt number.
+    started = FilteredRelation(
+        "step__events",
+        condition=Q(
+            step__events__type=StepEventType.ATTEMPT_STARTED,
+            step__events__attempt_number=F("attempt_number"),
+        ),
+    )
+    duration = ExpressionWrapper(
+        F("recorded_at") - F("start__recorded_at"), output_field=DurationField()
+    )
     bounds = {
         f"le_{index}": Count(
             "id",
-            filter=Q(recorded_at__lte=F("started_at") + timedelta(seconds=bound)),
+            filter=Q(recorded_at__lte=F("start__recorded_at") + timedelta(seconds=bound)),
         )
         for index, bound in enumerate(DURATION_BUCKETS)
     }
@@ -334,8 +338,8 @@ def _attempt_durations() -> Family:
         StepEvent.objects.filter(
             type__in=[StepEventType.ATTEMPT_SUCCEEDED, StepEventType.ATTEMPT_FAILED]
         )
-        .annotate(started_at=Subquery(started, output_field=DateTimeField()))
-        .filter(started_at__isnull=False)
+        .annotate(start=started)
+        .filter(start__recorded_at__isnull=False)
         .order_by()
         .values("instance__definition_name")
         .annotate(count=Count("id"), total=Sum(duration), **bounds)

@@ -292,3 +292,27 @@ def test_scrape__attempt_durations__are_bucketed_from_start_to_outcome(define_wi
     )
     assert samples[(f"{name}_count", (("definition", definition.name),))] == 2
     assert samples[(f"{name}_sum", (("definition", definition.name),))] == pytest.approx(3.3)
+
+
+def test_scrape__attempt_durations__pair_each_outcome_with_its_own_attempt(define_with):
+    def flaky(self: WorkflowDefinition) -> None:
+        self.run("charge", lambda: 1 / 0, max_attempts=3)
+
+    definition = define_with(execute=flaky)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="retried")
+        harness.drain()
+        harness.advance(timedelta(minutes=5))
+        families = scrape()
+    name = "workerflow_step_attempt_duration_seconds"
+    labels = (("definition", definition.name),)
+    assert (
+        value(
+            families,
+            "workerflow_step_attempts_started",
+            definition=definition.name,
+            step_type="run",
+        )
+        == 3
+    )
+    assert families[name][(f"{name}_count", labels)] == 3
