@@ -33,6 +33,7 @@ from django.db.models import (
     FilteredRelation,
     Min,
     Q,
+    QuerySet,
     Sum,
 )
 from django.http import HttpRequest, HttpResponse
@@ -90,6 +91,7 @@ def families(now: datetime | None = None) -> list[Family]:
         _clusters(now),
         *_attempts(),
         _attempt_durations(),
+        _wake_lags(),
     ]
 
 
@@ -310,11 +312,12 @@ def _attempts() -> Iterator[Family]:
 
 # Upper bounds of the attempt duration histogram, in seconds (prometheus-client's defaults).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+# Of the wake lag histogram: a precise bell is a few tens of ms late, a lost one minutes.
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 def _attempt_durations() -> Family:
-    """Each finished attempt's time from its ``attempt_started`` event to its outcome, as
-    bucketed counts computed by the database (one grouped query, a count per bucket)."""
+    """Each finished attempt's time from its ``attempt_started`` event to its outcome."""
     # A join (not a correlated subquery, which each bucket's FILTER would evaluate again):
     # the outcome event to its step's attempt_started event of the same attempt number.
     started = FilteredRelation(
@@ -324,43 +327,61 @@ def _attempt_durations() -> Family:
             step__events__attempt_number=F("attempt_number"),
         ),
     )
-    duration = ExpressionWrapper(
-        F("recorded_at") - F("start__recorded_at"), output_field=DurationField()
-    )
-    bounds = {
-        f"le_{index}": Count(
-            "id",
-            filter=Q(recorded_at__lte=F("start__recorded_at") + timedelta(seconds=bound)),
-        )
-        for index, bound in enumerate(DURATION_BUCKETS)
-    }
-    rows = (
+    events = (
         StepEvent.objects.filter(
             type__in=[StepEventType.ATTEMPT_SUCCEEDED, StepEventType.ATTEMPT_FAILED]
         )
         .annotate(start=started)
         .filter(start__recorded_at__isnull=False)
-        .order_by()
-        .values("instance__definition_name")
-        .annotate(count=Count("id"), total=Sum(duration), **bounds)
     )
-    buckets: list[tuple[tuple[str, ...], list[tuple[str, float]], float]] = []
-    for grouped in rows:
-        row: dict[str, Any] = dict(grouped)  # the bucket keys are built, not literal
-        cumulative = [
-            (str(bound), float(row[f"le_{index}"])) for index, bound in enumerate(DURATION_BUCKETS)
-        ]
-        cumulative.append(("+Inf", float(row["count"])))
-        total = row["total"] or timedelta(0)
-        buckets.append(((row["instance__definition_name"],), cumulative, total.total_seconds()))
     return Family(
         "workerflow_step_attempt_duration_seconds",
         "histogram",
         "Seconds from a step attempt's start to its outcome (counted from the step events: "
         "a purge lowers it).",
         ("definition",),
-        buckets=buckets,
+        buckets=_bucketed(events, "start__recorded_at", DURATION_BUCKETS, ()),
     )
+
+
+def _wake_lags() -> Family:
+    """How late sleeps woke: a sleep's due time (its step's ``wake_at``) to the tick that
+    recorded it elapsed. The other causes are not recorded in a form to count yet."""
+    events = StepEvent.objects.filter(type=StepEventType.SLEEP_ELAPSED, step__wake_at__isnull=False)
+    return Family(
+        "workerflow_wake_lag_seconds",
+        "histogram",
+        "Seconds from a due time to the tick that acted on it, by cause (sleep only, so "
+        "far; counted from the step events: a purge lowers it).",
+        ("definition", "cause"),
+        buckets=_bucketed(events, "step__wake_at", LAG_BUCKETS, ("sleep",)),
+    )
+
+
+def _bucketed(
+    events: QuerySet[StepEvent], since: str, bounds: tuple[float, ...], extra: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], list[tuple[str, float]], float]]:
+    """Per definition, how many ``events`` were recorded at most each bound after the
+    field ``since``, and the sum of those times: one grouped query, a count per bound."""
+    elapsed = ExpressionWrapper(F("recorded_at") - F(since), output_field=DurationField())
+    counts = {
+        f"le_{index}": Count("id", filter=Q(recorded_at__lte=F(since) + timedelta(seconds=bound)))
+        for index, bound in enumerate(bounds)
+    }
+    rows = (
+        events.order_by()
+        .values("instance__definition_name")
+        .annotate(count=Count("id"), total=Sum(elapsed), **counts)
+    )
+    buckets: list[tuple[tuple[str, ...], list[tuple[str, float]], float]] = []
+    for grouped in rows:
+        row: dict[str, Any] = dict(grouped)  # the bucket keys are built, not literal
+        cumulative = [(str(bound), float(row[f"le_{index}"])) for index, bound in enumerate(bounds)]
+        cumulative.append(("+Inf", float(row["count"])))
+        total = row["total"] or timedelta(0)
+        labels = (row["instance__definition_name"], *extra)
+        buckets.append((labels, cumulative, max(0.0, total.total_seconds())))
+    return buckets
 
 
 def _age(now: datetime, then: datetime | None) -> float:

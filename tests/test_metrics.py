@@ -316,3 +316,23 @@ def test_scrape__attempt_durations__pair_each_outcome_with_its_own_attempt(defin
         == 3
     )
     assert families[name][(f"{name}_count", labels)] == 3
+
+
+def test_scrape__wake_lag__is_the_sleeps_due_time_to_the_tick_that_woke_it(define_with):
+    def nap(self: WorkflowDefinition) -> None:
+        self.sleep("nap", timedelta(seconds=10))
+
+    definition = define_with(execute=nap)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="sleeper")
+        harness.drain()
+        harness.clock.advance(timedelta(seconds=13))  # the worker was 3 s late
+        harness.drain()
+        families = scrape()
+    name = "workerflow_wake_lag_seconds"
+    labels = (("cause", "sleep"), ("definition", definition.name))
+    samples = families[name]
+    assert samples[(f"{name}_bucket", (*labels, ("le", "2.5")))] == 0
+    assert samples[(f"{name}_bucket", (*labels, ("le", "5.0")))] == 1
+    assert samples[(f"{name}_count", labels)] == 1
+    assert samples[(f"{name}_sum", labels)] == pytest.approx(3.0)
