@@ -15,6 +15,8 @@ def test_settings__defaults_when_the_project_sets_nothing():
     assert settings.MAX_DURATION_DAYS == 3650
     assert settings.PREPARED_STATEMENTS is True
     assert settings.LOG_PAYLOADS is False
+    assert settings.METRICS_TOKEN is None
+    assert settings.METRICS_ALLOW is None
 
 
 def test_settings__read_on_every_access_so_override_settings_applies():
