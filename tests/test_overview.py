@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from datetime import UTC, datetime
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -13,7 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import django_workerflow as workerflow
-from django_workerflow.models import WorkflowInstance, WorkflowStatus
+from django_workerflow.models import WorkerHeartbeat, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime.flow.schedules import sync as schedule_sync
+from django_workerflow.testing import Harness
+from django_workerflow.values import clock
 
 from . import flow_helpers
 from .admin_helpers import changelist_url, staff_client, text
@@ -149,3 +153,22 @@ def test_overview__queries__do_not_grow_with_instances(
         workerflow.start(more, key=f"more-{n}")
     workerflow_harness.drain()
     assert count() == before
+
+
+def test_overview__shows_clusters_deliveries_and_schedules_in_both_zones(admin_client, define_with):
+    define_with(name="ov-nightly", schedule="0 3 * * *", schedule_timezone="Europe/Paris")
+    with Harness(start=datetime(2026, 12, 1, 12, tzinfo=UTC), schedules=frozenset({"ov-nightly"})):
+        schedule_sync(clock.now())
+        WorkerHeartbeat.objects.create(queue="reports", beat_at=clock.now())
+        body = text(admin_client.get(reverse(OVERVIEW)))
+    schedules = body.split('id="wf-schedules"')[1]
+    assert "ov-nightly" in schedules
+    assert "Dec 02 03:00:00 CET" in schedules
+    assert "Dec 02 02:00:00 UTC" in schedules
+    assert "?schedule=ov-nightly" in schedules
+    clusters = body.split('id="wf-clusters"')[1].split("</table>")[0]
+    assert "reports" in clusters
+    assert "12:00:00 UTC" in clusters
+    assert "0 pending" in body.split('id="wf-deliveries"')[1].replace("<strong>", "").replace(
+        "</strong>", ""
+    )
