@@ -6,6 +6,7 @@ again."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -54,6 +55,10 @@ def test_overview__reached_from_the_list__draws_charts_and_links_counts(
         login(page, live_server, "operator")
         page.locator("#wf-overview-link").click()
         expect(page.locator("#content h1")).to_contain_text("Overview")
+        # Django's own breadcrumbs for the version: an <ol> from 6.0, a <div> before.
+        expect(page.locator(".breadcrumbs")).to_have_text(
+            re.compile(r"Home\W*Workflows\W*Overview")
+        )
         expect(page.locator("svg.wf-chart")).to_have_count(3)
         expect(page.locator("#wf-definitions")).to_contain_text("nightly-report")
         page.screenshot(path=str(artifacts / "admin-overview.png"))
