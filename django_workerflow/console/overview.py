@@ -54,6 +54,7 @@ SERIES = (
     ("failed", "failed", "#cf222e"),
 )
 STATUSES = tuple(WorkflowStatus)
+ACTIVE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
 
 Linker = Callable[..., str]
 
@@ -286,7 +287,19 @@ def oldest(link: Linker, now: datetime) -> list[Oldest]:
         found.append(
             Oldest(f"oldest {status.label.lower()}", instance, since, link(status__exact=status))
         )
-    due = WorkflowInstance.objects.due(now).first()
+    # One status at a time: each is an ordered range of workerflow_alarm_due, where due()'s
+    # two statuses at once sort every due row (160 ms at 1,000,000 instances, 250,000 due).
+    candidates = [
+        WorkflowInstance.objects.filter(status=status, alarm_at__lte=now)
+        .order_by("alarm_at", "id")
+        .first()
+        for status in ACTIVE
+    ]
+    due = min(
+        (c for c in candidates if c is not None),
+        key=lambda c: (c.alarm_at, c.pk),
+        default=None,
+    )
     found.append(
         Oldest(
             "waiting longest for a worker",
