@@ -22,6 +22,7 @@ from django_workerflow.console.estimated_count import EstimatedCountPaginator
 from django_workerflow.console.history import load_history
 from django_workerflow.console.instance_views import ControlViews
 from django_workerflow.console.list_filters import IndexedValuesFilter
+from django_workerflow.console.overview import OverviewView
 from django_workerflow.console.rerun_views import RerunViews
 from django_workerflow.console.schedules import ScheduleFilter, WorkflowScheduleAdmin  # noqa: F401 - registers
 from django_workerflow.console.summary import MISSING_DEFINITION_HINT, build_summary
@@ -140,6 +141,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
 
     def get_urls(self) -> list[URLPattern]:
         return [
+            *OverviewView(self).urls(),
             *ControlViews(self).urls(),
             *RerunViews(self).urls(),
             *DeliveryViews(self).urls(),
