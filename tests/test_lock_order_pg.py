@@ -156,3 +156,34 @@ def test_cancel_two_parents__whose_children_share_a_gate__never_deadlocks(
             == []
         )
     assert AdmissionGate.objects.filter(definition_name=gated.name).count() == 1
+
+
+def test_cancel__a_child_started_between_the_first_look_and_the_row_lock_is_cancelled_too(
+    transactional_db, define, monkeypatch
+):
+    """cancel() looks for children before it locks the instance (the lock order takes the
+    waiters first); a child the instance's own tick starts in between must not outlive it."""
+    from django_workerflow.runtime import finishing, starting
+
+    child = define(wait_for_go)
+    parent = define(wait_for_go)
+    workerflow.start(parent, key="late-parent")
+    verbs.tick(WorkflowInstance.objects.get(key="late-parent").pk)
+    first_look = finishing.lock_waiters
+
+    def look_then_a_child_starts(pk: int) -> finishing.Followups:
+        followups = first_look(pk)
+        # Another connection, as the parent's tick would: committed before the lock.
+        in_threads(
+            lambda: starting.start(
+                child, key="late-parent/child", input=None, version=None, parent_pk=pk
+            )
+        )
+        return followups
+
+    monkeypatch.setattr(finishing, "lock_waiters", look_then_a_child_starts)
+
+    assert workerflow.cancel("late-parent", reason="race") is True
+
+    assert status("late-parent") == WorkflowStatus.CANCELLED
+    assert status("late-parent/child") == WorkflowStatus.CANCELLED

@@ -183,6 +183,10 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
             return False
         now = clock_now()
         locked.set_cancelled(now, reason)
+        if not followups.has_children:
+            # Asked again under the row lock: a child the instance's own tick started
+            # between the first look and the lock is cancelled too.
+            followups = finishing.look_around(pk)
         finishing.instance_finished(locked, now, reason, followups)
     instance_rows.copy_onto(instance, locked)
     return True
