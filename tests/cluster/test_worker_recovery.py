@@ -128,9 +128,9 @@ def test_live_worker__a_c_call_holding_the_gil_under_two_thirds_of_the_lease_is_
     qcluster: ClusterRunner, tmp_path
 ):
     # The defaults: a 12 s lease, renewed by the heartbeat 4 s after the tick began. The
-    # callback sleeps 3 s, then holds the GIL for about 3.5 s: across the renewal's due time,
+    # callback sleeps 3 s, then holds the GIL for about 4.5 s: across the renewal's due time,
     # so the heartbeat is held up, and well before the lease's end, so it renews in time.
-    instance, trace = run_gil_hold(qcluster, tmp_path, 3.5, delay=3.0, **DEFAULTS)
+    instance, trace = run_gil_hold(qcluster, tmp_path, 4.5, delay=3.0, **DEFAULTS)
     starts = [line for line in trace if line.startswith("start")]
     assert len(starts) == 1, "the step ran twice: another worker took the live one over"
     (end,) = [line for line in trace if line.startswith("end")]
@@ -141,10 +141,10 @@ def test_live_worker__a_c_call_holding_the_gil_under_two_thirds_of_the_lease_is_
         to_s=f"{ended:.1f}",
         blocked_seconds=f"{blocked:.1f}",
     )
-    # The renewal fell due while the GIL was held (the test means something) ...
-    assert began < 3.8
-    assert ended > 4.5
-    assert blocked > 2.0
+    # The renewal fell due while the GIL was held (the test means something): the hold's
+    # length depends on the machine's speed, so what is checked is that it spanned 4 s.
+    assert began < 4.0 < began + blocked, f"the hold ({began:.1f} s + {blocked:.1f} s) missed 4 s"
+    assert ended > 4.0
     # ... and the lease was renewed once it returned, long before it ran out.
     assert Step.objects.get(instance=instance, step_id="hold").attempt_count == 1
     assert "taking over an expired lease" not in qcluster.log()
