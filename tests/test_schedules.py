@@ -267,6 +267,27 @@ def test_sync__creates_rows_and_disables_a_schedule_removed_from_the_code(define
     assert (row.enabled, row.in_code) == (True, True)
 
 
+def test_sync__a_schedule_that_fails_to_sync__is_logged_and_the_others_still_sync(
+    define_with, monkeypatch, caplog
+):
+    nightly(define_with)
+    define_with(record_scheduled_at, name="hourly", schedule="0 * * * *")
+    real = schedules.next_occurrence
+
+    def next_occurrence(cron, timezone, now):
+        if cron == "0 3 * * *":
+            raise RuntimeError("the nightly schedule cannot be read")
+        return real(cron, timezone, now)
+
+    monkeypatch.setattr(schedules, "next_occurrence", next_occurrence)
+    with caplog.at_level(logging.ERROR, logger=schedules.__name__):
+        schedules.sync(datetime(2026, 11, 30, 12, tzinfo=UTC))
+    synced = set(WorkflowSchedule.objects.values_list("name", flat=True))
+    assert "hourly" in synced  # the demo's own schedules sync too
+    assert "nightly" not in synced
+    assert "schedule failed name=nightly action=sync" in caplog.text
+
+
 def test_a_disabled_schedule__starts_nothing_and_resumes_after_now_when_enabled(define_with):
     nightly(define_with)
     with Harness(start=datetime(2026, 11, 30, 12, tzinfo=UTC), schedules=SCHEDULED) as harness:
