@@ -17,6 +17,7 @@ from django.db import connection
 import django_workerflow as workerflow
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
+from django_workerflow.values.clock import now
 from tests.threads import in_threads
 
 from . import flow_helpers
@@ -187,3 +188,45 @@ def test_cancel__a_child_started_between_the_first_look_and_the_row_lock_is_canc
 
     assert status("late-parent") == WorkflowStatus.CANCELLED
     assert status("late-parent/child") == WorkflowStatus.CANCELLED
+
+
+def test_an_event_holding_a_queued_row__when_a_finish_frees_a_slot__asks_for_admission_again(
+    transactional_db, define_with, monkeypatch
+):
+    """An admission skips a queued row that another transaction holds (rule 3 of the lock
+    order); an event that held the row meanwhile asks for admission again, so the freed slot
+    is not left unused."""
+    gated = define_with(wait_for_go, max_concurrency=1, concurrency_key=lambda self: "one")
+    workerflow.start(gated, key="holder")
+    verbs.tick(WorkflowInstance.objects.get(key="holder").pk)
+    workerflow.start(gated, key="queued")
+    queued = WorkflowInstance.objects.get(key="queued")
+    verbs.tick(queued.pk)  # no free slot: it stays queued, with no alarm
+    queued.refresh_from_db()
+    assert (queued.admitted_at, queued.alarm_at) == (None, None)
+    holding, finished = threading.Event(), threading.Event()
+    look_up_waits = verbs.awaited_event_names
+
+    def hold_the_row(instance_pk: int) -> list[str]:
+        # Called inside send_event's transaction, while it holds the queued row.
+        holding.set()
+        assert finished.wait(30), "the cancel did not finish"
+        return look_up_waits(instance_pk)
+
+    monkeypatch.setattr(verbs, "awaited_event_names", hold_the_row)
+
+    def cancel_the_holder() -> bool:
+        assert holding.wait(30), "the event never took the queued row"
+        try:
+            return workerflow.cancel("holder", reason="frees the slot")
+        finally:
+            finished.set()
+
+    in_threads(lambda: workerflow.send_event("queued", "early"), cancel_the_holder)
+
+    queued.refresh_from_db()
+    assert queued.admitted_at is None  # the finish's admission skipped the held row
+    assert queued.alarm_at is not None and queued.alarm_at <= now()
+    verbs.tick(queued.pk)
+    queued.refresh_from_db()
+    assert queued.admitted_at is not None

@@ -124,6 +124,10 @@ def send_event(
                 event.claimed_by_id = step_pk
                 event.claimed_at = now
                 _wake(locked, now)
+            elif locked.status == WorkflowStatus.PENDING and locked.admitted_at is None:
+                # Queued: an admission that ran while this transaction held the row skipped
+                # it (the lock order's rule 3), so its own tick asks for admission again.
+                _wake(locked, now)
         if event.claimed_by_id is None:
             event.waiting_for = awaited_event_names(pk)
     if event.waiting_for is not None and event_name not in event.waiting_for:
