@@ -226,7 +226,8 @@ def test_an_event_holding_a_queued_row__when_a_finish_frees_a_slot__asks_for_adm
 
     queued.refresh_from_db()
     assert queued.admitted_at is None  # the finish's admission skipped the held row
-    assert queued.alarm_at is not None and queued.alarm_at <= now()
+    assert queued.alarm_at is not None
+    assert queued.alarm_at <= now()
     verbs.tick(queued.pk)
     queued.refresh_from_db()
     assert queued.admitted_at is not None
