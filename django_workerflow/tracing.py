@@ -190,7 +190,10 @@ class TickTrace:
         if add_link is None:  # pragma: no cover - an older API: the span keeps no links
             return
         for text in carriers:
-            linked = trace.get_current_span(_extracted(text)).get_span_context()
+            context = _extracted(text)
+            if context is None:
+                continue  # unreadable (and None would mean the current context: this span)
+            linked = trace.get_current_span(context).get_span_context()
             if linked.is_valid:
                 add_link(linked)
 

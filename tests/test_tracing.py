@@ -413,3 +413,20 @@ def test_engine__without_opentelemetry_runs_and_stores_no_trace_context(
     assert InboundEvent.objects.get(instance=instance).trace_context is None
     assert spans.ticks() == []
     assert tracing.tick_trace("shop", "1", "k", None, None) is tracing.OFF
+
+
+@pytest.mark.parametrize("stored", ["not json", "{}"])
+def test_tick__links_no_span_for_an_event_whose_stored_context_is_unreadable(
+    spans: Spans, harness, define, stored
+):
+    instance = workerflow.start(define(lambda self: self.wait("approval", "approved")))
+    harness.drain()
+    with spans.tracer.start_as_current_span("webhook"):
+        workerflow.send_event(instance, "approved")
+    InboundEvent.objects.filter(instance=instance).update(trace_context=stored)
+
+    harness.drain()
+
+    received = spans.ticks()[1]
+    assert [n for n, _ in _events(received)] == ["workerflow.event"]
+    assert received.links == ()
