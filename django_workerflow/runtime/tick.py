@@ -99,16 +99,24 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
         claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickResult):
         return claimed
-    instance, definition_class, recovering, traced = claimed
+    instance, definition_class, recovering, woken_at = claimed
+    traced = tracing.tick_trace(
+        instance.definition_name,
+        instance.definition_version,
+        instance.key,
+        instance.trace_context,
+        woken_at,
+    )
     with traced, LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
         return _execute(instance, definition_class, token, recovering, traced)
 
 
 def _claim(
     instance_pk: int, token: str
-) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool, tracing.TickTrace]:
-    """Lock the instance and take its lease, or say why this tick has nothing to do; the
-    tick's trace is made from the row as it was before the claim."""
+) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool, datetime | None]:
+    """Lock the instance and take its lease, or say why this tick has nothing to do. The
+    last item says when a wake made the instance due (None: nothing woke it), for the
+    tick's trace to tell the events it receives (:class:`~.tracing.TickTrace`)."""
     with transaction.atomic():
         instance = instance_rows.read_instance(instance_pk, lock=True)
         if instance is None:
@@ -143,14 +151,7 @@ def _claim(
         recovering = lease.claim(instance, token, now)
         if recovering:
             logger.warning("taking over an expired lease key=%s", instance.key)
-        traced = tracing.tick_trace(
-            instance.definition_name,
-            instance.definition_version,
-            instance.key,
-            instance.trace_context,
-            woken_at,
-        )
-    return instance, definition_class, recovering, traced
+    return instance, definition_class, recovering, woken_at
 
 
 def _execute(
