@@ -5,8 +5,9 @@ the runtime announces, and the step store of a claimed instance.
 Shared helpers that are not fixtures live beside this file: ``runtime_helpers`` (reading
 an instance's rows, claiming it, definition bodies), ``factories`` (rows for states the
 public path cannot reach), ``flow_helpers`` (flow-control definitions), ``admin_helpers``
-(the console's URLs and shop workflow), ``threads`` (code run in threads) and
-``bad_values`` (the bad-input matrix's values)."""
+(the console's URLs and shop workflow), ``threads`` (code run in threads),
+``bad_values`` (the bad-input matrix's values) and ``tracing_helpers`` (spans kept in
+memory, whose ``spans`` fixture is offered here)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from django_workerflow.testing import Harness
 
 from .factories import WorkflowInstanceFactory
 from .runtime_helpers import claim, waits_for_go
+from .tracing_helpers import spans  # noqa: F401 - a fixture, for every test module
 
 _counter = itertools.count()
 

@@ -41,6 +41,13 @@ def texts() -> dict[str, str]:
     # The start's statements, as composed for a one-column instance and two rows.
     columns = ("key", "input")
     found["start/start_one.sql"] = sql.start_one_statement(columns, QUEUE)
+    # ... and as start() composes them, with every column of the instance (its trace
+    # context included).
+    every = tuple(
+        str(f.column) for f in WorkflowInstance._meta.concrete_fields if not f.primary_key
+    )
+    found["start/start_one_every_column.sql"] = sql.start_one_statement(every, QUEUE)
+    found["start/insert_instances_every_column.sql"] = sql.insert_instances_statement(every, 1)
     select = sql.unnest_select(["%s::varchar", "v.c1"], [("c1", "text")])
     found["start/start_batch_with_bells.sql"] = sql.start_batch_statement(columns, select, QUEUE)
     found["start/start_batch.sql"] = sql.start_batch_statement(columns, select, None)

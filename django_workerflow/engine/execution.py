@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from django.db import DatabaseError, transaction
 
+from django_workerflow import tracing
 from django_workerflow.engine.failures import (
     INTERRUPTED_ERROR_NAME,
     INTERRUPTED_MESSAGE,
@@ -117,10 +118,13 @@ class Execution:
         store: StepLedger,
         deadline: float,
         interrupted_suspects: set[str] | None = None,
+        trace: tracing.TickTrace | None = None,
     ) -> None:
         self.instance_key = instance_key
         self.store = store
         self.deadline = deadline
+        # The tick's trace: spans of the attempts that run, events of sleeps and waits.
+        self.trace = trace or tracing.OFF
         # Run steps that were 'running' when a crashed tick's lease was taken over; shared by
         # the passes of one tick, and emptied as each is settled.
         self.interrupted_suspects = (
@@ -310,11 +314,11 @@ class Execution:
             if atomic:
                 self.atomic_step = record.step_id
                 with transaction.atomic():
-                    value = fn()
+                    value = self._call(record, fn)
                     self.atomic_step = None
                     # Recorded inside the transaction, so fn's writes commit with it.
                     return self._record_success(record, value, atomic=True)
-            value = fn()
+            value = self._call(record, fn)
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, non_retryable=True)
         except Exception as exc:
@@ -333,6 +337,14 @@ class Execution:
             return self._record_success(record, value)
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, non_retryable=True)
+
+    def _call(self, record: StepRecord, fn: Callable[[], Any]) -> Any:
+        """Run an attempt's callback, in its span when the tick is traced."""
+        span = self.trace.step(record.step_id, StepType.RUN, record.attempt_count)
+        if span is None:
+            return fn()
+        with span:
+            return fn()
 
     def _record_success(self, record: StepRecord, value: Any, *, atomic: bool = False) -> Any:
         """Serialise the result and record the attempt's success; return the recorded
@@ -407,6 +419,7 @@ class Execution:
         if record.state == StepState.ELAPSED:
             return
         if record.wake_at is not None and record.wake_at > clock_now():
+            self.trace.slept(step_id, record.wake_at)
             self._suspend(record.wake_at)
         self._write(self.store.mark_sleep_elapsed, step_id)
 
@@ -426,7 +439,8 @@ class Execution:
         record = self.store.get(step_id)
         if record is not None:
             self._check_kind(record, StepType.WAIT)
-        if record is None or record.state == StepState.WAITING:
+        fresh = record is None or record.state == StepState.WAITING
+        if fresh:
             record = self._write(
                 self.store.wait_step,
                 step_id,
@@ -434,10 +448,15 @@ class Execution:
                 timeout_at=timeout_at,
                 parent_step_id=self._parent(),
             )
+        assert record is not None  # created or re-read above
         if record.state == StepState.SATISFIED:
+            self.trace.satisfied(
+                record.pk, step_id, record.event_name, record.resolved_at, fresh=fresh
+            )
             return record.payload
         if record.state == StepState.WAITING:
             if record.timeout_at is None or record.timeout_at > clock_now():
+                self.trace.waiting(step_id, record.event_name, record.timeout_at)
                 self._suspend(record.timeout_at)
             record = self._write(self.store.mark_wait_timed_out, step_id)
             _log_wait_timed_out(self.instance_key, record)

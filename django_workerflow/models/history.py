@@ -180,6 +180,9 @@ class InboundEvent(models.Model):
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="claimed_event"
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context of the span that sent the event (django_workerflow.tracing):
+    # the tick that receives it links to that span. NULL without OpenTelemetry or a span.
+    trace_context = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no trace
 
     #: Not stored: set by send_event() on an event no step claimed, the event names the
     #: instance's waiting steps wait for (so a misspelt name shows at once).

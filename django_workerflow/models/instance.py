@@ -58,11 +58,13 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         queued: bool = False,
         parent_pk: int | None = None,
         detached: bool = False,
+        trace_context: str | None = None,
     ) -> WorkflowInstance:
         """Create a pending instance and record its creation: admitted and due at once, or
         ``queued`` (no alarm) until :mod:`~django_workerflow.admission` admits it."""
         instance = self.create(
             parent_id=parent_pk,
+            trace_context=trace_context,
             detached=detached,
             key=key,
             definition_name=definition_name,
@@ -168,6 +170,10 @@ class WorkflowInstance(models.Model):
     progress_total = models.FloatField(null=True, blank=True)
     progress_message = models.TextField(blank=True, default="", db_default="")
     progress_at = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context of the span that started the instance, as JSON headers
+    # (django_workerflow.tracing): its ticks' spans are children of that span. NULL without
+    # OpenTelemetry or without a span (the common path stores nothing).
+    trace_context = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no trace
 
     objects = WorkflowInstanceQuerySet.as_manager()
 

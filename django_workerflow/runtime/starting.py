@@ -28,7 +28,7 @@ from typing import Any
 from django.apps import apps
 from django.db import IntegrityError, connection, models, transaction
 
-from django_workerflow import registry
+from django_workerflow import registry, tracing
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
@@ -180,6 +180,7 @@ def start_queued(
                 queued=True,
                 parent_pk=parent_pk,
                 detached=detached,
+                trace_context=tracing.carrier(),
             )
             if instance.pk in admission.admit_waiting(name, concurrency_key, now):
                 instance.admitted_at = instance.alarm_at = now
@@ -230,7 +231,8 @@ def _chosen(
 ) -> dict[str, Any]:
     """A new pending instance's values by attribute name, but for its key and input; every
     other column keeps its default. Admitted at once: starts of definitions with a
-    concurrency limit take admission's path."""
+    concurrency limit take admission's path. The current span's trace context goes with
+    them (NULL without one), so that their ticks continue the caller's trace."""
     return {
         "key": "",
         "definition_name": name,
@@ -246,6 +248,7 @@ def _chosen(
         "detached": detached,
         "priority": priority,
         "admitted_at": now,
+        "trace_context": tracing.carrier(),
     }
 
 

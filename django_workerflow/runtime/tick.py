@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
-from django_workerflow import registry
+from django_workerflow import registry, tracing
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import DEFINITIONS_HINT
 from django_workerflow.definition.workflow import WorkflowDefinition
@@ -31,7 +31,7 @@ from django_workerflow.runtime.flow import admission
 from django_workerflow.store import instance_rows, interrupted, lease
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
-from django_workerflow.store.steps import StepStore
+from django_workerflow.store.steps import StepStore, received_trace_contexts
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension
@@ -83,6 +83,10 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
 
     ``heartbeat`` renews the lease from a background thread while callbacks run (workers
     use it; it needs the tick to run outside any transaction).
+
+    With OpenTelemetry, a tick that claims the instance is a ``workerflow.tick`` span
+    (:mod:`django_workerflow.tracing`), current while it runs; a tick that finds nothing
+    to do makes none.
     """
     token = uuid.uuid4().hex
     claimed = _claim(instance_pk, token)
@@ -95,15 +99,24 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
         claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickResult):
         return claimed
-    instance, definition_class, recovering = claimed
-    with LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
-        return _execute(instance, definition_class, token, recovering)
+    instance, definition_class, recovering, woken_at = claimed
+    traced = tracing.tick_trace(
+        instance.definition_name,
+        instance.definition_version,
+        instance.key,
+        instance.trace_context,
+        woken_at,
+    )
+    with traced, LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
+        return _execute(instance, definition_class, token, recovering, traced)
 
 
 def _claim(
     instance_pk: int, token: str
-) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool]:
-    """Lock the instance and take its lease, or say why this tick has nothing to do."""
+) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool, datetime | None]:
+    """Lock the instance and take its lease, or say why this tick has nothing to do. The
+    last item says when a wake made the instance due (None: nothing woke it), for the
+    tick's trace to tell the events it receives (:class:`~.tracing.TickTrace`)."""
     with transaction.atomic():
         instance = instance_rows.read_instance(instance_pk, lock=True)
         if instance is None:
@@ -132,11 +145,13 @@ def _claim(
             instance.defer(now + UNREGISTERED_RETRY)
             bells.arm(instance.pk, instance.alarm_at)
             return TickResult(TickOutcome.UNREGISTERED, alarm_at=instance.alarm_at)
+        # The time of the wake that made it due (an event's, maybe), before the claim.
+        woken_at = instance.updated_at if instance.wake_requested else None
         # A lease still set here has expired: the tick that held it died mid-work.
         recovering = lease.claim(instance, token, now)
         if recovering:
             logger.warning("taking over an expired lease key=%s", instance.key)
-    return instance, definition_class, recovering
+    return instance, definition_class, recovering, woken_at
 
 
 def _execute(
@@ -144,6 +159,7 @@ def _execute(
     definition_class: type[WorkflowDefinition],
     token: str,
     recovering: bool,
+    traced: tracing.TickTrace,
 ) -> TickResult:
     deadline = time.monotonic() + settings.TICK_BUDGET
     suspects: set[str] | None = None if recovering else set()
@@ -158,9 +174,13 @@ def _execute(
         steps = store.load()
         if suspects is None:
             suspects = interrupted.interrupted_run_steps(steps)
-        execution, passed = _replay(instance, definition_class, store, deadline, suspects)
+        execution, passed = _replay(instance, definition_class, store, deadline, suspects, traced)
+        if traced.to_link():
+            traced.link_received(received_trace_contexts(traced.to_link()))
         result = _settle(instance, token, execution, passed, replays, progress)
         if result is not None:
+            failed = result.outcome == TickOutcome.FAILED
+            traced.finished(result.outcome, passed.exception if failed else None)
             return result
 
 
@@ -170,6 +190,7 @@ def _replay(
     store: StepStore,
     deadline: float,
     suspects: set[str],
+    traced: tracing.TickTrace,
 ) -> tuple[Execution, PassResult]:
     """One pass of ``execute()``; a success it holds in memory is written by the settle."""
     execution = Execution(
@@ -177,6 +198,7 @@ def _replay(
         store=store,
         deadline=deadline,
         interrupted_suspects=suspects,
+        trace=traced,
     )
     # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
     pinned_input = jsonvalue.fresh_copy(instance.input)

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Q
 
+from django_workerflow import tracing
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import awaited_event_names
 from django_workerflow.exceptions import WorkflowStateError
@@ -103,6 +104,7 @@ def send_event(
             event_name=event_name,
             payload=jsonvalue.loads(payload_json),
             created_at=now,
+            trace_context=tracing.carrier(),
         )
         if locked.status in ACTIVE_STATUSES:
             step_pk = (

@@ -301,6 +301,10 @@ _STATEMENTS: dict[str, str] = {
         UPDATE {STEP} SET state = %(state_satisfied)s, payload = %(payload)s,
             resolved_at = %(now)s
         WHERE id = %(step)s""",
+    # The trace context of the event a wait step received (a traced tick links to it).
+    "received_trace_context": f"""
+        SELECT trace_context FROM {INBOUND}
+        WHERE claimed_by_id = %(step)s::bigint AND trace_context IS NOT NULL""",
     # Mark an inbound event claimed by the wait step it satisfied.
     "claim_event": f"""
         UPDATE {INBOUND} SET claimed_by_id = %(step)s, claimed_at = %(now)s

@@ -89,6 +89,17 @@ def read_steps(instance_pk: int) -> list[StepRecord]:
     return name_parents([StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows])
 
 
+def received_trace_contexts(step_pks: list[int]) -> list[str]:
+    """The trace contexts stored with the events that satisfied these wait steps (those
+    sent without a span have none). Read only by a traced tick, once per event."""
+    found = []
+    with connection.cursor() as cursor:
+        for pk in step_pks:
+            executor.execute_plain(cursor, "received_trace_context", {"step": pk})
+            found += [text for (text,) in cursor.fetchall()]
+    return found
+
+
 class ChildStarter(Protocol):
     """``start()`` as a child step calls it: idempotent on ``key``, raising a
     :class:`WorkerflowError` for a start it refuses."""

@@ -1,3 +1,5 @@
+import os
+
 from django.apps import AppConfig
 
 
@@ -7,3 +9,12 @@ class ClusterAppConfig(AppConfig):
     name = "tests.clusterapp"
     label = "clusterapp"
     verbose_name = "Cluster test workflows"
+
+    def ready(self) -> None:
+        # A cluster started by the traces test exports its spans to the file it reads.
+        path = os.environ.get("WORKERFLOW_TEST_SPANS_FILE")
+        if path:
+            # Late: only the cluster processes of that test configure an SDK.
+            from .spans import install
+
+            install(path)
