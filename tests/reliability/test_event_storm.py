@@ -39,7 +39,9 @@ WAITS = 50  # per instance
 EVENTS = INSTANCES * WAITS
 SENDERS = 8
 WORKERS = 3
-BUDGET = 60.0  # seconds for the whole storm
+# A guard against a hang, not a speed target (the seconds are printed): a loaded 2-core
+# machine sent 4,858 of the 5,000 events in 60 s, so the guard is well above that.
+BUDGET = 240.0
 
 
 def waiting_in_a_loop(self):
