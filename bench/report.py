@@ -682,11 +682,17 @@ def details(results: Results) -> list[str]:
 
 def render(results: Results, *, smoke: bool) -> str:
     from .targets15 import targets_table as targets15_table
+    from .targets21 import targets_table as targets21_table
     from .targets24 import targets_table as targets24_table
 
     lines = figures_table(results).lines
     # The target blocks share their widths: their columns line up with each other too.
-    blocks = [targets_table(results), targets15_table(results), targets24_table(results)]
+    blocks = [
+        targets_table(results),
+        targets15_table(results),
+        targets21_table(results),
+        targets24_table(results),
+    ]
     label_width = max(block.widths()[0] for block in blocks)
     cell_width = max(block.widths()[1] for block in blocks)
     for block in blocks:

@@ -93,6 +93,29 @@ def test_report__kill_to_retry_passes_at_20_s_with_the_defaults_and_misses_above
     assert row.endswith("13.0 / 15.5 s PASS")  # PostgreSQL
 
 
+def test_report__the_django_tasks_targets_pass_or_miss_on_each_database():
+    results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
+    postgresql = results["postgresql"]["tasks"]
+    postgresql["ours"]["start_latency"] = {**postgresql["ours"]["start_latency"], "median": 0.0594}
+    postgresql["ours"]["tasks_per_second"] = 130.4
+    postgresql["django_tasks_db"] = {**results["sqlite"]["tasks"]["django_tasks_db"]}
+    postgresql["django_tasks_db"]["tasks_per_second"] = 125.0
+    lines = render(results, smoke=False).splitlines()
+    (started,) = [line for line in lines if line.startswith("  django.tasks enqueue to started")]
+    (drained,) = [line for line in lines if line.startswith("  django.tasks drained")]
+
+    assert "32.6 ms PASS" in started  # SQLite: under 50 ms
+    assert started.endswith("59.4 ms MISS")  # PostgreSQL
+    assert "164 vs 211 tasks/s MISS" in drained  # SQLite: below django-tasks-db
+    assert drained.endswith("130 vs 125 tasks/s PASS")  # PostgreSQL
+
+
+def test_report__the_throughput_target_has_no_verdict_without_django_tasks_db():
+    (drained,) = [line for line in _table() if line.startswith("  django.tasks drained")]
+
+    assert drained.endswith("164 tasks/s (no django-tasks-db)")  # PostgreSQL: skipped
+
+
 def test_report__numbers_every_section_once_in_order():
     numbers = [int(m.group(1)) for line in _table() if (m := re.match(r"(\d+)\. ", line))]
 

@@ -8,7 +8,9 @@ tests/cluster/test_task_backend_cluster.py.
 
 from __future__ import annotations
 
+import inspect
 import io
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -52,6 +54,25 @@ def harness(db: None) -> Iterator[Harness]:
 
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def named_too_long() -> None:
+    """A module-level function whose module path is over the engine's 200 characters."""
+
+
+named_too_long.__name__ = named_too_long.__qualname__ = "too_long_" + "x" * 200
+
+
+def clashes_with_a_workflow() -> None:
+    """A module-level function whose module path a workflow definition has as its name."""
+
+
+class NamedLikeATask(WorkflowDefinition):
+    name = f"{__name__}.clashes_with_a_workflow"
+    version = "1"
+
+    def execute(self) -> None:
+        pass
 
 
 # Enqueue and results ---------------------------------------------------------------------
@@ -142,6 +163,80 @@ def test_takes_context__passes_the_result_and_the_attempt_number(harness):
     result.refresh()
 
     assert result.return_value == {"id": result.id, "attempt": 1, "label": "hello"}
+
+
+def test_takes_context__a_retried_attempt_sees_its_number_and_the_failed_one_s_error(
+    harness, tmp_path
+):
+    path = tmp_path / "attempts"
+    result = tasks.flaky_with_context.enqueue(str(path))  # the "retries" queue: 3 attempts
+    harness.advance(timedelta(minutes=1))
+    result.refresh()
+
+    assert lines(path) == ["1", "2"]  # what context.attempt said in each attempt
+    assert result.status == SUCCESSFUL
+    assert result.return_value == {"attempt": 2, "errors": 1}
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.ValueError"
+
+
+# Feature flags: each is True, and what it promises holds ------------------------------------
+
+
+def test_supports_defer__a_run_after_task_starts_on_its_time_never_before(harness, tmp_path):
+    assert task_backends["default"].supports_defer is True
+    path = tmp_path / "stamp"
+    when = harness.now() + timedelta(minutes=10)
+    result = tasks.stamp.using(run_after=when).enqueue(str(path))
+
+    harness.advance(timedelta(minutes=9, seconds=59, milliseconds=999))
+    assert lines(path) == []
+    harness.advance(timedelta(milliseconds=1))
+    result.refresh()
+
+    assert result.status == SUCCESSFUL
+    assert result.started_at == when
+    assert result.task.run_after == when
+
+
+def test_supports_priority__larger_runs_sooner_and_the_result_keeps_it(harness, tmp_path):
+    assert task_backends["default"].supports_priority is True
+    path = tmp_path / "order"
+    tasks.hold.enqueue(str(path), 0)  # takes the "serial" queue's one slot
+    lowest = tasks.record.using(priority=-100).enqueue(str(path), "lowest")
+    highest = tasks.record.using(priority=100).enqueue(str(path), "highest")
+    harness.drain()
+
+    assert [line.split()[0] for line in lines(path)] == ["hold", "highest", "lowest"]
+    assert tasks.record.get_result(highest.id).task.priority == 100
+    assert tasks.record.get_result(lowest.id).task.priority == -100
+
+
+def test_supports_async_task__a_coroutine_task_is_accepted_and_awaited(harness, tmp_path):
+    assert task_backends["default"].supports_async_task is True
+    assert inspect.iscoroutinefunction(tasks.async_stamp.func)
+    path = tmp_path / "async"
+    result = tasks.async_stamp.enqueue(str(path))
+    harness.drain()
+    result.refresh()
+
+    assert result.status == SUCCESSFUL
+    assert result.return_value[1] == 1  # the coroutine ran to its end, once
+    assert len(lines(path)) == 1
+
+
+def test_supports_get_result__any_result_is_read_back_by_its_id(harness):
+    assert task_backends["default"].supports_get_result is True
+    enqueued = tasks.add.enqueue(2, 40)
+    assert tasks.add.get_result(enqueued.id).status == READY
+    harness.drain()
+
+    read = task_backends["default"].get_result(enqueued.id)
+
+    assert read.id == enqueued.id
+    assert read.status == SUCCESSFUL
+    assert read.return_value == 42
+    assert read.args == [2, 40]
 
 
 # Failures and retries ----------------------------------------------------------------------
@@ -301,6 +396,16 @@ def test_validate_task__refuses_a_naive_run_after(db):
         tasks.add.using(run_after=datetime(2030, 1, 1))
 
 
+def test_validate_task__refuses_a_module_path_the_engine_cannot_store(db):
+    with pytest.raises(InvalidTask, match="longer than 200 characters"):
+        task()(named_too_long)
+
+
+def test_validate_task__refuses_a_task_named_like_a_workflow_definition(db):
+    with pytest.raises(InvalidTask, match="has the name of a workflow definition"):
+        task()(clashes_with_a_workflow)
+
+
 # Signals -------------------------------------------------------------------------------
 
 
@@ -335,6 +440,48 @@ def test_signals__enqueued_started_and_finished_are_sent(harness):
     assert result.return_value == 3
     assert result.worker_ids == [worker_id()]
     assert result.started_at == result.finished_at == harness.now()
+
+
+def finished_results(run: Any) -> list[Any]:
+    """The results ``task_finished`` sent while ``run()`` ran."""
+    sent: list[Any] = []
+
+    def receive(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        sent.append(task_result)
+
+    task_finished.connect(receive)
+    try:
+        run()
+    finally:
+        task_finished.disconnect(receive)
+    return sent
+
+
+def test_signals__finished_is_sent_failed_with_the_error_for_a_failed_task(harness):
+    result = tasks.boom.enqueue("sent with the signal")
+
+    [finished] = finished_results(harness.drain)
+
+    assert finished.id == result.id
+    assert finished.status == FAILED
+    [error] = finished.errors
+    assert error.exception_class_path == "tests.clusterapp.tasks.TaskBoomError"
+    assert "sent with the signal" in error.traceback
+
+
+def test_signals__finished_is_sent_failed_for_a_cancelled_task(harness):
+    result = tasks.stamp.using(run_after=harness.now() + timedelta(hours=1)).enqueue("-")
+    harness.drain()
+
+    def cancel() -> None:
+        workerflow.cancel(result.id, reason="not needed")
+        harness.run_on_commit_callbacks()
+
+    [finished] = finished_results(cancel)
+
+    assert finished.id == result.id
+    assert finished.status == FAILED
+    assert finished.errors == []
 
 
 # Defer, transactions, queues and priorities --------------------------------------------------
@@ -430,6 +577,34 @@ def test_workflow_step__enqueues_a_task_in_the_step_s_transaction(harness):
     assert result.return_value == 7
 
 
+ENQUEUED_BY_A_FAILED_STEP: list[str] = []
+
+
+class EnqueuesThenFails(WorkflowDefinition):
+    name = "test-enqueues-a-task-then-fails"
+    version = "1"
+
+    def execute(self) -> None:
+        def enqueue_then_fail() -> None:
+            ENQUEUED_BY_A_FAILED_STEP.append(tasks.add.enqueue(3, 4).id)
+            raise RuntimeError("the step fails after enqueueing")
+
+        self.run("enqueue", enqueue_then_fail, atomic=True, max_attempts=1)
+
+
+def test_workflow_step__a_step_that_fails_after_enqueueing_leaves_no_task(harness):
+    ENQUEUED_BY_A_FAILED_STEP.clear()
+    instance = workerflow.start(EnqueuesThenFails, key="failed-enqueuer")
+    harness.drain()
+    instance.refresh_from_db()
+
+    assert instance.status == "failed"
+    [task_id] = ENQUEUED_BY_A_FAILED_STEP
+    with pytest.raises(TaskResultDoesNotExist):
+        tasks.add.get_result(task_id)
+    assert harness.drain() == 0  # nothing left to run either
+
+
 def test_task__starts_a_workflow(harness):
     result = tasks.start_probe.enqueue("started-by-a-task")
     harness.drain()
@@ -481,3 +656,42 @@ def test_console__the_admin_s_cancel_makes_a_waiting_task_failed(harness, admin_
     result.refresh()
 
     assert result.status == FAILED
+
+
+def test_console__the_admin_s_retry_reruns_a_failed_task_to_success(
+    harness, admin_client, tmp_path
+):
+    path = tmp_path / "flaky"
+    result = tasks.flaky.using(queue_name="default").enqueue(str(path), 1)  # one attempt
+    harness.drain()
+    result.refresh()
+    assert result.status == FAILED
+    instance = WorkflowInstance.objects.get(key=result.id)
+
+    admin_client.post(
+        changelist_url(),
+        {
+            "action": "retry_selected",
+            "_selected_action": [instance.pk],
+            "reason": "the file is there now",
+            "apply": 1,
+        },
+    )
+    harness.drain()
+    result.refresh()
+
+    assert result.status == SUCCESSFUL
+    assert result.return_value == 2
+    assert len(lines(path)) == 2
+
+
+def test_console__a_successful_task_s_page_shows_its_result(harness, admin_client):
+    result = tasks.add.enqueue(1234, 4321)
+    harness.drain()
+    instance = WorkflowInstance.objects.get(key=result.id)
+
+    page = text(admin_client.get(change_url(instance)))
+
+    shown = re.search(r'id="wf-result">(.*?)</pre>', page, re.DOTALL)
+    assert shown is not None
+    assert shown.group(1).strip() == "5555"

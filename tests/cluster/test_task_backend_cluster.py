@@ -1,6 +1,7 @@
 """django.tasks on real clusters: a task whose worker is killed mid-attempt runs again
 (and that attempt does not use up its one attempt), a deferred task never starts before
-its ``run_after``, and a queue's waiting tasks start in priority order.
+its ``run_after``, a queue's waiting tasks start in priority order, and a coroutine task
+runs in a worker process.
 
 Only the framework's public API reads the outcome (``enqueue``, ``get_result``,
 ``refresh``); the figures printed say how long things took.
@@ -116,3 +117,23 @@ def test_priority__a_queue_s_waiting_tasks_start_larger_priority_first(
     print_figures("serial queue start order", order=" ".join(order))
     assert order[0] == "hold"
     assert [label.split("-")[0] for label in order[1:]] == ["high"] * 4 + ["low"] * 4
+
+
+def test_async_task__a_coroutine_task_runs_in_a_worker_process(qcluster: ClusterRunner, tmp_path):
+    qcluster.start()
+    path = tmp_path / "async"
+    enqueued_at = time.time()
+    result = tasks.async_stamp.enqueue(str(path))
+    wait_until(lambda: finished(result), timeout=30, what="the coroutine task to finish")
+
+    print_figures(
+        "coroutine task, enqueue to finished",
+        ms=f"{(result.finished_at.timestamp() - enqueued_at) * 1000:.0f}",
+    )
+    assert result.status == TaskResultStatus.SUCCESSFUL, [e.traceback for e in result.errors]
+    pid, tries = result.return_value
+    assert pid != os.getpid()  # a worker ran it, not this process
+    assert tries == 1
+    assert lines(path) == [str(pid)]
+    assert result.attempts == 1
+    assert result.worker_ids[0].endswith(f":{pid}")

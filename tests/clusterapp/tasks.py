@@ -6,6 +6,7 @@ Side effects go to files under a directory the test passes, one line per call (s
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -54,9 +55,25 @@ def with_context(context: TaskContext, label: str) -> dict[str, Any]:
     return {"id": context.task_result.id, "attempt": context.attempt, "label": label}
 
 
+@task(takes_context=True, queue_name="retries")
+def flaky_with_context(context: TaskContext, path: str) -> dict[str, Any]:
+    """Fail the first attempt, then return what the context says of this attempt."""
+    append_line(path, str(context.attempt))
+    if context.attempt == 1:
+        raise ValueError("the first attempt fails on purpose")
+    return {"attempt": context.attempt, "errors": len(context.task_result.errors)}
+
+
 @task()
 async def async_add(a: int, b: int) -> int:
     return a + b
+
+
+@task()
+async def async_stamp(path: str) -> list[int]:
+    """A coroutine that awaits before it records its process: (the pid, the tries)."""
+    await asyncio.sleep(0.01)
+    return [os.getpid(), append_line(path, str(os.getpid()))]
 
 
 @task(queue_name="serial")
