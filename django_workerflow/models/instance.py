@@ -60,7 +60,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         detached: bool = False,
     ) -> WorkflowInstance:
         """Create a pending instance and record its creation: admitted and due at once, or
-        ``queued`` (no alarm) until :mod:`~django_workerflow.admission` admits it."""
+        ``queued`` (no alarm) until :mod:`~django_workerflow.runtime.flow.admission` admits it."""
         instance = self.create(
             parent_id=parent_pk,
             detached=detached,
