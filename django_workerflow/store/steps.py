@@ -46,6 +46,7 @@ from django_workerflow.store.records import (
     STEP_FIELDS,
     UNSETTLED_STATES,
     StepRecord,
+    name_parent,
     name_parents,
 )
 from django_workerflow.store.transactions import (
@@ -161,9 +162,12 @@ class RecordedSteps:
             self._by_id = {}
         self._by_id[record.step_id] = record
         self._by_pk[record.pk] = record
-        if record.parent_pk is not None and record.parent_step_id is None:
-            parent = self._by_pk.get(record.parent_pk)
-            record.parent_step_id = parent.step_id if parent else None
+        if record.parent_step_id is None:
+            name_parent(record, self._step_id_of)
+
+    def _step_id_of(self, pk: int) -> str | None:
+        record = self._by_pk.get(pk)
+        return record.step_id if record else None
 
 
 class StepStore(RecordedSteps):
