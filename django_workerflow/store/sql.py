@@ -371,6 +371,15 @@ _QUEUE_COLUMNS = '("key", "payload", "lock")'
 _EVENT_COLUMNS = "(instance_id, type, reason, recorded_at)"
 
 
+#: PostgreSQL: ids drawn from the instance table's sequence in one statement, for the table
+#: (its name) and a count (``OFFSET 0`` keeps the sequence's name from being looked up once
+#: per row).
+DRAW_INSTANCE_IDS = (
+    "SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence(%s, 'id')::regclass "
+    "AS seq OFFSET 0) AS s, generate_series(1, %s)"
+)
+
+
 def start_one_statement(columns: tuple[str, ...], queue_table: str) -> str:
     """PostgreSQL: one instance (its id given), its 'created' event and its bell in one
     statement; answers (the new id or NULL, whether the key existed)."""
