@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
+
 from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import SettledResult
@@ -90,6 +92,7 @@ def start(
     instance, and :class:`WorkflowInputError` for input that is not JSON, a bad key or
     priority, or a key that belongs to another workflow.
     """
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import starting
 
     return starting.start(definition, key=key, input=input, version=version, priority=priority)
@@ -104,6 +107,7 @@ def start_many(
     """Start one instance per ``(key, input)`` pair and return them in order, idempotent by
     key like :func:`start`. Every item is validated before any write (one bad item raises
     :class:`WorkflowInputError` and writes nothing); rows are written 1,000 per statement."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime.bulk_start import start_many as start_many_
 
     return start_many_(definition, items, version=version)
@@ -122,6 +126,7 @@ def send_event(
     (for signal handlers). Raises ``WorkflowInstance.DoesNotExist`` for an unknown key, and
     :class:`WorkflowInputError` for a bad event name or a payload that is not JSON.
     """
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import verbs
 
     return verbs.send_event(instance, event_name, payload, missing_ok=missing_ok)
@@ -130,6 +135,7 @@ def send_event(
 def pause(instance: WorkflowInstance | str) -> bool:
     """Pause a running instance at its next step boundary. Returns False if it was not
     running (nothing changed); raises ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import verbs
 
     return verbs.pause(instance)
@@ -138,6 +144,7 @@ def pause(instance: WorkflowInstance | str) -> bool:
 def resume(instance: WorkflowInstance | str) -> None:
     """Resume a paused instance at once; returns None. Raises :class:`WorkflowStateError`
     if it is not paused, ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import verbs
 
     verbs.resume(instance)
@@ -147,6 +154,7 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     """Cancel an unfinished instance and its unfinished children; no step starts after
     this. Returns False if it had already finished; raises :class:`WorkflowInputError` for a
     reason that is not storable text, ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import verbs
 
     return verbs.cancel(instance, reason=reason)
@@ -162,6 +170,7 @@ def retry(
     deployed; ``with_children`` also retries the failed children it waits for. Returns
     None. Raises :class:`WorkflowStateError` unless it is failed, and
     :class:`WorkflowInputError` for a reason that is not storable text."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import reruns
 
     reruns.retry(instance, reason=reason, with_children=with_children)
@@ -171,6 +180,7 @@ def failed_children(instance: WorkflowInstance | str) -> list[WorkflowInstance]:
     """Return the failed (or cancelled) instances a retry of this failed one would meet
     again: what ``retry(..., with_children=True)`` retries with it (the cancelled ones it
     cannot). Raises ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import reruns
 
     return reruns.failed_children(instance)
@@ -189,6 +199,7 @@ def fork(
     return the new instance, which keeps the source's settled steps before ``from_step``.
     Raises :class:`WorkflowInputError` for an unknown step, a taken key or bad input, and
     :class:`WorkflowNotRegisteredError` for an unknown version."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import reruns
 
     return reruns.fork(
@@ -203,6 +214,7 @@ def wait_result(instance: WorkflowInstance | str, timeout: float | timedelta | N
     the builtin ``TimeoutError`` once ``timeout`` (seconds or a timedelta) passes. Holds no
     transaction or lock while waiting; under the test ``Harness`` it drains instead.
     """
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime.composition import results
 
     return results.wait_result(instance, timeout)
@@ -227,6 +239,7 @@ def wait_progress(
     (PostgreSQL: LISTEN/NOTIFY; elsewhere short polls); under the test ``Harness`` it
     drains, then returns or raises at once.
     """
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime.composition import results
 
     return results.wait_progress(instance, after=after, timeout=timeout)
@@ -241,8 +254,6 @@ async def astart(
     priority: int = 0,
 ) -> WorkflowInstance:
     """:func:`start` for async code: the same parameters, returns and errors."""
-    from asgiref.sync import sync_to_async
-
     return await sync_to_async(start)(
         definition, key=key, input=input, version=version, priority=priority
     )
@@ -256,8 +267,6 @@ async def asend_event(
     missing_ok: bool = False,
 ) -> InboundEvent | None:
     """:func:`send_event` for async code: the same parameters, returns and errors."""
-    from asgiref.sync import sync_to_async
-
     return await sync_to_async(send_event)(instance, event_name, payload, missing_ok=missing_ok)
 
 
@@ -266,6 +275,7 @@ async def await_result(
 ) -> Any:
     """:func:`wait_result` for async code, without holding a thread for the whole wait:
     the same parameters, returns and errors."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime.composition import results
 
     return await results.await_result(instance, timeout)
@@ -279,6 +289,7 @@ async def await_progress(
 ) -> Progress:
     """:func:`wait_progress` for async code, without holding a thread for the whole wait:
     the same parameters, returns and errors."""
+    # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime.composition import results
 
     return await results.await_progress(instance, after=after, timeout=timeout)

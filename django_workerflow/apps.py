@@ -1,4 +1,5 @@
 from django.apps import AppConfig, apps
+from django.conf import settings
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
@@ -13,8 +14,6 @@ def sync_workflow_schedules(using: str = "default", **_: object) -> None:
 
 def uses_task_backend() -> bool:
     """True when a ``TASKS`` backend is django_workerflow's (its module then imports)."""
-    from django.conf import settings
-
     backends = getattr(settings, "TASKS", None) or {}
     return any(
         str(params.get("BACKEND", "")).startswith("django_workerflow.task_backend.")
@@ -37,15 +36,18 @@ class WorkerflowConfig(AppConfig):
         # Import every installed app's `workflows` module so its definitions register.
         autodiscover_modules("workflows")
         if uses_task_backend():
+            # Late: the backend imports django.tasks (or its backport), which a project that
+            # does not name it in TASKS may not have.
             from django_workerflow.task_backend import install
 
             install()  # workers define a task's definition when they first meet it
         post_migrate.connect(ensure_sweeper_schedule, sender=self)
         post_migrate.connect(sync_workflow_schedules, sender=self)
         if apps.is_installed("django_q"):
+            # Late: django_q.signals loads django-q2's models, there only when it is installed;
+            # and an AppConfig module is imported before the models are.
             from django_q.signals import post_spawn
 
-            # An AppConfig module is imported before the models are.
             from django_workerflow.workers import task_lines
             from django_workerflow.workers.sweep_chain import seed_on_spawn
 

@@ -3,7 +3,7 @@
 django-q2's ORM broker dequeues due rows without an ``ORDER BY``: under a backlog (more
 bells due than workers can take) the database returns them in whatever order it finds
 them, so an instance due long ago can wait behind ones due later. This broker orders by the
-row's ``lock`` (a bell's due time, see :mod:`django_workerflow.alarms`), then by id, served
+row's ``lock`` (a bell's due time, see :mod:`django_workerflow.workers.bells`), then by id, served
 by the ``(key, lock)`` index our migration 0006 adds to django-q2's queue table.
 
 It claims and acknowledges bells with named statements (:mod:`.sql`) instead of the ORM's

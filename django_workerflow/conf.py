@@ -35,7 +35,7 @@ class Settings:
     @property
     def LEASE_SECONDS(self) -> float:
         """Seconds a worker's lease on an instance lasts without renewal: about how long a
-        killed worker's instance waits before another worker takes it over. The heartbeat
+        killed worker's instance waits before another worker takes it over. The renewal thread
         renews it every third, so a callback that holds the GIL (one C call that never
         returns to Python) for more than two thirds of it can be taken over."""
         return _read("LEASE_SECONDS", 12.0)

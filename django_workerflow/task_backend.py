@@ -152,6 +152,7 @@ class TaskWorkflow(WorkflowDefinition):
 def _failure_name(key: str, step_id: str) -> str:
     """The error name a failed step of instance ``key`` recorded (read on every replay: a
     recorded failure never changes)."""
+    # Late: a @task declaration loads this backend, maybe before the app registry is ready.
     from django_workerflow.models import Step
 
     return (
@@ -222,6 +223,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
             )
         self.queue_options[name] = options
         if limit is not None or rate is not None:
+            # Late: a @task declaration loads this backend, maybe before the app registry is ready.
             from django_workerflow.runtime.flow.admission import Limits, share_gate
 
             self.limited_queues.add(name)
@@ -271,6 +273,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The result of the task enqueued as ``result_id``, read from the database."""
+        # Late: a @task declaration loads this backend, maybe before the app registry is ready.
         from django_workerflow.models import WorkflowInstance
 
         instance = WorkflowInstance.objects.filter(key=result_id).first()
@@ -388,6 +391,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
     ) -> TaskResult[Any, Any]:
         """A ``TaskResult`` of ``instance``; ``attempts`` holds (worker, start, step state)
         per started attempt."""
+        # Late: a @task declaration loads this backend, maybe before the app registry is ready.
         from django_workerflow.models import WorkflowStatus
 
         status = _status(instance.status, attempts[-1][2] if attempts else None)
@@ -412,6 +416,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
 
 
 def _status(instance_status: str, attempt_state: str | None) -> TaskResultStatus:
+    # Late: a @task declaration loads this backend, maybe before the app registry is ready.
     from django_workerflow.models import StepState, WorkflowStatus
 
     if instance_status == WorkflowStatus.COMPLETED:
@@ -432,6 +437,7 @@ def _history(
     A succeeded attempt's step result names its worker and start; a failed one's start is
     its step's creation and its worker is in its traceback's note; an interrupted attempt
     raised nothing and recorded nothing: its worker is unknown ("")."""
+    # Late: a @task declaration loads this backend, maybe before the app registry is ready.
     from django_workerflow.models import Step, StepEvent, StepEventType, StepState, StepType
 
     steps = {
@@ -551,6 +557,7 @@ _first_successes = _FirstSuccesses()
 def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -> None:
     """``workflow_status_changed`` receiver: a task's instance finished (committed), so the
     task did: send ``task_finished``."""
+    # Late: a @task declaration loads this backend, maybe before the app registry is ready.
     from django_workerflow.models import TERMINAL_STATUSES, StepState, WorkflowStatus
 
     if not (isinstance(sender, type) and issubclass(sender, TaskWorkflow)):

@@ -12,7 +12,7 @@ from django_workerflow.workers import sweep_chain
 
 def tick(instance_pk: int) -> str:
     """Run one tick of the instance (a bell rang); return what it did."""
-    return verbs.tick(instance_pk, heartbeat=True).outcome
+    return verbs.tick(instance_pk, renew_lease=True).outcome
 
 
 def sweep() -> int:

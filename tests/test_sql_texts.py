@@ -54,6 +54,10 @@ def texts() -> dict[str, str]:
     found["start/insert_instances.sql"] = sql.insert_instances_statement(columns, 2)
     found["start/insert_created_events.sql"] = sql.insert_created_events_statement(2)
     found["start/insert_bells.sql"] = sql.insert_bells_statement(QUEUE, 2)
+    found["start/draw_instance_ids.sql"] = sql.DRAW_INSTANCE_IDS
+    # The purge's, for two instances: the instance rows, and a table that points at them.
+    found["purge/purge_instances.sql"] = sql.purge_statement(sql.INSTANCE, 2)
+    found["purge/purge_workflow_events.sql"] = sql.purge_statement(sql.WORKFLOW_EVENT, 2)
     found["console/distinct_values.sql"] = sql.distinct_values_statement(
         '"workerflow_workflowinstance"', '"definition_version"'
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from django.apps import apps
 
 from django_workerflow import registry
+from django_workerflow.models import Step
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ def missing_definition(instance: WorkflowInstance) -> str | None:
 
 def awaited_event_names(instance: WorkflowInstance | int) -> list[str]:
     """The event names the instance's waiting wait steps wait for, oldest wait first."""
-    from django_workerflow.models import Step  # models import this package's leaves: import late
-
     pk = instance if isinstance(instance, int) else instance.pk
     names = (
         Step.objects.filter(instance_id=pk, type=StepType.WAIT, state=StepState.WAITING)

@@ -13,7 +13,7 @@ from typing import Any
 
 from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import Step, StepEvent, WorkflowEvent, WorkflowInstance
-from django_workerflow.store.records import STEP_FIELDS, StepRecord
+from django_workerflow.store.records import STEP_FIELDS, StepRecord, name_parents
 
 #: The version of the exported document's layout.
 HISTORY_FORMAT = 1
@@ -121,10 +121,9 @@ def records(history: dict[str, Any]) -> list[StepRecord]:
             raise WorkflowInputError(
                 f"Step {number} of the history is malformed ({exc!r}): export it again."
             ) from exc
-        record.parent_step_id = parent
         pks[record.step_id] = number
         result.append(record)
-    return result
+    return name_parents(result)
 
 
 def _step(

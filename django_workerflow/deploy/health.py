@@ -7,7 +7,7 @@ run the probe; django-q2's own statistics live in each process's cache):
   (an expired lease counts: its alarm is the lease expiry);
 * no worker has reported: the sweeper, which runs as a task every
   ``WORKERFLOW_SWEEP_SECONDS`` (about a minute without the ORM broker), records a beat
-  (:mod:`.heartbeat`); a wedged cluster runs no task, so its beat ages.
+  (:mod:`django_workerflow.workers.sweep_chain`); a wedged cluster runs no task, so its beat ages.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ FLOW_INDEXES = [
 class WorkflowSchedule(models.Model):
     """A scheduled workflow: its cron, where the schedule stands, and whether it runs.
 
-    Rows are kept in sync with the definitions by :mod:`django_workerflow.cron_schedules`
+    Rows are kept in sync with the definitions by :mod:`django_workerflow.runtime.flow.schedules`
     (at ``migrate`` and when a worker's sweeper first runs). A schedule removed from the
     code is disabled (``in_code`` false), never deleted; an operator may disable one too.
     """

@@ -11,7 +11,7 @@ class WorkerHeartbeat(models.Model):
     The sweeper runs every ``WORKERFLOW_SWEEP_SECONDS`` as a task of the queue, so a queue
     whose ``beat_at`` is old is one whose workers take no task: down, or wedged.
     ``next_beat_at`` is the due time of the one sweeper task the chain has queued (see
-    :mod:`django_workerflow.heartbeat`).
+    :mod:`django_workerflow.workers.sweep_chain`).
     """
 
     queue = models.CharField(max_length=100, unique=True)

@@ -61,7 +61,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         trace_context: str | None = None,
     ) -> WorkflowInstance:
         """Create a pending instance and record its creation: admitted and due at once, or
-        ``queued`` (no alarm) until :mod:`~django_workerflow.admission` admits it."""
+        ``queued`` (no alarm) until :mod:`~django_workerflow.runtime.flow.admission` admits it."""
         instance = self.create(
             parent_id=parent_pk,
             trace_context=trace_context,
@@ -452,6 +452,8 @@ class WorkflowInstance(models.Model):
         record_event(self.workflow_events.model, self.pk, event_type, reason, now)
         if previous == self.status:
             return  # an event that changes no status (a fork's source): no signal
+        # Every change of status is announced (paused, resumed... not only a finish), so the
+        # signal belongs with the transition, not with runtime.finishing.instance_finished.
         sender = registry.lookup(self.definition_name, self.definition_version)
         if not workflow_status_changed.has_listeners(sender):
             return

@@ -243,7 +243,7 @@ def _chosen(
         "bell_at": now if bell else None,
         "created_at": now,
         "updated_at": now,
-        # A child workflow's parent (set by a parent's child step, see child_steps.py).
+        # A child workflow's parent (set by a parent's child step, Execution.child).
         "parent_id": parent_pk,
         "detached": detached,
         "priority": priority,

@@ -38,7 +38,7 @@ from django_workerflow.values.control_flow import ExecutionStopped, Suspension
 from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
-from django_workerflow.workers.lease_renewal import LeaseHeartbeat
+from django_workerflow.workers.lease_renewal import LeaseRenewal
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +76,12 @@ class PassResult:
     unreached: list[str] | None = field(default=None)
 
 
-def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
+def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     """Execute the instance as far as it can go now. Safe to call at any time, any number
     of times, from any worker: an instance that is not due, not active, or leased by a live
     worker is left as it is (a live lease gets a request for one more pass).
 
-    ``heartbeat`` renews the lease from a background thread while callbacks run (workers
+    ``renew_lease`` renews the lease from the renewal thread while callbacks run (workers
     use it; it needs the tick to run outside any transaction).
 
     With OpenTelemetry, a tick that claims the instance is a ``workerflow.tick`` span
@@ -107,7 +107,7 @@ def tick(instance_pk: int, *, heartbeat: bool = False) -> TickResult:
         instance.trace_context,
         woken_at,
     )
-    with traced, LeaseHeartbeat(instance_pk, token) if heartbeat else nullcontext():
+    with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
         return _execute(instance, definition_class, token, recovering, traced)
 
 

@@ -1,10 +1,9 @@
 """The public verbs: send_event, pause, resume, cancel, wake, retry_now, sweep (and start,
-from :mod:`.starting`).
+from :mod:`django_workerflow.runtime.starting`).
 
 Every operation locks the instance row with ``select_for_update`` in a short transaction, so
 concurrent workers, events and operators serialise on it, and changes the instance through
-its transition methods. The tick lives in :mod:`django_workerflow.tick`; ``runtime.tick``
-stays importable for the tasks, the harness and the benchmarks.
+its transition methods. The tick lives in :mod:`django_workerflow.runtime.tick`.
 """
 
 from __future__ import annotations

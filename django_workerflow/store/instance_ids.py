@@ -11,9 +11,8 @@ import os
 import threading
 from typing import Any
 
-from django_workerflow.models import WorkflowInstance
+from django_workerflow.store import sql
 
-INSTANCE = WorkflowInstance._meta.db_table
 #: The ids a process draws at once for its single starts.
 ID_BLOCK_SIZE = 48
 
@@ -71,10 +70,6 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
 
 def draw_ids(cursor: Any, count: int) -> list[int]:
     """PostgreSQL: ``count`` ids drawn from the instance table's sequence, in one statement
-    (``OFFSET 0`` keeps the sequence's name from being looked up once per row)."""
-    cursor.execute(
-        "SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence(%s, 'id')::regclass "
-        "AS seq OFFSET 0) AS s, generate_series(1, %s)",
-        [INSTANCE, count],
-    )
+    (:data:`.sql.DRAW_INSTANCE_IDS`)."""
+    cursor.execute(sql.DRAW_INSTANCE_IDS, [sql.INSTANCE, count])
     return [row[0] for row in cursor.fetchall()]

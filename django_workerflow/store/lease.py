@@ -25,7 +25,8 @@ The fencing invariant (``docs/concepts.md`` states the same):
 
 A renewal moves the lease expiry, and the alarm only while the instance is ``running``: a
 paused or cancelled instance keeps the alarm its operator set. Renewals happen at claim, on
-step writes (the hot path's every quarter lease) and from the heartbeat thread.
+step writes (the hot path's every quarter lease) and from the renewal thread
+(:mod:`django_workerflow.workers.lease_renewal`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ pass), and the rules read off a set of them. Pure: no database access here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -98,13 +99,18 @@ class StepRecord:
         )
 
 
+def name_parent(record: StepRecord, step_id_of: Callable[[int], str | None]) -> None:
+    """Give ``record`` its parent's step id, ``step_id_of`` its ``parent_pk``: the one place
+    the parent's id is derived."""
+    if record.parent_pk is not None:
+        record.parent_step_id = step_id_of(record.parent_pk)
+
+
 def name_parents(records: list[StepRecord]) -> list[StepRecord]:
-    """Give each of one instance's ``records`` its parent's step id (from ``parent_pk``);
-    the one place the parent's id is derived."""
+    """Give each of one instance's ``records`` its parent's step id (:func:`name_parent`)."""
     step_ids = {record.pk: record.step_id for record in records}
     for record in records:
-        if record.parent_pk is not None:
-            record.parent_step_id = step_ids.get(record.parent_pk)
+        name_parent(record, step_ids.get)
     return records
 
 

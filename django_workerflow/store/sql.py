@@ -8,7 +8,7 @@ what SQLite does in two statements), the name says which.
 
 The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`RENEW_LEASE_SET`)
 are written here once and used by every statement that checks or renews a lease; see
-:mod:`django_workerflow.lease` for the invariant they enforce. :mod:`.executor` runs them
+:mod:`django_workerflow.store.lease` for the invariant they enforce. :mod:`.executor` runs them
 (prepared on PostgreSQL). Their full texts, per database, are checked in under
 ``tests/sql/`` and kept current by ``tests/test_sql_texts.py``.
 """
@@ -120,7 +120,8 @@ _START_NEW_RUN_TAIL = f"""
         )"""
 # The start marker need not wait for its WAL flush: the outcome's synchronous commit hardens
 # it, and only a server crash in between can lose it. set_config(..., true) lasts until the
-# end of the transaction, so only the autocommit variants use it (see store._hot_write).
+# end of the transaction, so only the autocommit variants use it (see
+# transactions.start_new_run_statement).
 _NO_FLUSH = """, no_flush AS (
             SELECT set_config('synchronous_commit', 'off', true)
         )
@@ -372,6 +373,15 @@ def params(**values: Any) -> dict[str, Any]:
 _QUOTED_KEY = '"key"'
 _QUEUE_COLUMNS = '("key", "payload", "lock")'
 _EVENT_COLUMNS = "(instance_id, type, reason, recorded_at)"
+
+
+#: PostgreSQL: ids drawn from the instance table's sequence in one statement, for the table
+#: (its name) and a count (``OFFSET 0`` keeps the sequence's name from being looked up once
+#: per row).
+DRAW_INSTANCE_IDS = (
+    "SELECT nextval(s.seq) FROM (SELECT pg_get_serial_sequence(%s, 'id')::regclass "
+    "AS seq OFFSET 0) AS s, generate_series(1, %s)"
+)
 
 
 def start_one_statement(columns: tuple[str, ...], queue_table: str) -> str:

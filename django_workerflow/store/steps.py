@@ -15,7 +15,7 @@ between re-runs the step (at least once). An ``atomic=True`` step records its su
 own transaction, with its callback's writes.
 
 A store works for one tick and holds its lease: every write is fenced as
-:mod:`django_workerflow.lease` states. The instance's alarm is the tick's to set when it
+:mod:`django_workerflow.store.lease` states. The instance's alarm is the tick's to set when it
 settles, so no step write touches it (except through a lease renewal).
 
 Child steps: the child instance is created in the same fenced transaction that records
@@ -46,11 +46,12 @@ from django_workerflow.store.records import (
     STEP_FIELDS,
     UNSETTLED_STATES,
     StepRecord,
+    name_parent,
     name_parents,
 )
 from django_workerflow.store.transactions import (
     adapt,
-    execute,
+    execute_plain_at,
     explain_refusal,
     fenced,
     hot_write,
@@ -172,9 +173,12 @@ class RecordedSteps:
             self._by_id = {}
         self._by_id[record.step_id] = record
         self._by_pk[record.pk] = record
-        if record.parent_pk is not None and record.parent_step_id is None:
-            parent = self._by_pk.get(record.parent_pk)
-            record.parent_step_id = parent.step_id if parent else None
+        if record.parent_step_id is None:
+            name_parent(record, self._step_id_of)
+
+    def _step_id_of(self, pk: int) -> str | None:
+        record = self._by_pk.get(pk)
+        return record.step_id if record else None
 
 
 class StepStore(RecordedSteps):
@@ -293,7 +297,7 @@ class StepStore(RecordedSteps):
                 event_name=event_name,
                 timeout_at=adapt(timeout_at),
             )
-            execute(cursor, "insert_step", values, now)
+            execute_plain_at(cursor, "insert_step", values, now)
             pk = cursor.fetchone()[0]
             record = StepRecord.new(
                 pk,
@@ -328,7 +332,7 @@ class StepStore(RecordedSteps):
         claim a queued event if none did."""
         now = clock_now()
         with self._fenced(now, require_running=False) as cursor:
-            execute(cursor, "step_state", {"step": record.pk}, now)
+            execute_plain_at(cursor, "step_state", {"step": record.pk}, now)
             if cursor.fetchone()[0] != StepState.WAITING:
                 updated = read_step(record.pk, record.parent_step_id)
                 self._remember(updated)
@@ -340,7 +344,9 @@ class StepStore(RecordedSteps):
         record = self.require(step_id)
         now = clock_now()
         with self._fenced(now, require_running=False) as cursor:
-            execute(cursor, "resolve_waiting", sql.params(step=record.pk, state=state), now)
+            execute_plain_at(
+                cursor, "resolve_waiting", sql.params(step=record.pk, state=state), now
+            )
             if cursor.rowcount != 1:
                 raise explain_refusal(self.instance_pk, step_id, StepState.WAITING, None, now)
             insert_event(cursor, self.instance_pk, record.pk, now, event_type)
@@ -356,7 +362,7 @@ class StepStore(RecordedSteps):
             "event_name": record.event_name,
             "deadline": adapt(record.timeout_at),
         }
-        execute(cursor, "oldest_queued_event", values, now)
+        execute_plain_at(cursor, "oldest_queued_event", values, now)
         row = cursor.fetchone()
         if row is None:
             return False
@@ -667,7 +673,7 @@ class StepStore(RecordedSteps):
         now = clock_now()
         with self._fenced(now, require_running=True) as cursor:
             values = sql.params(step=record.pk, attempt=attempt, previous=attempt - 1)
-            execute(cursor, "start_attempt", values, now)
+            execute_plain_at(cursor, "start_attempt", values, now)
             if cursor.rowcount != 1:
                 raise explain_refusal(
                     self.instance_pk, step_id, StepState.PENDING, attempt - 1, now
@@ -750,7 +756,7 @@ class StepStore(RecordedSteps):
                 next_attempt_at=adapt(next_attempt_at),
                 resolved_at=adapt(resolved_at),
             )
-            execute(cursor, "fail_attempt", values, now)
+            execute_plain_at(cursor, "fail_attempt", values, now)
             if cursor.rowcount != 1:
                 raise explain_refusal(self.instance_pk, step_id, StepState.RUNNING, attempt, now)
             insert_event(

@@ -27,8 +27,9 @@ def adapt(value: datetime | None) -> Any:
     return connection.ops.adapt_datetimefield_value(value)
 
 
-def execute(cursor: Any, name: str, values: dict[str, Any], now: datetime) -> None:
-    """Run the (not prepared) statement ``name`` with ``values`` and ``now``."""
+def execute_plain_at(cursor: Any, name: str, values: dict[str, Any], now: datetime) -> None:
+    """Run the statement ``name`` unprepared (:func:`executor.execute_plain`) with ``values``
+    and the time ``now``."""
     executor.execute_plain(cursor, name, {"now": adapt(now), **values})
 
 

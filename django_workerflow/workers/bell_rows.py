@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
+from django.db import connection
 from django.utils import timezone
 
 from django_workerflow.workers import bells
@@ -23,12 +24,14 @@ def direct_orm_bells() -> bool:
     database, bells not suppressed, not in django-q2's synchronous mode."""
     if bells.is_suppressed() or not apps.is_installed("django_q"):
         return False
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.conf import Conf
 
     return Conf.ORM == "default" and not Conf.SYNC
 
 
 def queue_table() -> str:
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.models import OrmQ
 
     table: str = OrmQ._meta.db_table  # django-q2 ships no types
@@ -40,6 +43,7 @@ def list_key() -> str:
 
     Not read from a broker instance: creating one closes the connection when it is idle in
     Django's eyes, as it is inside the engine's own ``BEGIN IMMEDIATE`` transaction."""
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.conf import Conf
 
     name: str = Conf.CLUSTER_NAME  # django-q2 ships no types
@@ -48,6 +52,7 @@ def list_key() -> str:
 
 def payload(instance_pk: int) -> str:
     """The signed django-q2 package of a tick task for the instance ``instance_pk``."""
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.conf import Conf
     from django_q.signals import pre_enqueue
     from django_q.signing import SignedPackage
@@ -74,6 +79,4 @@ def payload(instance_pk: int) -> str:
 
 def due(when: datetime) -> Any:
     """A due time as the connection's driver takes it."""
-    from django.db import connection
-
     return connection.ops.adapt_datetimefield_value(when)

@@ -89,6 +89,7 @@ def _rings(when: datetime) -> bool:
 
 
 def _delayed_orm_broker_class() -> type:
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.brokers.orm import ORM
     from django_q.conf import Conf
     from django_q.models import OrmQ
@@ -128,6 +129,7 @@ def uses_delayed_bells() -> bool:
     """True when bells are precise (django-q2's ORM broker on our database)."""
     if not apps.is_installed("django_q"):
         return False
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.conf import Conf
 
     return bool(Conf.ORM) and Conf.ORM in connections

@@ -1,6 +1,6 @@
-"""The heartbeat: renew the leases of the ticks running in this process.
+"""Lease renewal: renew the leases of the ticks running in this process.
 
-Step writes renew the lease too; the heartbeat covers a callback that runs longer than the
+Step writes renew the lease too; the renewal thread covers a callback that runs longer than the
 lease, which would otherwise let a second worker take the instance over. One daemon thread
 per process serves every tick running in it, each renewed every third of the lease: a
 thread started and joined per tick cost about a fifth of a short workflow's tick in a
@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 
 class _Renewer:
-    """The process's heartbeat thread and the leases it renews."""
+    """The process's renewal thread and the leases it renews."""
 
     def __init__(self) -> None:
         self._wakeup = threading.Condition()
@@ -109,7 +109,7 @@ class _Renewer:
             connection.close()
             return
         except Exception:
-            logger.exception("lease heartbeat failed instance=%s", lease.instance_pk)
+            logger.exception("lease renewal raised instance=%s", lease.instance_pk)
             return
         if renewed:
             return
@@ -123,14 +123,14 @@ class _Renewer:
 _renewer = _Renewer()
 
 
-class LeaseHeartbeat:
+class LeaseRenewal:
     """Renew the lease every third of its length until the tick ends (a context manager)."""
 
     def __init__(self, instance_pk: int, token: str) -> None:
         self.lease = Lease(instance_pk, token)
         self._handle: int | None = None
 
-    def __enter__(self) -> LeaseHeartbeat:
+    def __enter__(self) -> LeaseRenewal:
         self._handle = _renewer.add(self.lease)
         return self
 

@@ -31,6 +31,7 @@ BEAT_TASK = "django_workerflow.tasks.sweep_and_beat"
 
 def queue_name() -> str:
     """The task queue this process's workers take tasks from."""
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.conf import Conf
 
     return str(Conf.CLUSTER_NAME or Conf.PREFIX)[:100]

@@ -17,6 +17,7 @@ def ensure_sweeper_schedule(using: str = "default", **_: Any) -> None:
     """
     if not apps.is_installed("django_q"):
         return
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.models import Schedule
 
     schedules = Schedule.objects.using(using).filter(name=SWEEPER_NAME).order_by("pk")

@@ -54,6 +54,7 @@ def note_enqueue(task: dict[str, Any] | None = None, **_: Any) -> None:
 
 def install() -> None:
     """Filter django-q2's logger (once per process) and follow its enqueues."""
+    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.signals import pre_enqueue
 
     logger = logging.getLogger(DJANGO_Q_LOGGER)

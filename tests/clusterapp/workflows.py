@@ -107,7 +107,7 @@ def hold_the_gil(seconds: float) -> float:
     thread was kept from running meanwhile (the proof that no other thread ran).
 
     ``sum(range(n))`` is one C loop that never returns to the interpreter, so no other
-    thread of the process (the lease heartbeat included) runs until it returns; a long
+    thread of the process (the lease renewal thread included) runs until it returns; a long
     ``re`` match behaves the same. ``time.sleep`` and big ``hashlib``/``zlib`` calls release
     the GIL and would prove nothing.
     """

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q
 
 from django_workerflow import registry
@@ -247,8 +247,6 @@ def pass_on_the_alarm(instance: WorkflowInstance, now: datetime) -> None:
 def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
     """A bell rang for a queued instance (its rate-limit slot came): run admission for its
     gate; True if this instance was admitted."""
-    from django.db import transaction
-
     row = (
         WorkflowInstance.objects.filter(pk=instance_pk)
         .values_list("definition_name", "concurrency_key")

@@ -14,11 +14,11 @@ from django.test import override_settings
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import lease
 from django_workerflow.values.clock import now
-from django_workerflow.workers.lease_renewal import LeaseHeartbeat, _renewer
+from django_workerflow.workers.lease_renewal import LeaseRenewal, _renewer
 
 from .factories import WorkflowInstanceFactory
 
-# The heartbeat thread has its own connection: it must see committed rows.
+# The renewal thread has its own connection: it must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LEASE = 0.6  # seconds: renewed every 0.2 s
@@ -52,7 +52,7 @@ def test_heartbeat__renews_every_running_tick_and_stops_when_it_ends():
     (first, first_token), (second, second_token) = claimed(), claimed()
     taken = {first.pk: expiry(first), second.pk: expiry(second)}
 
-    with LeaseHeartbeat(first.pk, first_token), LeaseHeartbeat(second.pk, second_token):
+    with LeaseRenewal(first.pk, first_token), LeaseRenewal(second.pk, second_token):
         assert wait_for(
             lambda: expiry(first) > taken[first.pk] and expiry(second) > taken[second.pk]
         )
@@ -70,7 +70,7 @@ def test_heartbeat__a_lost_lease_is_logged_once_and_no_longer_renewed(caplog):
     instance, token = claimed()
     caplog.set_level(logging.WARNING, logger="django_workerflow")
 
-    with LeaseHeartbeat(instance.pk, token):
+    with LeaseRenewal(instance.pk, token):
         WorkflowInstance.objects.filter(pk=instance.pk).update(lease_token="another-worker")
         assert wait_for(lambda: "lease lost" in caplog.text)
         time.sleep(3 * LEASE)
@@ -84,7 +84,7 @@ def test_heartbeat__a_tick_that_ended_is_not_reported_lost(caplog):
     instance, token = claimed()
     caplog.set_level(logging.WARNING, logger="django_workerflow")
 
-    with LeaseHeartbeat(instance.pk, token):
+    with LeaseRenewal(instance.pk, token):
         pass
     WorkflowInstance.objects.filter(pk=instance.pk).update(lease_token=None)
     time.sleep(2 * LEASE)

@@ -1,0 +1,1 @@
+DELETE FROM workerflow_workflowinstance WHERE id IN (%s, %s)

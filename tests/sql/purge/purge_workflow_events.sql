@@ -1,0 +1,1 @@
+DELETE FROM workerflow_workflowevent WHERE instance_id IN (%s, %s)
