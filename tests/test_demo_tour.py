@@ -5,46 +5,25 @@ without starting its worker or web server."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from types import ModuleType
 
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.testing import Harness
 from testproject import demo
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 12, 1, 20, 0, 30, tzinfo=UTC)
-MODULE = "testproject.demoapp.workflows"
-
-
-@pytest.fixture
-def tour() -> Iterator[ModuleType]:
-    """The tour's definitions, registered for this test only."""
-    if MODULE in sys.modules:
-        module = importlib.reload(sys.modules[MODULE])
-    else:
-        module = importlib.import_module(MODULE)
-    definitions = [module.InvoiceOrder, module.WarehouseHandover, module.MinuteOrderCount]
-    try:
-        yield module
-    finally:
-        for definition in definitions:
-            registry.unregister(definition)
 
 
 def test_tour__the_invoice_fails_until_its_partner_is_back_then_a_retry_completes(
-    tour, monkeypatch
+    demo_tour, monkeypatch
 ):
     with Harness(start=T0) as harness:
         # The partner's clock is the wall clock (user code); here, the harness's.
-        monkeypatch.setattr(tour.timezone, "now", harness.now)
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
         up_at = (T0 + timedelta(minutes=1)).isoformat()
         invoice = workerflow.start(
             "demo-invoice", key="invoice-1", input={"order_number": "INV-1", "partner_up_at": up_at}
@@ -63,7 +42,7 @@ def test_tour__the_invoice_fails_until_its_partner_is_back_then_a_retry_complete
         assert invoice.result == {"invoice": "INV-INV-1"}
 
 
-def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(tour):
+def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(demo_tour):
     with Harness(start=T0) as harness:
         for turn in ("first", "queued"):
             workerflow.start(
@@ -87,7 +66,7 @@ def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(tou
         assert queued.status == "running"  # now waiting for its own handover
 
 
-def test_tour__the_minute_schedule_fires_every_minute(tour):
+def test_tour__the_minute_schedule_fires_every_minute(demo_tour):
     with Harness(start=T0, schedules=["demo-minute-count"]) as harness:
         harness.advance(timedelta(minutes=3))
     keys = sorted(
@@ -102,9 +81,11 @@ def test_tour__the_minute_schedule_fires_every_minute(tour):
     ]
 
 
-def test_demo__seeds_a_failed_invoice_a_queued_handover_and_one_showing_progress(tour, monkeypatch):
+def test_demo__seeds_a_failed_invoice_a_queued_handover_and_one_showing_progress(
+    demo_tour, monkeypatch
+):
     with Harness(start=T0) as harness:
-        monkeypatch.setattr(tour.timezone, "now", harness.now)
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
         orders = demo.place_example_orders()
         seeded = demo.start_tour()
         harness.drain()
@@ -156,9 +137,9 @@ def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
     )
 
 
-def test_demo__waits_for_the_invoice_to_fail_while_the_worker_runs(tour, monkeypatch):
+def test_demo__waits_for_the_invoice_to_fail_while_the_worker_runs(demo_tour, monkeypatch):
     with Harness(start=T0) as harness:
-        monkeypatch.setattr(tour.timezone, "now", harness.now)
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
         seeded = demo.start_tour()
         assert demo.wait_for_failure(seeded.failed, worker_running=lambda: False) is False
         harness.drain()
