@@ -3,9 +3,13 @@
 Migrates the SQLite demo database, creates an admin login with a fresh random password,
 starts one `qcluster` and `runserver`, places a few example orders (each starts an order
 workflow), starts the tour's instances (one that fails, so Retry and Fork can be tried; two
-behind a concurrency limit, one of them queued; a schedule fires every minute) and prints
-where to look, then prints the admin address and login again once the worker's start-up
-output is over. Ctrl-C stops everything.
+behind a concurrency limit, one of them queued and the other showing its progress; a
+schedule fires every minute) and prints where to look, then prints the admin address, the
+login and what it seeded again once the worker's start-up output is over. Ctrl-C stops
+everything.
+
+The seeding (`place_example_orders`, `start_tour`) and the text (`banner`, `reminder`) are
+functions of their own, which tests/test_demo_tour.py runs without starting a server.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,9 +54,9 @@ def main() -> int:
         wait_for_port(port)
         orders = place_example_orders()
         tour = start_tour()
-        print_banner(port, password, orders, tour)
-        wait_for_failure(tour["failed"], worker)
-        print_reminder(port, password, tour)
+        print(banner(port, password, orders, tour), flush=True)
+        wait_for_failure(tour.failed, worker_running=lambda: worker.poll() is None)
+        print(reminder(port, password, tour), flush=True)
         while worker.poll() is None and web.poll() is None:
             time.sleep(0.5)
         print("A child process exited; stopping the demo.", file=sys.stderr)
@@ -164,9 +170,23 @@ def place_multi_parcel_order() -> str:
     return order.number
 
 
-def start_tour() -> dict[str, str]:
+@dataclass(frozen=True)
+class Tour:
+    """The keys of the tour's instances."""
+
+    failed: str  # the invoice that fails while its partner is down
+    partner_up_at: str  # when the partner is back ("HH:MM:SS UTC"): Retry works after it
+    first: str  # the handover under way, showing its progress (1 of 2)
+    queued: str  # the handover queued behind it
+
+
+SCHEDULE = "demo-minute-count"  # the tour's schedule (testproject/demoapp/workflows.py)
+
+
+def start_tour() -> Tour:
     """The tour's instances: an invoice whose partner is down for a minute (it fails), and two
-    warehouse handovers behind ``max_concurrency = 1`` (the second is queued)."""
+    warehouse handovers behind ``max_concurrency = 1`` (the first shows its progress, the
+    second is queued). The schedule needs no start: it fires every minute on its own."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -180,50 +200,58 @@ def start_tour() -> dict[str, str]:
         key=f"invoice-{stamp}",
         input={"order_number": f"INV-{stamp}", "partner_up_at": up_at.isoformat()},
     )
-    keys = {"failed": invoice.key, "partner_up_at": f"{up_at:%H:%M:%S} UTC"}
-    for turn in ("first", "queued"):
-        handover = workerflow.start(
+    handovers = [
+        workerflow.start(
             "demo-warehouse-handover",
             key=f"handover-{stamp}-{turn}",
             input={"warehouse": "paris-1", "batch": f"{stamp}-{turn}"},
-        )
-        keys[turn] = handover.key
-    return keys
-
-
-def wait_for_failure(key: str, worker: subprocess.Popen, timeout: float = 30) -> None:
-    """Wait until the worker has failed the tour's invoice (its start-up output is over)."""
-    from django_workerflow.models import WorkflowInstance
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and worker.poll() is None:
-        if WorkflowInstance.objects.filter(key=key, status="failed").exists():
-            return
-        time.sleep(0.5)
-
-
-def print_reminder(port: int, password: str, tour: dict[str, str]) -> None:
-    base = f"http://127.0.0.1:{port}"
-    print(
-        f"""
-  The demo is ready. Admin: {base}/admin/workerflow/workflowinstance/
-                     Login: admin / {password}
-  Failed (Retry or Fork it after {tour["partner_up_at"]}): {tour["failed"]}
-  Queued behind a concurrency limit: {tour["queued"]}
-  Press Ctrl-C to stop.
-""",
-        flush=True,
+        ).key
+        for turn in ("first", "queued")
+    ]
+    return Tour(
+        failed=invoice.key,
+        partner_up_at=f"{up_at:%H:%M:%S} UTC",
+        first=handovers[0],
+        queued=handovers[1],
     )
 
 
-def print_banner(port: int, password: str, orders: list[str], tour: dict[str, str]) -> None:
+def wait_for_failure(key: str, worker_running: Callable[[], bool], timeout: float = 30) -> bool:
+    """Wait until the worker has failed the tour's invoice (its start-up output is over);
+    False if the worker stopped or the time ran out first."""
+    from django_workerflow.models import WorkflowInstance
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and worker_running():
+        if WorkflowInstance.objects.filter(key=key, status="failed").exists():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def reminder(port: int, password: str, tour: Tour) -> str:
+    """What the demo prints once the worker has started: where, who, and what it seeded."""
     base = f"http://127.0.0.1:{port}"
+    return f"""
+  The demo is ready. Admin: {base}/admin/workerflow/workflowinstance/
+                     Login: admin / {password}
+  Seeded for the tour:
+  - failed, to Retry or Fork after {tour.partner_up_at}: {tour.failed}
+  - queued behind a concurrency limit: {tour.queued}
+  - showing its progress bar (1 of 2, waiting for the warehouse): {tour.first}
+  - {SCHEDULE}, a schedule firing every minute: Workflows > Workflow schedules
+  Press Ctrl-C to stop.
+"""
+
+
+def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
+    """What the demo prints once it has seeded: where, who, the orders and the tour."""
     from django.db import connection
 
-    database = Path(connection.settings_dict["NAME"]).name
-    print(
-        f"""
-  django-workerflow demo is running (worker + web server, SQLite: {database})
+    base = f"http://127.0.0.1:{port}"
+    database = f"{connection.display_name}: {Path(connection.settings_dict['NAME']).name}"
+    return f"""
+  django-workerflow demo is running (worker + web server, {database})
 
   Admin:     {base}/admin/workerflow/workflowinstance/
   Login:     admin / {password}
@@ -235,16 +263,15 @@ def print_banner(port: int, password: str, orders: list[str], tour: dict[str, st
   each a child workflow: its page links them (filter "level: Top-level" hides children).
 
   The tour, to try the console's controls:
-  - {tour["failed"]} fails: its invoicing partner is down until {tour["partner_up_at"]}.
+  - {tour.failed} fails: its invoicing partner is down until {tour.partner_up_at}.
     After that, open it and press "Retry" (or "Fork..." to start a copy).
-  - {tour["queued"]} is queued behind {tour["first"]} (one handover per warehouse at
-    a time): send {tour["first"]} the event warehouse.handed-over and the queued one starts.
-  - demo-minute-count runs every minute, Paris time: see Workflows > Workflow schedules.
+  - {tour.first} shows its progress bar on its page (1 of 2: waiting for the
+    warehouse). {tour.queued} is queued behind it (one handover per warehouse at a
+    time): send {tour.first} the event warehouse.handed-over and the queued one starts.
+  - {SCHEDULE} runs every minute, Paris time: see Workflows > Workflow schedules.
 
   Press Ctrl-C to stop.
-""",
-        flush=True,
-    )
+"""
 
 
 if __name__ == "__main__":

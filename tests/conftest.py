@@ -1,6 +1,6 @@
 """Shared fixtures: throwaway definitions registered for one test only, the test harness
 under its short name, an instance waiting for an event, a recorder of the status changes
-the runtime announces, and the step store of a claimed instance.
+the runtime announces, the step store of a claimed instance, and `make demo`'s tour.
 
 Shared helpers that are not fixtures live beside this file: ``runtime_helpers`` (reading
 an instance's rows, claiming it, definition bodies), ``factories`` (rows for states the
@@ -11,9 +11,11 @@ memory, whose ``spans`` fixture is offered here)."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import sys
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -31,6 +33,7 @@ from .runtime_helpers import claim, waits_for_go
 from .tracing_helpers import spans  # noqa: F401 - a fixture, for every test module
 
 _counter = itertools.count()
+DEMO_TOUR = "testproject.demoapp.workflows"
 
 
 @pytest.fixture(autouse=True)
@@ -139,3 +142,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid} starts real qcluster processes: mark it @pytest.mark.slow "
                 "so that `make test-fast` leaves it out."
             )
+
+
+@pytest.fixture
+def demo_tour(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """`make demo`'s tour (testproject/demoapp/workflows.py, an app only the demo installs):
+    its definitions, registered for this test only, and counted as imported by workers, as
+    in the demo; the module is returned."""
+    if DEMO_TOUR in sys.modules:
+        module = importlib.reload(sys.modules[DEMO_TOUR])
+    else:
+        module = importlib.import_module(DEMO_TOUR)
+    definitions = [module.InvoiceOrder, module.WarehouseHandover, module.MinuteOrderCount]
+    imported = drift.worker_imported_modules
+    monkeypatch.setattr(drift, "worker_imported_modules", lambda: imported() | {DEMO_TOUR})
+    try:
+        yield module
+    finally:
+        for definition in definitions:
+            registry.unregister(definition)

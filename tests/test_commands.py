@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -10,7 +12,7 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 
 import django_workerflow as workerflow
@@ -606,3 +608,41 @@ def test_show_and_list__print_the_progress(define, workerflow_harness):
     lines = {line.split()[0]: line.split() for line in run("list").splitlines()[1:]}
     assert lines["p-1"][4] == "75%"  # after the key, the name, its version, the status
     assert lines["p-2"][4] == "-"
+
+
+def options_of_subcommands(parser: argparse.ArgumentParser) -> dict[str, list[list[str]]]:
+    """Each subcommand of the parser and its options (each as its spellings), ``-h`` left out."""
+    # argparse has no public way to list a parser's arguments.
+    actions = parser._actions  # noqa: SLF001 - argparse's list of the parser's arguments
+    (subcommands,) = [action for action in actions if isinstance(action.choices, dict)]
+    return {
+        name: [
+            action.option_strings
+            for action in subparser._actions  # noqa: SLF001 - as above
+            if action.option_strings and "--help" not in action.option_strings
+        ]
+        for name, subparser in subcommands.choices.items()
+    }
+
+
+def test_operations_page__its_command_table_names_every_subcommand_and_option():
+    """docs/operations.md's table has a row per subcommand, with each of its options."""
+    command = load_command_class("django_workerflow", "workerflow")
+    subcommands = options_of_subcommands(command.create_parser("manage.py", "workerflow"))
+    text = (ROOT / "docs" / "operations.md").read_text()
+    table = text[text.index("| Subcommand |") :].split("\n\n")[0]
+    # The first cell of each row: one or more `NAME ...` forms ("`pause KEY`, `resume KEY`").
+    documented = {}
+    for cell in re.findall(r"^\| (`[a-z].*?) \| ", table, re.MULTILINE):
+        for form in re.findall(r"`([^`]+)`", cell):
+            documented[form.split()[0]] = cell
+    assert set(subcommands) - set(documented) == set(), "subcommands missing from the table"
+    missing = [
+        f"{name} {spellings[-1]}"
+        for name, options in subcommands.items()
+        for spellings in options
+        if not any(
+            re.search(rf"{re.escape(spelling)}\b", documented[name]) for spelling in spellings
+        )
+    ]
+    assert missing == [], "options missing from the table"

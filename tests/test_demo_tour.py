@@ -1,48 +1,29 @@
 """`make demo`'s tour (testproject/demoapp, installed by the demo only): an invoice that fails
 until its partner is back, then retries; a handover queued behind another for the same
-warehouse; a schedule that fires every minute."""
+warehouse; a schedule that fires every minute. And what testproject/demo.py seeds and prints,
+without starting its worker or web server."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from types import ModuleType
 
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow import registry
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.testing import Harness
+from testproject import demo
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 12, 1, 20, 0, 30, tzinfo=UTC)
-MODULE = "testproject.demoapp.workflows"
-
-
-@pytest.fixture
-def tour() -> Iterator[ModuleType]:
-    """The tour's definitions, registered for this test only."""
-    if MODULE in sys.modules:
-        module = importlib.reload(sys.modules[MODULE])
-    else:
-        module = importlib.import_module(MODULE)
-    definitions = [module.InvoiceOrder, module.WarehouseHandover, module.MinuteOrderCount]
-    try:
-        yield module
-    finally:
-        for definition in definitions:
-            registry.unregister(definition)
 
 
 def test_tour__the_invoice_fails_until_its_partner_is_back_then_a_retry_completes(
-    tour, monkeypatch
+    demo_tour, monkeypatch
 ):
     with Harness(start=T0) as harness:
         # The partner's clock is the wall clock (user code); here, the harness's.
-        monkeypatch.setattr(tour.timezone, "now", harness.now)
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
         up_at = (T0 + timedelta(minutes=1)).isoformat()
         invoice = workerflow.start(
             "demo-invoice", key="invoice-1", input={"order_number": "INV-1", "partner_up_at": up_at}
@@ -61,7 +42,7 @@ def test_tour__the_invoice_fails_until_its_partner_is_back_then_a_retry_complete
         assert invoice.result == {"invoice": "INV-INV-1"}
 
 
-def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(tour):
+def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(demo_tour):
     with Harness(start=T0) as harness:
         for turn in ("first", "queued"):
             workerflow.start(
@@ -85,7 +66,7 @@ def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(tou
         assert queued.status == "running"  # now waiting for its own handover
 
 
-def test_tour__the_minute_schedule_fires_every_minute(tour):
+def test_tour__the_minute_schedule_fires_every_minute(demo_tour):
     with Harness(start=T0, schedules=["demo-minute-count"]) as harness:
         harness.advance(timedelta(minutes=3))
     keys = sorted(
@@ -98,3 +79,69 @@ def test_tour__the_minute_schedule_fires_every_minute(tour):
         "demo-minute-count@2026-12-01T20:02:00+00:00",
         "demo-minute-count@2026-12-01T20:03:00+00:00",
     ]
+
+
+def test_demo__seeds_a_failed_invoice_a_queued_handover_and_one_showing_progress(
+    demo_tour, monkeypatch
+):
+    with Harness(start=T0) as harness:
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        orders = demo.place_example_orders()
+        seeded = demo.start_tour()
+        harness.drain()
+        harness.advance(timedelta(seconds=5))  # the invoice's retries fail too
+        status = dict(WorkflowInstance.objects.values_list("key", "status"))
+        assert status[seeded.failed] == "failed"
+        assert seeded.partner_up_at == "20:01:30 UTC"
+        queued = WorkflowInstance.objects.get(key=seeded.queued)
+        assert (queued.status, queued.admitted_at) == ("pending", None)
+        progress = WorkflowInstance.objects.get(key=seeded.first).progress
+        assert (progress.fraction, progress.message) == (
+            0.5,
+            "pick list printed; waiting for the warehouse",
+        )
+        # The example orders, one workflow each: paid, unpaid, cancelled, in three parcels.
+        assert [number.split("-")[0] for number in orders] == ["PAI", "UNP", "CAN", "PAR"]
+        assert status[f"order-{orders[2]}"] == "cancelled"
+        assert {f"order-{number}" for number in orders} <= set(status)
+
+
+def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
+    seeded = demo.Tour(
+        failed="invoice-AB12",
+        partner_up_at="20:01:30 UTC",
+        first="handover-AB12-first",
+        queued="handover-AB12-queued",
+    )
+    seen = [
+        "http://127.0.0.1:8123/admin/workerflow/workflowinstance/",
+        "admin / s3cret",
+        "invoice-AB12",
+        "Retry",
+        "Fork",
+        "handover-AB12-queued",
+        "progress bar",
+        "handover-AB12-first",
+        "demo-minute-count",
+        "every minute",
+    ]
+    banner = demo.banner(8123, "s3cret", ["PAI-1", "PAR-2"], seeded)
+    reminder = demo.reminder(8123, "s3cret", seeded)
+    assert [phrase for phrase in seen if phrase not in banner] == []
+    assert [phrase for phrase in seen if phrase not in reminder] == []
+    assert "Example orders: PAI-1, PAR-2." in banner
+    assert "- queued behind a concurrency limit: handover-AB12-queued\n" in reminder
+    assert (
+        "- showing its progress bar (1 of 2, waiting for the warehouse): handover-AB12-first\n"
+        in reminder
+    )
+
+
+def test_demo__waits_for_the_invoice_to_fail_while_the_worker_runs(demo_tour, monkeypatch):
+    with Harness(start=T0) as harness:
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        seeded = demo.start_tour()
+        assert demo.wait_for_failure(seeded.failed, worker_running=lambda: False) is False
+        harness.drain()
+        harness.advance(timedelta(seconds=5))
+        assert demo.wait_for_failure(seeded.failed, worker_running=lambda: True) is True

@@ -1,5 +1,6 @@
-"""The README lists every documentation page, and every link in the README and the docs
-resolves: to a file of the repository and, with an anchor, to a heading or an ``<a id>``."""
+"""The README lists every documentation page, the concepts page's contents list its sections,
+and every link in the README and the docs resolves: to a file of the repository and, with an
+anchor, to a heading or an ``<a id>``."""
 
 from __future__ import annotations
 
@@ -39,6 +40,15 @@ def test_readme__documentation_list_links_every_page_in_docs():
     pages = {f"docs/{page.name}" for page in DOCS}
     assert pages - listed == set(), "pages missing from the README's documentation list"
     assert listed - pages == set(), "the README's documentation list names missing pages"
+
+
+def test_concepts__contents_list_every_section_in_order():
+    text = FENCE.sub("", (ROOT / "docs" / "concepts.md").read_text())
+    contents = text[: text.index("\n## ")]
+    # Each entry is "- [the section's title](#its-anchor)", in the sections' order.
+    listed = re.findall(r"^- \[(.*)\]\(#([^)]+)\)$", contents, re.MULTILINE)
+    sections = re.findall(r"^## (.*)$", text, re.MULTILINE)
+    assert listed == [(section, slug(section)) for section in sections]
 
 
 @pytest.mark.parametrize("page", [README, *DOCS], ids=lambda page: page.name)

@@ -1,5 +1,6 @@
 """The demo's tour: a workflow that fails (to try Retry and Fork), one with a concurrency
-limit (to see an instance queued), and a schedule that fires every minute.
+limit (to see an instance queued) that reports its progress, and a schedule that fires every
+minute.
 
 Installed by ``make demo`` only (``WORKERFLOW_DEMO=1``, see ``testproject/settings.py``).
 """

@@ -1,8 +1,9 @@
 """What a newcomer sees in Chromium at 1,366 px with the sidebar open: the instance list
-fits; the confirmation pages (retry, fork, send event, cancel) look like Django's own pages
-of this version (breadcrumbs, buttons); a child step's timeline row has a bar; a forked
-instance says "forked to"; a queued one names its concurrency key; the schedules page lists
-recent instances.
+fits; the confirmation pages (retry, fork, send event, cancel) and a schedule's page look like
+Django's own pages of this version (breadcrumbs, buttons, fields); a child step's timeline row
+has a bar; a forked instance says "forked to"; a queued one names its concurrency key; the
+schedules page lists recent instances; what `make demo` seeds reads right in the list, and its
+failed invoice completes after a Retry.
 
 With WORKERFLOW_DOCS_SCREENSHOTS=1 the pictures docs/images/newcomer-*-django<N>.png are
 written (N: this Django's major version), one viewport each.
@@ -22,6 +23,7 @@ from django.contrib.auth.models import User
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.testing import Harness
+from testproject import demo
 
 from .. import flow_helpers
 
@@ -137,6 +139,11 @@ def operator_page(chromium, live_server):
     expect(page).to_have_url(re.compile(re.escape(CHANGELIST) + "$"))
     expect(page.locator("#nav-sidebar")).to_be_visible()
     return context, page
+
+
+def row(page, key: str):
+    """The instance list's row of the instance with this key."""
+    return page.locator("#result_list tbody tr", has=page.get_by_role("link", name=key, exact=True))
 
 
 def change_page(page, live_server, key: str) -> None:
@@ -297,5 +304,105 @@ def test_schedules_page__shows_recent_instances_and_both_zones(
         assert results[0] <= results[1], results
         row.get_by_role("link", name="All its instances").click()
         expect(page.locator("#result_list tbody tr")).to_have_count(2)
+    finally:
+        context.close()
+
+
+def test_schedule_change_page__looks_like_djangos_own(live_server, chromium, scheduled):
+    """A schedule's page is Django's read-only change form: the same breadcrumbs, heading,
+    fieldset and rows as a page Django draws alone (a user's page), on this version."""
+    context, page = operator_page(chromium, live_server)
+    try:
+        parts = {
+            "breadcrumbs": ".breadcrumbs",
+            "heading": "#content h1",
+            "fieldset": "#content-main fieldset.module",
+            "row": "#content-main fieldset.module .form-row",
+            "label": "#content-main fieldset.module .form-row label:not(.required)",
+        }
+        looks = (
+            "sel => Object.fromEntries(Object.entries(sel).map(([name, s]) => {"
+            " const e = document.querySelector(s); const c = getComputedStyle(e);"
+            " return [name, [e.tagName, c.backgroundColor, c.color, c.fontSize, c.fontWeight,"
+            " c.paddingLeft, c.paddingTop, c.marginLeft, c.borderBottomWidth,"
+            " Math.round(e.getBoundingClientRect().left)]]; }))"
+        )
+        operator = User.objects.get(username="operator").pk
+        page.goto(f"{live_server.url}/admin/auth/user/{operator}/change/")
+        djangos = page.evaluate(looks, parts)
+        page.goto(f"{live_server.url}{SCHEDULES}")
+        page.get_by_role("link", name="nightly-report", exact=True).click()
+        expect(page.locator("#content h1")).to_have_text("View workflow schedule")
+        expect(page.locator(".breadcrumbs")).to_contain_text("nightly-report")
+        ours = page.evaluate(looks, parts)
+        recent = page.locator(".field-recent_runs")
+        expect(recent.locator("li")).to_have_count(2)
+        expect(recent.locator(".wf-badge").first).to_have_text("Completed")
+        expect(page.locator(".field-next_run")).to_contain_text("UTC")
+        expect(page.locator(".field-next_run")).to_contain_text(re.compile(r"CES?T"))
+        document = page.evaluate(
+            "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        )
+        # The recent instances start where every other value does, not indented as
+        # Django indents a form's own lists.
+        lefts = page.evaluate(
+            "['.field-name .readonly', '.field-recent_runs .readonly',"
+            " '.field-recent_runs ul.wf-recent-runs', '.field-recent_runs li']"
+            ".map(s => Math.round(document.querySelector(s).getBoundingClientRect().left))"
+        )
+        docs_screenshot(page, "schedule-change-page")
+        assert ours["breadcrumbs"][0] == ("OL" if django.VERSION >= (6, 0) else "DIV")
+        assert ours == djangos
+        assert len(set(lefts)) == 1, lefts
+        assert document[0] <= document[1], document
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def demo_seeded(demo_tour, monkeypatch):
+    """What `make demo` seeds, and its worker's first minute, run by the harness: the
+    example orders; the invoice failed (its partner is down for a minute), two handovers
+    (one showing its progress, one queued); the minute schedule fired once. Yields the
+    harness and the tour's keys."""
+    with Harness(schedules=[demo.SCHEDULE]) as harness:
+        # The partner's clock is the wall clock (user code); here, the harness's.
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        demo.place_example_orders()
+        tour = demo.start_tour()
+        harness.drain()
+        harness.advance(61)  # the invoice's retries fail; the schedule fires; the partner is back
+        yield harness, tour
+
+
+def test_demo__the_list_shows_the_tour_and_a_retry_completes_the_invoice(
+    live_server, chromium, demo_seeded
+):
+    harness, tour = demo_seeded
+    context, page = operator_page(chromium, live_server)
+    try:
+        page.goto(f"{live_server.url}{CHANGELIST}?level=top")
+        expect(row(page, tour.failed).locator(".wf-badge")).to_have_text("Failed")
+        expect(row(page, tour.failed)).to_contain_text("PartnerUnavailable")
+        expect(row(page, tour.queued)).to_contain_text("queued behind 'paris-1'")
+        bar = row(page, tour.first).locator(".wf-progress")
+        expect(bar).to_have_attribute("aria-valuenow", "50.0")
+        expect(row(page, tour.first)).to_contain_text("50% (1 of 2)")
+        scheduled = page.locator("#result_list tbody tr", has_text=f"{demo.SCHEDULE}@")
+        expect(scheduled.locator(".wf-badge")).to_have_text("Completed")
+        expect(bar).to_be_in_viewport()
+        docs_screenshot(page, "demo-list")
+
+        row(page, tour.failed).get_by_role("link", name=tour.failed, exact=True).click()
+        page.locator("#wf-controls").get_by_role("link", name="Retry").click()
+        page.fill("#id_reason", "the partner is back")
+        page.get_by_role("button", name="Yes, retry").click()
+        expect(page.locator("#wf-summary .wf-badge")).to_have_text("Running")
+        harness.drain()
+        page.reload()
+        expect(page.locator("#wf-summary .wf-badge")).to_have_text("Completed")
+        invoice = tour.failed.replace("invoice-", "INV-INV-")
+        expect(page.locator("#wf-result")).to_contain_text(f'"invoice": "{invoice}"')
+        docs_screenshot(page, "demo-retried")
     finally:
         context.close()
