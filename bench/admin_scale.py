@@ -35,8 +35,8 @@ DEFINITIONS = 4
 
 def _fill(count: int) -> None:
     """``count`` instances, their statuses cycling through :data:`STATUS_CYCLE` and their
-    definitions through ``bench-admin-0`` to ``-3``, created a second apart back from now
-    (a finished one finished a second after it was created)."""
+    definitions through ``bench-admin-0`` to ``-3``, created (and admitted) a second apart
+    back from now (a finished one finished a second after it was created)."""
     now = clock_now()
     template = WorkflowInstance(
         key="",
@@ -62,7 +62,8 @@ def _fill(count: int) -> None:
             params.append(now)
         elif field.name == "status":
             expressions.append(f"({statuses})[1 + g %% {len(STATUS_CYCLE)}]")
-        elif field.name in ("created_at", "updated_at"):
+        elif field.name in ("created_at", "updated_at", "admitted_at"):
+            # Admitted when created, as start() writes a definition without flow control.
             expressions.append("%s::timestamptz - g * interval '1 second'")
             params.append(now)
         else:
@@ -89,9 +90,9 @@ def _fill_sleeps() -> None:
                 INSERT INTO {step} (instance_id, step_id, type, state, attempt_count,
                     error_name, error_message, wake_at, event_name, resolved_at, created_at)
                 SELECT id, 'nap', 'sleep', 'elapsed', 0, '', '', created_at + interval '1 minute',
-                    '', created_at + interval '1 minute' + (id %% 1000) * interval '1 ms',
+                    '', created_at + interval '1 minute' + (id % 1000) * interval '1 ms',
                     created_at
-                FROM {WorkflowInstance._meta.db_table} WHERE id %% 4 = 0
+                FROM {WorkflowInstance._meta.db_table} WHERE id % 4 = 0
                 RETURNING id, instance_id, resolved_at
             )
             INSERT INTO {event} (instance_id, step_id, type, error_name, error_message,

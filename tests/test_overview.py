@@ -344,3 +344,24 @@ def test_overview__pending_deliveries__link_to_the_instances_whose_hook_has_not_
     assert {i.key for i in listed} == {"delivering-0", "delivering-1"}
     assert "2 pending" in _words(section)
     assert "(3 deliveries" in _words(section)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's sample and estimate")
+def test_overview__over_a_large_table__estimates_the_large_counts_and_counts_the_rest(
+    admin_client, scenario, monkeypatch
+):
+    # "Large" made small: any table is sampled whole, and 3 or more is a large count.
+    monkeypatch.setattr(overview, "SAMPLE_FROM", 1)
+    monkeypatch.setattr(overview, "SAMPLE_ROWS", 10**9)
+    monkeypatch.setattr(overview, "EXACT_BELOW", 3)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {WorkflowInstance._meta.db_table}")  # exact reltuples
+    counts = overview.counts_by_status()
+    assert counts["ov-report"] == {"completed": (3, True)}
+    assert counts["ov-report-failing"] == {"failed": (1, False)}
+    assert counts["ov-gated"] == {"running": (2, False), "pending": (2, False)}
+    body = admin_client.get(reverse(OVERVIEW)).content.decode()
+    row = body.split('<th scope="row">ov-report</th>')[1].split("</tr>")[0]
+    assert re.search(r'status__exact=completed" title="estimated[^"]*">~3</a>', row)
+    assert re.search(r'definition_name=ov-report" title="estimated[^"]*">~3</a>', row)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,7 +29,8 @@ import django
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.db import connections
-from django.db.models import Aggregate, Count, DurationField, Expression, Min, Q
+from django.db.models import Aggregate, Count, DurationField, Expression, Min, Q, QuerySet
+from django.db.models.functions import TruncHour
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -39,7 +40,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from django_workerflow.console.controls import admin_url
 from django_workerflow.console.describe import format_duration, format_when
-from django_workerflow.console.list_filters import DELIVERY_PARAMETER, PENDING
+from django_workerflow.console.estimated_count import EXACT_BELOW, LARGE_LIST, estimated_rows
+from django_workerflow.console.list_filters import DELIVERY_PARAMETER, PENDING, distinct_values
 from django_workerflow.console.schedules import in_both_zones
 from django_workerflow.models import (
     WAKE_LAG,
@@ -50,6 +52,7 @@ from django_workerflow.models import (
     WorkflowSchedule,
     WorkflowStatus,
 )
+from django_workerflow.store import sql
 from django_workerflow.values.clock import now as clock_now
 
 #: The name of the page's URL in the admin's namespace: ``admin:workerflow_overview``.
@@ -67,6 +70,11 @@ ACTIVE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
 #: here over at most this many sleeps, the newest of the hour.
 LAG_SAMPLE = 10_000
 LAG_WINDOW = timedelta(hours=1)
+#: From this many instances on (the planner's estimate, PostgreSQL), the counts by
+#: definition and status of EXACT_BELOW or more are estimated from a sample of about
+#: SAMPLE_ROWS rows; the smaller ones are still counted.
+SAMPLE_FROM = LARGE_LIST
+SAMPLE_ROWS = 30_000
 
 Linker = Callable[..., str]
 
@@ -78,6 +86,8 @@ class Figure:
     label: str
     count: int
     url: str
+    #: Estimated from a sample of the table (a large count on PostgreSQL), not counted.
+    estimated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,40 +170,52 @@ def hour_starts(now: datetime) -> list[datetime]:
 
 def hourly(now: datetime) -> dict[str, dict[str, dict[datetime, int]]]:
     """Per definition, per series, per hour (UTC): the number started, completed, failed.
-    Two grouped queries, each a range on an index, with one filtered count per hour:
-    comparisons only, no date function evaluated per row (SQLite's is Python)."""
+    Two grouped queries, each a range on an index: on PostgreSQL grouped by the hour
+    (``date_trunc``); elsewhere with one filtered count per hour, comparisons only, no date
+    function evaluated per row (SQLite's is Python)."""
     hours = hour_starts(now)
+    end = hours[-1] + timedelta(hours=1)
     counts: dict[str, dict[str, dict[datetime, int]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(int))
     )
-    started = (
-        WorkflowInstance.objects.filter(created_at__gte=hours[0])
-        .values("definition_name")
-        .annotate(**_per_hour("created_at", hours))
-        .order_by()
+    started = WorkflowInstance.objects.filter(created_at__gte=hours[0], created_at__lt=end)
+    for name, _, hour, n in _per_hour(started, "created_at", hours):
+        counts[name]["started"][hour] += n
+    finished = WorkflowInstance.objects.filter(
+        status__in=[WorkflowStatus.COMPLETED, WorkflowStatus.FAILED],
+        finished_at__gte=hours[0],
+        finished_at__lt=end,
     )
-    for row in started:
-        _collect(counts[row["definition_name"]]["started"], row, hours)
-    finished = (
-        WorkflowInstance.objects.filter(
-            status__in=[WorkflowStatus.COMPLETED, WorkflowStatus.FAILED],
-            finished_at__gte=hours[0],
-        )
-        .values("definition_name", "status")
-        .annotate(**_per_hour("finished_at", hours))
-        .order_by()
-    )
-    for row in finished:
-        _collect(counts[row["definition_name"]][row["status"]], row, hours)
+    for name, status, hour, n in _per_hour(finished, "finished_at", hours):
+        counts[name][status][hour] += n
     return counts
 
 
-def _per_hour(field: str, hours: list[datetime]) -> dict[str, Count]:
+def _per_hour(
+    instances: QuerySet[WorkflowInstance], field: str, hours: list[datetime]
+) -> Iterator[tuple[str, str, datetime, int]]:
+    """(definition, status, hour, count) of ``instances`` by the hour of ``field``."""
+    if connections[instances.db].vendor == "postgresql":
+        rows = (
+            instances.annotate(hour=TruncHour(field, tzinfo=UTC))
+            .values("definition_name", "status", "hour")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for counted in rows:
+            yield counted["definition_name"], counted["status"], counted["hour"], counted["n"]
+        return
     one = timedelta(hours=1)
-    return {
+    per_hour = {
         f"h{i}": Count("id", filter=Q(**{f"{field}__gte": hour, f"{field}__lt": hour + one}))
         for i, hour in enumerate(hours)
     }
+    grouped = instances.values("definition_name", "status").annotate(**per_hour).order_by()
+    for values in grouped:
+        row: dict[str, Any] = dict(values)  # the per-hour keys are built, not literal
+        for i, hour in enumerate(hours):
+            if row[f"h{i}"]:
+                yield row["definition_name"], row["status"], hour, row[f"h{i}"]
 
 
 def series_filter(name: str, key: str, start: datetime, end: datetime) -> dict[str, str]:
@@ -212,12 +234,6 @@ def series_filter(name: str, key: str, start: datetime, end: datetime) -> dict[s
         "finished_at__gte": start.isoformat(),
         "finished_at__lt": end.isoformat(),
     }
-
-
-def _collect(into: dict[datetime, int], row: Mapping[str, Any], hours: list[datetime]) -> None:
-    for i, hour in enumerate(hours):
-        if row[f"h{i}"]:
-            into[hour] += row[f"h{i}"]
 
 
 def bar_chart(
@@ -296,17 +312,58 @@ def _px(value: float) -> str:
     return f"{value:.1f}"
 
 
+def counts_by_status() -> dict[str, dict[str, tuple[int, bool]]]:
+    """Per definition and status, the number of instances and whether it is an estimate.
+
+    Below :data:`SAMPLE_FROM` instances (and on SQLite), one exact grouped count. Above it
+    (PostgreSQL), a random sample of the table's pages (``TABLESAMPLE SYSTEM``) scaled to
+    the planner's row estimate gives the large counts, as the change list's count is an
+    estimate; then every other (definition, status) is counted exactly in one query on
+    ``workerflow_name_status``, the definitions read by a skip scan of that index: a
+    status rare enough to be missed by the sample is still counted.
+    """
+    instances = WorkflowInstance.objects.all()
+    total = estimated_rows(instances)
+    large: dict[tuple[str, str], int] = {}
+    if total is not None and total >= SAMPLE_FROM:
+        table = connections[instances.db].ops.quote_name(WorkflowInstance._meta.db_table)
+        percent = min(100.0, 100.0 * SAMPLE_ROWS / total)
+        with connections[instances.db].cursor() as cursor:
+            cursor.execute(sql.sampled_counts_statement(table, percent))
+            for name, status, n, read in cursor.fetchall():
+                estimate = round(n * total / read)
+                if estimate >= EXACT_BELOW:
+                    large[(name, status)] = estimate
+    exact = instances
+    if large:
+        names = distinct_values(WorkflowInstance, "definition_name", instances.db)
+        rest = Q(pk__in=[])
+        for name in names:
+            small = [s.value for s in STATUSES if (name, s.value) not in large]
+            if small:
+                rest |= Q(definition_name=name, status__in=small)
+        exact = instances.filter(rest)
+    counts: dict[str, dict[str, tuple[int, bool]]] = defaultdict(dict)
+    for (name, status), estimate in large.items():
+        counts[name][status] = (estimate, True)
+    rows = exact.values("definition_name", "status").annotate(n=Count("id")).order_by()
+    for row in rows:
+        counts[row["definition_name"]][row["status"]] = (row["n"], False)
+    return counts
+
+
+def _status_figure(
+    link: Linker, name: str, status: WorkflowStatus, counts: dict[str, tuple[int, bool]]
+) -> Figure:
+    n, estimated = counts.get(status.value, (0, False))
+    url = link(definition_name=name, status__exact=status.value)
+    return Figure(status.label, n, url, estimated=estimated)
+
+
 def by_definition(link: Linker, now: datetime) -> list[DefinitionOverview]:
     """Every definition with an instance, an event in the last 24 hours or a sleep woken in
     the last hour."""
-    counts: dict[str, dict[str, int]] = defaultdict(dict)
-    rows = (
-        WorkflowInstance.objects.values("definition_name", "status")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    for row in rows:
-        counts[row["definition_name"]][row["status"]] = row["n"]
+    counts = counts_by_status()
     per_hour = hourly(now)
     lags = wake_lags(now)
     hours = hour_starts(now)
@@ -318,15 +375,13 @@ def by_definition(link: Linker, now: datetime) -> list[DefinitionOverview]:
         overviews.append(
             DefinitionOverview(
                 name=name,
-                total=Figure("all", sum(statuses.values()), link(definition_name=name)),
-                by_status=[
-                    Figure(
-                        status.label,
-                        statuses.get(status, 0),
-                        link(definition_name=name, status__exact=status.value),
-                    )
-                    for status in STATUSES
-                ],
+                total=Figure(
+                    "all",
+                    sum(n for n, _ in statuses.values()),
+                    link(definition_name=name),
+                    estimated=any(estimated for _, estimated in statuses.values()),
+                ),
+                by_status=[_status_figure(link, name, status, statuses) for status in STATUSES],
                 chart=bar_chart(name, series, now, link),
                 hourly_totals=[
                     Figure(
