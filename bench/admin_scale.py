@@ -1,10 +1,13 @@
 """Scenario 12 (issue 15): the admin over a large table (PostgreSQL).
 
-``admin_instances`` finished and active instances are written with one INSERT ... SELECT
-from ``generate_series``; then the instance change list is timed through Django's test
-client (a logged-in superuser), without and with a status filter, and the change page of
-one instance of ``admin_steps`` run steps. The queries each page sends are counted, and
-those counting rows are listed. The tables are emptied afterwards.
+``admin_instances`` finished and active instances of four definitions, one a second back
+from now (the last 24 hours hold 86,400 of them), are written with one INSERT ... SELECT
+from ``generate_series``, and a sleep woken up to a second late for every fourth of them
+(about 900 in the last hour); then the instance change list is timed through Django's test
+client (a logged-in superuser), without and with a status filter, the change page of one
+instance of ``admin_steps`` run steps, and the overview page (Workflows, then Overview).
+The queries each page sends are counted, and those counting rows are listed. The tables
+are emptied afterwards.
 """
 
 from __future__ import annotations
@@ -18,17 +21,22 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from django_workerflow.models import WorkflowInstance
+from django_workerflow.models import Step, StepEvent, WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
 from .common import Sizes
 from .inline import drive, start_inline
 
 STATUS_CYCLE = ("completed", "completed", "completed", "failed", "running", "pending")
+#: The first this many of STATUS_CYCLE are finished (their finished_at is set).
+FINISHED = 4
+DEFINITIONS = 4
 
 
 def _fill(count: int) -> None:
-    """``count`` instances, their statuses cycling through :data:`STATUS_CYCLE`."""
+    """``count`` instances, their statuses cycling through :data:`STATUS_CYCLE` and their
+    definitions through ``bench-admin-0`` to ``-3``, created (and admitted) a second apart
+    back from now (a finished one finished a second after it was created)."""
     now = clock_now()
     template = WorkflowInstance(
         key="",
@@ -44,9 +52,18 @@ def _fill(count: int) -> None:
     for field in fields:
         if field.name == "key":
             expressions.append("'bench-admin-' || g")
+        elif field.name == "definition_name":
+            expressions.append(f"'bench-admin-' || (g %% {DEFINITIONS})")
+        elif field.name == "finished_at":
+            expressions.append(
+                f"CASE WHEN g %% {len(STATUS_CYCLE)} < {FINISHED} "
+                "THEN %s::timestamptz - (g - 1) * interval '1 second' END"
+            )
+            params.append(now)
         elif field.name == "status":
             expressions.append(f"({statuses})[1 + g %% {len(STATUS_CYCLE)}]")
-        elif field.name in ("created_at", "updated_at"):
+        elif field.name in ("created_at", "updated_at", "admitted_at"):
+            # Admitted when created, as start() writes a definition without flow control.
             expressions.append("%s::timestamptz - g * interval '1 second'")
             params.append(now)
         else:
@@ -60,6 +77,30 @@ def _fill(count: int) -> None:
             params,
         )
         cursor.execute(f"ANALYZE {WorkflowInstance._meta.db_table}")
+
+
+def _fill_sleeps() -> None:
+    """A sleep step for every fourth instance, due a minute after its creation and woken up
+    to 999 ms late, with its ``sleep_elapsed`` event: what the overview's wake lag reads."""
+    step, event = Step._meta.db_table, StepEvent._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH sleeps AS (
+                INSERT INTO {step} (instance_id, step_id, type, state, attempt_count,
+                    error_name, error_message, wake_at, event_name, resolved_at, created_at)
+                SELECT id, 'nap', 'sleep', 'elapsed', 0, '', '', created_at + interval '1 minute',
+                    '', created_at + interval '1 minute' + (id % 1000) * interval '1 ms',
+                    created_at
+                FROM {WorkflowInstance._meta.db_table} WHERE id % 4 = 0
+                RETURNING id, instance_id, resolved_at
+            )
+            INSERT INTO {event} (instance_id, step_id, type, error_name, error_message,
+                event_name, recorded_at)
+            SELECT instance_id, id, 'sleep_elapsed', '', '', '', resolved_at FROM sleeps"""
+        )
+        cursor.execute(f"ANALYZE {step}")
+        cursor.execute(f"ANALYZE {event}")
 
 
 def _timed(client: Client, url: str, repeats: int) -> dict[str, Any]:
@@ -93,6 +134,7 @@ def admin_scale(sizes: Sizes, progress: Any) -> dict[str, Any]:
     progress(f"admin: {sizes.admin_instances:,} instances")
     began = time.perf_counter()
     _fill(sizes.admin_instances)
+    _fill_sleeps()
     fill_seconds = time.perf_counter() - began
     user = get_user_model().objects.create_superuser(f"bench-{uuid.uuid4().hex[:8]}", "", "x")
     client = Client()
@@ -108,6 +150,7 @@ def admin_scale(sizes: Sizes, progress: Any) -> dict[str, Any]:
             ),
             "change_page_steps": sizes.admin_steps,
             "change_page": _timed(client, f"{base}{big}/change/", sizes.admin_repeats),
+            "overview": _timed(client, f"{base}overview/", sizes.admin_repeats),
         }
     finally:
         user.delete()

@@ -455,6 +455,7 @@ def admin_section(table: Table, results: Results) -> None:
         ("change_list", "instance list"),
         ("change_list_running", "instance list filtered by status"),
         ("change_page", f"page of an instance of {steps:,} steps"),
+        ("overview", "overview page (Workflows, then Overview)"),
     ):
         table.row(
             label,
@@ -683,6 +684,7 @@ def details(results: Results) -> list[str]:
 def render(results: Results, *, smoke: bool) -> str:
     from .targets15 import targets_table as targets15_table
     from .targets21 import targets_table as targets21_table
+    from .targets23 import targets_table as targets23_table
     from .targets24 import targets_table as targets24_table
 
     lines = figures_table(results).lines
@@ -691,6 +693,7 @@ def render(results: Results, *, smoke: bool) -> str:
         targets_table(results),
         targets15_table(results),
         targets21_table(results),
+        targets23_table(results),
         targets24_table(results),
     ]
     label_width = max(block.widths()[0] for block in blocks)

@@ -21,7 +21,7 @@ from django_workerflow.console.composition import DeliveryViews, TopLevelFilter,
 from django_workerflow.console.estimated_count import EstimatedCountPaginator
 from django_workerflow.console.history import load_history
 from django_workerflow.console.instance_views import ControlViews
-from django_workerflow.console.list_filters import IndexedValuesFilter
+from django_workerflow.console.list_filters import IndexedValuesFilter, PendingDeliveryFilter
 from django_workerflow.console.overview import OverviewView
 from django_workerflow.console.rerun_views import RerunViews
 from django_workerflow.console.schedules import ScheduleFilter, WorkflowScheduleAdmin  # noqa: F401 - registers
@@ -51,6 +51,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
         ("definition_version", IndexedValuesFilter),
         TopLevelFilter,
         ScheduleFilter,
+        PendingDeliveryFilter,
     ]
     list_display_links = ["key_column"]
     search_fields = ["key", "definition_name"]

@@ -44,6 +44,7 @@ from django_workerflow.conf import settings
 from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import (
     ACTIVE_STATUSES,
+    WAKE_LAG_SINCE,
     FinishDelivery,
     StepEvent,
     WorkerHeartbeat,
@@ -345,16 +346,17 @@ def _attempt_durations() -> Family:
 
 
 def _wake_lags() -> Family:
-    """How late sleeps woke: a sleep's due time (its step's ``wake_at``) to the tick that
-    recorded it elapsed. The other causes are not recorded in a form to count yet."""
-    events = StepEvent.objects.filter(type=StepEventType.SLEEP_ELAPSED, step__wake_at__isnull=False)
+    """How late sleeps woke (``models.WAKE_LAG``, as the overview reads it): a sleep's due
+    time to the tick that recorded it elapsed. The other causes are not recorded in a form
+    to count yet."""
+    events = StepEvent.objects.woken_sleeps()
     return Family(
         "workerflow_wake_lag_seconds",
         "histogram",
         "Seconds from a due time to the tick that acted on it, by cause (sleep only, so "
         "far; counted from the step events: a purge lowers it).",
         ("definition", "cause"),
-        buckets=_bucketed(events, "step__wake_at", LAG_BUCKETS, ("sleep",)),
+        buckets=_bucketed(events, WAKE_LAG_SINCE, LAG_BUCKETS, ("sleep",)),
     )
 
 

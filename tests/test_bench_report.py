@@ -49,6 +49,7 @@ def _results(vendor: str) -> dict[str, Any]:
             "change_list_running": page,
             "change_page_steps": 10_000,
             "change_page": {**page, "median": 0.176},
+            "overview": {**page, "median": 0.2413, "queries": 14},
         }
         results["wal"] = {
             "run_step": {"count": 2000, "wal_bytes_each": 1427, "server_cpu_ms_each": 0.195},
@@ -114,6 +115,26 @@ def test_report__the_throughput_target_has_no_verdict_without_django_tasks_db():
     (drained,) = [line for line in _table() if line.startswith("  django.tasks drained")]
 
     assert drained.endswith("164 tasks/s (no django-tasks-db)")  # PostgreSQL: skipped
+
+
+def test_report__prints_the_overview_beside_the_change_list_and_its_target():
+    lines = _table()
+    section = lines.index(next(line for line in lines if line.startswith("12. Admin")))
+    admin = lines[section + 1 : section + 6]
+    assert admin[0].startswith("  instance list")
+    assert admin[0].endswith("27.9 ms (7 queries)")
+    assert admin[3].startswith("  overview page")
+    assert admin[3].endswith("241 ms (14 queries)")
+    (row,) = [line for line in lines if line.startswith("  admin overview page at 1,000,000")]
+    assert row.endswith("241 ms (14 queries) at 1,111,164 PASS")
+
+
+def test_report__overview_over_300_ms__misses_its_target():
+    results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
+    results["postgresql"]["admin"]["overview"]["median"] = 0.4
+    lines = render(results, smoke=False).splitlines()
+    (row,) = [line for line in lines if line.startswith("  admin overview page at 1,000,000")]
+    assert row.endswith("400 ms (14 queries) at 1,111,164 MISS")
 
 
 def test_report__numbers_every_section_once_in_order():

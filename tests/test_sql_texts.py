@@ -62,6 +62,9 @@ def texts() -> dict[str, str]:
         '"workerflow_workflowinstance"', '"definition_version"'
     )
     found["console/explain.sql"] = sql.explain_statement("SELECT 1")
+    found["console/sampled_counts.sql"] = sql.sampled_counts_statement(
+        '"workerflow_workflowinstance"', 2.5
+    )
     found["composition/listen.sql"] = sql.listen_statement("workerflow_finished_1")
     found["composition/unlisten.sql"] = sql.unlisten_statement("workerflow_finished_1")
     return {name: text.strip() + "\n" for name, text in found.items()}

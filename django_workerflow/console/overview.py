@@ -1,21 +1,25 @@
 """The overview page (Workflows, then Overview): every definition's state at a glance.
 
-Each figure is one grouped query on an index the change list already has, never a query per
-row: instances by status per definition (``workerflow_name_status``), the last 24 hours per
-hour (``workerflow_created`` for starts, ``workerflow_status_finished`` for completions and
-failures), the oldest instance of each kind (``workerflow_status_created``,
-``workerflow_alarm_due``), the admission queues (``workerflow_queue``), then the small tables
-(deliveries, heartbeats, schedules). Every count links to the change list filtered to what it
-counts. The chart is an inline SVG drawn here: no JavaScript, nothing fetched.
+Each figure is one grouped query on an index, never a query per row: instances by status per
+definition (``workerflow_name_status``), the last 24 hours per hour (``workerflow_created``
+for starts, ``workerflow_status_finished`` for completions and failures), the oldest
+instance of each kind (``workerflow_status_created``, ``workerflow_alarm_due``), the
+admission queues (``workerflow_queue``), the wake lag of the last hour (the partial
+``workerflow_event_woken``: the sleeps woken, by time), then the small tables (deliveries,
+heartbeats, schedules). Every count links to the change list filtered to what it counts;
+the chart is an inline SVG drawn here, each bar a link: no JavaScript, nothing fetched.
 
-Wake lag is not shown: a sleep's step row holds its ``wake_at`` and ``resolved_at``, but no
-index finds the sleeps resolved in the last hour, so at scale it would read every step.
+Wake lag is ``models.WAKE_LAG`` (the metrics' histogram reads the same): a sleep's due time
+to the tick that recorded it elapsed, over the sleeps woken in the last hour. Its p50 and
+p99 are PostgreSQL's ``percentile_cont`` in the database; on other databases they are the
+same interpolation done here, over the newest :data:`LAG_SAMPLE` sleeps of the hour.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +28,9 @@ from urllib.parse import urlencode
 import django
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Min, Q
+from django.db import connections
+from django.db.models import Aggregate, Count, DurationField, Expression, Min, Q, QuerySet
+from django.db.models.functions import TruncHour
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -33,15 +39,20 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from django_workerflow.console.controls import admin_url
-from django_workerflow.console.describe import format_when
+from django_workerflow.console.describe import format_duration, format_when
+from django_workerflow.console.estimated_count import EXACT_BELOW, LARGE_LIST, estimated_rows
+from django_workerflow.console.list_filters import DELIVERY_PARAMETER, PENDING, distinct_values
 from django_workerflow.console.schedules import in_both_zones
 from django_workerflow.models import (
+    WAKE_LAG,
     FinishDelivery,
+    StepEvent,
     WorkerHeartbeat,
     WorkflowInstance,
     WorkflowSchedule,
     WorkflowStatus,
 )
+from django_workerflow.store import sql
 from django_workerflow.values.clock import now as clock_now
 
 #: The name of the page's URL in the admin's namespace: ``admin:workerflow_overview``.
@@ -55,6 +66,15 @@ SERIES = (
 )
 STATUSES = tuple(WorkflowStatus)
 ACTIVE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
+#: Where the database has no percentile function, the wake lag percentiles are computed
+#: here over at most this many sleeps, the newest of the hour.
+LAG_SAMPLE = 10_000
+LAG_WINDOW = timedelta(hours=1)
+#: From this many instances on (the planner's estimate, PostgreSQL), the counts by
+#: definition and status of EXACT_BELOW or more are estimated from a sample of about
+#: SAMPLE_ROWS rows; the smaller ones are still counted.
+SAMPLE_FROM = LARGE_LIST
+SAMPLE_ROWS = 30_000
 
 Linker = Callable[..., str]
 
@@ -66,6 +86,27 @@ class Figure:
     label: str
     count: int
     url: str
+    #: Estimated from a sample of the table (a large count on PostgreSQL), not counted.
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WakeLag:
+    """How late the sleeps woken in the last hour woke: their number and two percentiles
+    (None without a sleep); ``sampled`` when computed over :data:`LAG_SAMPLE` of them."""
+
+    sleeps: int
+    p50: timedelta | None
+    p99: timedelta | None
+    sampled: bool = False
+
+    @property
+    def p50_text(self) -> str:
+        return format_duration(self.p50) if self.p50 is not None else ""
+
+    @property
+    def p99_text(self) -> str:
+        return format_duration(self.p99) if self.p99 is not None else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +115,8 @@ class DefinitionOverview:
     total: Figure
     by_status: list[Figure]
     chart: SafeString
-    hourly_totals: dict[str, int]
+    hourly_totals: list[Figure]
+    wake_lag: WakeLag
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,52 +170,80 @@ def hour_starts(now: datetime) -> list[datetime]:
 
 def hourly(now: datetime) -> dict[str, dict[str, dict[datetime, int]]]:
     """Per definition, per series, per hour (UTC): the number started, completed, failed.
-    Two grouped queries, each a range on an index, with one filtered count per hour:
-    comparisons only, no date function evaluated per row (SQLite's is Python)."""
+    Two grouped queries, each a range on an index: on PostgreSQL grouped by the hour
+    (``date_trunc``); elsewhere with one filtered count per hour, comparisons only, no date
+    function evaluated per row (SQLite's is Python)."""
     hours = hour_starts(now)
+    end = hours[-1] + timedelta(hours=1)
     counts: dict[str, dict[str, dict[datetime, int]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(int))
     )
-    started = (
-        WorkflowInstance.objects.filter(created_at__gte=hours[0])
-        .values("definition_name")
-        .annotate(**_per_hour("created_at", hours))
-        .order_by()
+    started = WorkflowInstance.objects.filter(created_at__gte=hours[0], created_at__lt=end)
+    for name, _, hour, n in _per_hour(started, "created_at", hours):
+        counts[name]["started"][hour] += n
+    finished = WorkflowInstance.objects.filter(
+        status__in=[WorkflowStatus.COMPLETED, WorkflowStatus.FAILED],
+        finished_at__gte=hours[0],
+        finished_at__lt=end,
     )
-    for row in started:
-        _collect(counts[row["definition_name"]]["started"], row, hours)
-    finished = (
-        WorkflowInstance.objects.filter(
-            status__in=[WorkflowStatus.COMPLETED, WorkflowStatus.FAILED],
-            finished_at__gte=hours[0],
-        )
-        .values("definition_name", "status")
-        .annotate(**_per_hour("finished_at", hours))
-        .order_by()
-    )
-    for row in finished:
-        _collect(counts[row["definition_name"]][row["status"]], row, hours)
+    for name, status, hour, n in _per_hour(finished, "finished_at", hours):
+        counts[name][status][hour] += n
     return counts
 
 
-def _per_hour(field: str, hours: list[datetime]) -> dict[str, Count]:
+def _per_hour(
+    instances: QuerySet[WorkflowInstance], field: str, hours: list[datetime]
+) -> Iterator[tuple[str, str, datetime, int]]:
+    """(definition, status, hour, count) of ``instances`` by the hour of ``field``."""
+    if connections[instances.db].vendor == "postgresql":
+        rows = (
+            instances.annotate(hour=TruncHour(field, tzinfo=UTC))
+            .values("definition_name", "status", "hour")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for counted in rows:
+            yield counted["definition_name"], counted["status"], counted["hour"], counted["n"]
+        return
     one = timedelta(hours=1)
-    return {
+    per_hour = {
         f"h{i}": Count("id", filter=Q(**{f"{field}__gte": hour, f"{field}__lt": hour + one}))
         for i, hour in enumerate(hours)
     }
+    grouped = instances.values("definition_name", "status").annotate(**per_hour).order_by()
+    for values in grouped:
+        row: dict[str, Any] = dict(values)  # the per-hour keys are built, not literal
+        for i, hour in enumerate(hours):
+            if row[f"h{i}"]:
+                yield row["definition_name"], row["status"], hour, row[f"h{i}"]
 
 
-def _collect(into: dict[datetime, int], row: Mapping[str, Any], hours: list[datetime]) -> None:
-    for i, hour in enumerate(hours):
-        if row[f"h{i}"]:
-            into[hour] += row[f"h{i}"]
+def series_filter(name: str, key: str, start: datetime, end: datetime) -> dict[str, str]:
+    """The change list's filter for the instances of ``name`` that the series ``key``
+    counts from ``start`` to before ``end``: started by their creation, completed and
+    failed by their finish (range lookups on local fields, which the admin accepts)."""
+    if key == "started":
+        return {
+            "definition_name": name,
+            "created_at__gte": start.isoformat(),
+            "created_at__lt": end.isoformat(),
+        }
+    return {
+        "definition_name": name,
+        "status__exact": key,
+        "finished_at__gte": start.isoformat(),
+        "finished_at__lt": end.isoformat(),
+    }
 
 
-def bar_chart(name: str, series: dict[str, dict[datetime, int]], now: datetime) -> SafeString:
+def bar_chart(
+    name: str, series: dict[str, dict[datetime, int]], now: datetime, link: Linker
+) -> SafeString:
     """An inline SVG of the last 24 hours: per hour, a bar for each of the series, with a
-    ``<title>`` on each bar ("14:00 CET: 3 started") and hour labels in the current zone."""
+    ``<title>`` on each bar ("14:00 CET: 3 started") and hour labels in the current zone.
+    Each bar links to the instances it counts."""
     hours = hour_starts(now)
+    one = timedelta(hours=1)
     peak = max([1, *(n for per_hour in series.values() for n in per_hour.values())])
     width, height, top, bottom, left = 720, 140, 10, 20, 28
     slot = (width - left) / HOURS
@@ -188,8 +258,9 @@ def bar_chart(name: str, series: dict[str, dict[datetime, int]], now: datetime) 
             x = left + i * slot + 2 + j * bar
             parts.append(
                 format_html(
-                    '<rect class="wf-bar wf-bar-{}" x="{}" y="{}" width="{}" '
-                    'height="{}" fill="{}"><title>{}: {} {}</title></rect>',
+                    '<a href="{}"><rect class="wf-bar wf-bar-{}" x="{}" y="{}" width="{}" '
+                    'height="{}" fill="{}"><title>{}: {} {}</title></rect></a>',
+                    link(**series_filter(name, key, hour, hour + one)),
                     key,
                     _px(x),
                     _px(top + plot - tall),
@@ -241,38 +312,147 @@ def _px(value: float) -> str:
     return f"{value:.1f}"
 
 
-def by_definition(link: Linker, now: datetime) -> list[DefinitionOverview]:
-    """Every definition with an instance or an event in the last 24 hours."""
-    counts: dict[str, dict[str, int]] = defaultdict(dict)
-    rows = (
-        WorkflowInstance.objects.values("definition_name", "status")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
+def counts_by_status() -> dict[str, dict[str, tuple[int, bool]]]:
+    """Per definition and status, the number of instances and whether it is an estimate.
+
+    Below :data:`SAMPLE_FROM` instances (and on SQLite), one exact grouped count. Above it
+    (PostgreSQL), a random sample of the table's pages (``TABLESAMPLE SYSTEM``) scaled to
+    the planner's row estimate gives the large counts, as the change list's count is an
+    estimate; then every other (definition, status) is counted exactly in one query on
+    ``workerflow_name_status``, the definitions read by a skip scan of that index: a
+    status rare enough to be missed by the sample is still counted.
+    """
+    instances = WorkflowInstance.objects.all()
+    total = estimated_rows(instances)
+    large: dict[tuple[str, str], int] = {}
+    if total is not None and total >= SAMPLE_FROM:
+        table = connections[instances.db].ops.quote_name(WorkflowInstance._meta.db_table)
+        percent = min(100.0, 100.0 * SAMPLE_ROWS / total)
+        with connections[instances.db].cursor() as cursor:
+            cursor.execute(sql.sampled_counts_statement(table, percent))
+            for name, status, n, read in cursor.fetchall():
+                estimate = round(n * total / read)
+                if estimate >= EXACT_BELOW:
+                    large[(name, status)] = estimate
+    exact = instances
+    if large:
+        names = distinct_values(WorkflowInstance, "definition_name", instances.db)
+        rest = Q(pk__in=[])
+        for name in names:
+            small = [s.value for s in STATUSES if (name, s.value) not in large]
+            if small:
+                rest |= Q(definition_name=name, status__in=small)
+        exact = instances.filter(rest)
+    counts: dict[str, dict[str, tuple[int, bool]]] = defaultdict(dict)
+    for (name, status), estimate in large.items():
+        counts[name][status] = (estimate, True)
+    rows = exact.values("definition_name", "status").annotate(n=Count("id")).order_by()
     for row in rows:
-        counts[row["definition_name"]][row["status"]] = row["n"]
+        counts[row["definition_name"]][row["status"]] = (row["n"], False)
+    return counts
+
+
+def _status_figure(
+    link: Linker, name: str, status: WorkflowStatus, counts: dict[str, tuple[int, bool]]
+) -> Figure:
+    n, estimated = counts.get(status.value, (0, False))
+    url = link(definition_name=name, status__exact=status.value)
+    return Figure(status.label, n, url, estimated=estimated)
+
+
+def by_definition(link: Linker, now: datetime) -> list[DefinitionOverview]:
+    """Every definition with an instance, an event in the last 24 hours or a sleep woken in
+    the last hour."""
+    counts = counts_by_status()
     per_hour = hourly(now)
+    lags = wake_lags(now)
+    hours = hour_starts(now)
+    window = (hours[0], hours[-1] + timedelta(hours=1))
     overviews = []
-    for name in sorted(counts.keys() | per_hour.keys()):
+    for name in sorted(counts.keys() | per_hour.keys() | lags.keys()):
         statuses = counts.get(name, {})
         series = per_hour.get(name, {})
         overviews.append(
             DefinitionOverview(
                 name=name,
-                total=Figure("all", sum(statuses.values()), link(definition_name=name)),
-                by_status=[
+                total=Figure(
+                    "all",
+                    sum(n for n, _ in statuses.values()),
+                    link(definition_name=name),
+                    estimated=any(estimated for _, estimated in statuses.values()),
+                ),
+                by_status=[_status_figure(link, name, status, statuses) for status in STATUSES],
+                chart=bar_chart(name, series, now, link),
+                hourly_totals=[
                     Figure(
-                        status.label,
-                        statuses.get(status, 0),
-                        link(definition_name=name, status__exact=status.value),
+                        word,
+                        sum(series.get(key, {}).values()),
+                        link(**series_filter(name, key, *window)),
                     )
-                    for status in STATUSES
+                    for key, word, _ in SERIES
                 ],
-                chart=bar_chart(name, series, now),
-                hourly_totals={key: sum(series.get(key, {}).values()) for key, _, _ in SERIES},
+                wake_lag=lags.get(name, WakeLag(0, None, None)),
             )
         )
     return overviews
+
+
+class _PercentileCont(Aggregate):
+    """PostgreSQL's ``percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)``: the
+    linear interpolation :func:`percentile` does in Python."""
+
+    function = "percentile_cont"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+
+    def __init__(self, expression: Expression, fraction: float) -> None:
+        # A float formatted here, never user input: it is written into the SQL.
+        super().__init__(expression, fraction=repr(float(fraction)), output_field=DurationField())
+
+
+def percentile(ordered: list[timedelta], fraction: float) -> timedelta:
+    """The ``fraction`` percentile of ``ordered`` (sorted, not empty), interpolated
+    linearly between the two closest ranks as PostgreSQL's ``percentile_cont``."""
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def wake_lags(now: datetime) -> dict[str, WakeLag]:
+    """Per definition, the wake lag (``models.WAKE_LAG``) of the sleeps woken in the last
+    hour: one grouped query with ``percentile_cont`` on PostgreSQL; elsewhere the newest
+    :data:`LAG_SAMPLE` lags of the hour, read in one query and interpolated here."""
+    events = StepEvent.objects.woken_sleeps().filter(recorded_at__gte=now - LAG_WINDOW)
+    if connections[events.db].vendor == "postgresql":
+        rows = (
+            events.order_by()
+            .values("instance__definition_name")
+            .annotate(
+                n=Count("id"),
+                p50=_PercentileCont(WAKE_LAG, 0.5),
+                p99=_PercentileCont(WAKE_LAG, 0.99),
+            )
+        )
+        return {
+            row["instance__definition_name"]: WakeLag(row["n"], row["p50"], row["p99"])
+            for row in rows
+        }
+    sample = (
+        events.annotate(lag=WAKE_LAG)
+        .order_by("-recorded_at", "-id")
+        .values_list("instance__definition_name", "lag")[:LAG_SAMPLE]
+    )
+    per_definition: dict[str, list[timedelta]] = defaultdict(list)
+    rows_read = 0
+    for name, lag in sample:
+        per_definition[name].append(lag)
+        rows_read += 1
+    sampled = rows_read == LAG_SAMPLE
+    found = {}
+    for name, lags in per_definition.items():
+        lags.sort()
+        found[name] = WakeLag(len(lags), percentile(lags, 0.5), percentile(lags, 0.99), sampled)
+    return found
 
 
 def oldest(link: Linker, now: datetime) -> list[Oldest]:
@@ -339,10 +519,25 @@ def gates(link: Linker, now: datetime) -> list[Gate]:
     ]
 
 
-def deliveries(now: datetime) -> tuple[int, str]:
-    """The number of ``on_finish`` deliveries not yet acknowledged, and the oldest's time."""
-    summary = FinishDelivery.objects.pending().aggregate(n=Count("id"), first=Min("created_at"))
-    return summary["n"], format_when(summary["first"], now)
+@dataclass(frozen=True, slots=True)
+class Deliveries:
+    """The ``on_finish`` deliveries not yet acknowledged: their number, the instances they
+    belong to (linked: an instance retried after a failure may have two), the oldest's time."""
+
+    pending: int
+    instances: Figure
+    oldest: str
+
+
+def deliveries(link: Linker, now: datetime) -> Deliveries:
+    summary = FinishDelivery.objects.pending().aggregate(
+        n=Count("id"), instances=Count("instance", distinct=True), first=Min("created_at")
+    )
+    return Deliveries(
+        summary["n"],
+        Figure("instances", summary["instances"], link(**{DELIVERY_PARAMETER: PENDING})),
+        format_when(summary["first"], now),
+    )
 
 
 def clusters(now: datetime) -> list[Cluster]:
@@ -369,13 +564,11 @@ def schedule_rows(link: Linker) -> list[ScheduleRow]:
 def build(model_admin: ModelAdmin[WorkflowInstance], now: datetime) -> dict[str, Any]:
     """The page's figures, as template context."""
     link = _linker(model_admin)
-    pending_deliveries, oldest_delivery = deliveries(now)
     return {
         "definitions": by_definition(link, now),
         "oldest": oldest(link, now),
         "gates": gates(link, now),
-        "pending_deliveries": pending_deliveries,
-        "oldest_delivery": oldest_delivery,
+        "deliveries": deliveries(link, now),
         "clusters": clusters(now),
         "schedules": schedule_rows(link),
         "series": SERIES,

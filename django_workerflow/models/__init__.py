@@ -9,7 +9,14 @@ from django_workerflow.models.delivery import FinishDelivery
 from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.flow import AdmissionGate, WorkflowSchedule
 from django_workerflow.models.heartbeat import WorkerHeartbeat
-from django_workerflow.models.history import InboundEvent, Step, StepEvent, WorkflowEvent
+from django_workerflow.models.history import (
+    WAKE_LAG,
+    WAKE_LAG_SINCE,
+    InboundEvent,
+    Step,
+    StepEvent,
+    WorkflowEvent,
+)
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
@@ -24,6 +31,8 @@ from django_workerflow.values.states import (
 __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "WAKE_LAG",
+    "WAKE_LAG_SINCE",
     "AdmissionGate",
     "FinishDelivery",
     "InboundEvent",

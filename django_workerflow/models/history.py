@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import DurationField, ExpressionWrapper, F, Q
 
 from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.instance import WorkflowInstance
@@ -121,6 +121,22 @@ class Step(models.Model):
         self.save(update_fields=["state", "error_name", "error_message", "payload", "resolved_at"])
 
 
+#: Wake lag, on a step event from :meth:`StepEventQuerySet.woken_sleeps`: how late the
+#: tick that recorded a sleep elapsed (the event's ``recorded_at``) came after the sleep's
+#: due time (:data:`WAKE_LAG_SINCE`, its step's ``wake_at``). The metrics' histogram and
+#: the overview's percentiles both read it.
+WAKE_LAG_SINCE = "step__wake_at"
+WAKE_LAG = ExpressionWrapper(F("recorded_at") - F(WAKE_LAG_SINCE), output_field=DurationField())
+
+
+class StepEventQuerySet(models.QuerySet["StepEvent"]):
+    def woken_sleeps(self) -> StepEventQuerySet:
+        """The ``sleep_elapsed`` events: one per sleep a tick woke (a fork copies steps, not
+        their events, so a copied sleep is not counted again). Filtered on ``recorded_at``,
+        the partial index ``workerflow_event_woken`` finds them without reading the rest."""
+        return self.filter(type=StepEventType.SLEEP_ELAPSED, step__wake_at__isnull=False)
+
+
 class StepEvent(models.Model):
     """One entry of a step's history: an attempt, a wait or a sleep transition."""
 
@@ -143,8 +159,19 @@ class StepEvent(models.Model):
     # statements leave the column out, so the database fills in the blank.
     traceback = models.TextField(blank=True, db_default="")
 
+    objects = StepEventQuerySet.as_manager()
+
     class Meta:
         ordering = ["recorded_at", "id"]
+        # Partial: the sleeps woken, by time (the overview's wake lag over the last hour);
+        # one index entry per sleep, none for the other events.
+        indexes = [
+            models.Index(
+                fields=["recorded_at"],
+                condition=Q(type=StepEventType.SLEEP_ELAPSED),
+                name="workerflow_event_woken",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.type} of step #{self.step_id}"

@@ -468,6 +468,15 @@ def distinct_values_statement(table: str, column: str) -> str:
         SELECT value FROM skip WHERE value IS NOT NULL"""
 
 
+def sampled_counts_statement(table: str, percent: float) -> str:
+    """PostgreSQL: the rows of ``table`` (quoted) per definition and status in a random
+    ``percent`` of its pages (``TABLESAMPLE SYSTEM``), and how many rows were read."""
+    return f"""
+        SELECT definition_name, status, count(*), sum(count(*)) OVER ()
+        FROM {table} TABLESAMPLE SYSTEM ({float(percent)!r})
+        GROUP BY definition_name, status"""
+
+
 def explain_statement(query: str) -> str:
     """PostgreSQL: the planner's plan of ``query`` as JSON (its row estimate)."""
     return f"EXPLAIN (FORMAT JSON) {query}"
