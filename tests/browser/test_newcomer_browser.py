@@ -406,3 +406,25 @@ def test_demo__the_list_shows_the_tour_and_a_retry_completes_the_invoice(
         docs_screenshot(page, "demo-retried")
     finally:
         context.close()
+
+
+def test_demo__the_overview_counts_the_tour(live_server, chromium, demo_seeded):
+    """The overview over what `make demo` seeds: the failed invoice, the queued handover
+    behind its gate, the minute schedule; its counts open the list they count."""
+    _, tour = demo_seeded
+    context, page = operator_page(chromium, live_server)
+    try:
+        page.goto(f"{live_server.url}{CHANGELIST}")
+        page.locator("#wf-overview-link").click()
+        expect(page.locator("#content h1")).to_contain_text("Overview")
+        invoices = page.locator("#wf-definitions tr", has_text="demo-invoice")
+        expect(invoices.locator("td.wf-count-failed a")).to_have_text("1")
+        gate = page.locator("#wf-gates tr", has_text="paris-1")
+        expect(gate.locator("a")).to_have_text("1")
+        expect(page.locator("#wf-schedules")).to_contain_text(demo.SCHEDULE)
+        docs_screenshot(page, "demo-overview")
+        gate.locator("a").click()
+        expect(page.locator("#result_list tbody tr")).to_have_count(1)
+        expect(page.locator("#result_list")).to_contain_text(tour.queued)
+    finally:
+        context.close()
