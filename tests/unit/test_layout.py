@@ -14,6 +14,7 @@ import tokenize
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 PACKAGE = "django_workerflow"
@@ -39,6 +40,7 @@ class Import:
     type_only: bool  # under ``if TYPE_CHECKING:``
 
 
+@cache  # read and parsed once for the tests of this module (they only read it)
 def sources() -> dict[str, Source]:
     """Every module of the package but its migrations, by dotted name."""
     found = {}
