@@ -632,7 +632,8 @@ class StepStore(RecordedSteps):
         values.update(step=pending.record.pk, attempt=pending.attempt, result=pending.result_json)
         stopped: StopReason | None = None
         with self._hot_write(values) as cursor:
-            if connection.vendor == "postgresql":
+            postgresql = cursor.db.vendor == "postgresql"  # the proxy's reads cost calls
+            if postgresql:
                 name = (
                     "succeed_and_start_renewing" if values["renew"] else "succeed_and_start_checked"
                 )
@@ -643,7 +644,7 @@ class StepStore(RecordedSteps):
                 recorded, new_pk = cursor.rowcount, None
             if recorded != 1:
                 self._refused(cursor, pending.record.step_id, pending.attempt, now)
-            if connection.vendor != "postgresql":
+            if not postgresql:
                 executor.execute(cursor, "start_new_run_sqlite", values)
                 row = cursor.fetchone()
                 new_pk = row[0] if row else None

@@ -15,7 +15,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from django_workerflow.exceptions import StepStateError
 from django_workerflow.models import Step
@@ -64,17 +64,20 @@ class WriteTransaction:
         self._begun = False
 
     def __enter__(self) -> Any:
-        if connection.vendor == "postgresql":
-            self._cursor = connection.cursor()
+        # The connection itself, not the ``connection`` proxy: each attribute read through
+        # the proxy is a few Python calls, and every run step enters here.
+        db = connections[DEFAULT_DB_ALIAS]
+        if db.vendor == "postgresql":
+            self._cursor = db.cursor()
             return self._cursor
-        if connection.in_atomic_block:
+        if db.in_atomic_block:
             # SQLite cannot open a transaction inside another (BEGIN IMMEDIATE fails there),
             # so inside a caller's atomic block, a django_db test's wrapping transaction among
             # them, the write is a savepoint of that transaction. Tests that must see the
             # production path run without a wrapping transaction (transactional_db).
             self._atomic = transaction.atomic()
             self._atomic.__enter__()
-        self._cursor = connection.cursor()
+        self._cursor = db.cursor()
         try:
             if self._atomic is None:
                 # Outside any atomic block no on-commit hook can be pending, so the
