@@ -226,8 +226,8 @@ class StepStore(RecordedSteps):
 
     @contextmanager
     def _hot_write_with_progress(self, values: dict[str, Any]) -> Iterator[Any]:
-        """On PostgreSQL, a step write with progress to write becomes a transaction of two
-        statements (one commit still), and stays one statement without."""
+        """A step write with progress to write: on PostgreSQL a transaction of two statements
+        (one commit still), where a step write without progress is one statement."""
         grouped = connection.vendor == "postgresql"
         with transaction.atomic() if grouped else nullcontext(), WriteTransaction(values) as cursor:
             written = self.progress.write(cursor)
