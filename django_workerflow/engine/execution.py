@@ -314,11 +314,12 @@ class Execution:
             if atomic:
                 self.atomic_step = record.step_id
                 with transaction.atomic():
-                    value = self._call(record, fn)
+                    value = self._call(record, fn) if self.trace.recording else fn()
                     self.atomic_step = None
                     # Recorded inside the transaction, so fn's writes commit with it.
                     return self._record_success(record, value, atomic=True)
-            value = self._call(record, fn)
+            # The attribute first: an untraced step (the usual one) makes no call for it.
+            value = self._call(record, fn) if self.trace.recording else fn()
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, non_retryable=True)
         except Exception as exc:
@@ -339,7 +340,7 @@ class Execution:
             self._record_failure(record, exc.failure, backoff, non_retryable=True)
 
     def _call(self, record: StepRecord, fn: Callable[[], Any]) -> Any:
-        """Run an attempt's callback, in its span when the tick is traced."""
+        """Run an attempt's callback in its span (the tick is traced)."""
         span = self.trace.step(record.step_id, StepType.RUN, record.attempt_count)
         if span is None:
             return fn()

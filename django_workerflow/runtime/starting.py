@@ -36,7 +36,7 @@ from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store import sql
 from django_workerflow.store.instance_ids import draw_ids, id_block
-from django_workerflow.store.transactions import write_transaction
+from django_workerflow.store.transactions import WriteTransaction
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.states import WorkflowEventType
@@ -287,7 +287,7 @@ def insert_pending(
         # Already JSON text, validated by the caller: stored as is (a None input as NULL).
         row[layout.input_at] = None if entry.input_json == "null" else entry.input_json
         rows.append(row)
-    with write_transaction() as cursor:
+    with WriteTransaction() as cursor:
         created = _insert(cursor, layout.columns, rows, direct_bells, now)
         if not direct_bells:
             # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).

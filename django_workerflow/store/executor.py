@@ -61,7 +61,8 @@ def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
     (planned once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
     vendor = cursor.db.vendor
     if vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
-        execute_plain(cursor, name, values)
+        # execute_plain's line, not a call to it: every step's statements come this way.
+        cursor.execute(statement(vendor, name), {key: values[key] for key in _names(name)})
         return
     server_name, prepare, names = prepared(name)
     done = _prepared_on.setdefault(cursor.db.connection, set())

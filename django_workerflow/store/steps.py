@@ -28,7 +28,7 @@ transaction wakes the parent: :mod:`django_workerflow.runtime.finishing`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,11 +50,11 @@ from django_workerflow.store.records import (
     name_parents,
 )
 from django_workerflow.store.transactions import (
+    WriteTransaction,
     adapt,
     execute_plain_at,
     explain_refusal,
     fenced,
-    hot_write,
     insert_event,
     satisfy_wait,
     start_new_run_statement,
@@ -217,12 +217,19 @@ class StepStore(RecordedSteps):
             yield cursor
         self.progress.written(written)
 
+    def _hot_write(self, values: dict[str, Any]) -> AbstractContextManager[Any]:
+        """The hot write (:class:`WriteTransaction` with ``values``), and the held progress
+        written in it if there is any."""
+        if self.progress.pending is None:
+            return WriteTransaction(values)  # the usual step: nothing wrapped around it
+        return self._hot_write_with_progress(values)
+
     @contextmanager
-    def _hot_write(self, values: dict[str, Any]) -> Iterator[Any]:
-        """:func:`hot_write`; on PostgreSQL, a step write with progress to write becomes a
-        transaction of two statements (one commit still), and stays one statement without."""
-        grouped = self.progress.pending is not None and connection.vendor == "postgresql"
-        with transaction.atomic() if grouped else nullcontext(), hot_write(values) as cursor:
+    def _hot_write_with_progress(self, values: dict[str, Any]) -> Iterator[Any]:
+        """A step write with progress to write: on PostgreSQL a transaction of two statements
+        (one commit still), where a step write without progress is one statement."""
+        grouped = connection.vendor == "postgresql"
+        with transaction.atomic() if grouped else nullcontext(), WriteTransaction(values) as cursor:
             written = self.progress.write(cursor)
             yield cursor
         self.progress.written(written)
@@ -625,7 +632,8 @@ class StepStore(RecordedSteps):
         values.update(step=pending.record.pk, attempt=pending.attempt, result=pending.result_json)
         stopped: StopReason | None = None
         with self._hot_write(values) as cursor:
-            if connection.vendor == "postgresql":
+            postgresql = cursor.db.vendor == "postgresql"  # the proxy's reads cost calls
+            if postgresql:
                 name = (
                     "succeed_and_start_renewing" if values["renew"] else "succeed_and_start_checked"
                 )
@@ -636,7 +644,7 @@ class StepStore(RecordedSteps):
                 recorded, new_pk = cursor.rowcount, None
             if recorded != 1:
                 self._refused(cursor, pending.record.step_id, pending.attempt, now)
-            if connection.vendor != "postgresql":
+            if not postgresql:
                 executor.execute(cursor, "start_new_run_sqlite", values)
                 row = cursor.fetchone()
                 new_pk = row[0] if row else None

@@ -8,12 +8,14 @@ statement, on SQLite a short ``BEGIN IMMEDIATE`` transaction.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from types import TracebackType
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from django_workerflow.exceptions import StepStateError
 from django_workerflow.models import Step
@@ -41,44 +43,68 @@ def fenced(lease: Lease, now: datetime, *, require_running: bool) -> Iterator[An
         yield cursor
 
 
-@contextmanager
-def write_transaction() -> Iterator[Any]:
+class WriteTransaction:
     """PostgreSQL: a cursor, whose one self-contained statement is its own transaction (or
     part of the caller's). SQLite: a short ``BEGIN IMMEDIATE`` transaction, or a savepoint
-    of the caller's atomic block."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    if connection.in_atomic_block:
-        # SQLite cannot open a transaction inside another (BEGIN IMMEDIATE fails there), so
-        # inside a caller's atomic block, a django_db test's wrapping transaction among them,
-        # the write is a savepoint of that transaction. Tests that must see the production
-        # path run without a wrapping transaction (transactional_db).
-        with transaction.atomic(), connection.cursor() as cursor:
-            yield cursor
-        return
-    # Outside any atomic block no on-commit hook can be pending, so the transaction is plain
-    # SQL: Django's savepoint and autocommit bookkeeping cost a third of a step.
-    with connection.cursor() as cursor:
-        cursor.execute("BEGIN IMMEDIATE")
+    of the caller's atomic block.
+
+    Given ``values``, it is the hot write, the transaction of the two writes every run step
+    makes (start, success): on SQLite it renews the lease first when that is due
+    (``values["renew"]``; PostgreSQL's statements renew it themselves).
+
+    A class rather than generator-based context managers: every run step enters one, and
+    each generator layer costs about six Python calls more.
+    """
+
+    __slots__ = ("_atomic", "_begun", "_cursor", "_values")
+
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self._values = values
+        self._atomic: Any = None
+        self._begun = False
+
+    def __enter__(self) -> Any:
+        # The connection itself, not the ``connection`` proxy: each attribute read through
+        # the proxy is a few Python calls, and every run step enters here.
+        db = connections[DEFAULT_DB_ALIAS]
+        if db.vendor == "postgresql":
+            self._cursor = db.cursor()
+            return self._cursor
+        if db.in_atomic_block:
+            # SQLite cannot open a transaction inside another (BEGIN IMMEDIATE fails there),
+            # so inside a caller's atomic block, a django_db test's wrapping transaction among
+            # them, the write is a savepoint of that transaction. Tests that must see the
+            # production path run without a wrapping transaction (transactional_db).
+            self._atomic = transaction.atomic()
+            self._atomic.__enter__()
+        self._cursor = db.cursor()
         try:
-            yield cursor
+            if self._atomic is None:
+                # Outside any atomic block no on-commit hook can be pending, so the
+                # transaction is plain SQL: Django's savepoint and autocommit bookkeeping
+                # cost a third of a step.
+                self._cursor.execute("BEGIN IMMEDIATE")
+                self._begun = True
+            if self._values is not None and self._values["renew"]:
+                executor.execute(self._cursor, "renew_lease", self._values)
         except BaseException:
-            cursor.execute("ROLLBACK")
+            self.__exit__(*sys.exc_info())
             raise
-        cursor.execute("COMMIT")
+        return self._cursor
 
-
-@contextmanager
-def hot_write(values: dict[str, Any]) -> Iterator[Any]:
-    """The transaction of the two writes every run step makes (start, success): see
-    :func:`write_transaction`; on SQLite it renews the lease first when that is due
-    (``values["renew"]``; PostgreSQL's statements renew it themselves)."""
-    with write_transaction() as cursor:
-        if connection.vendor != "postgresql" and values["renew"]:
-            executor.execute(cursor, "renew_lease", values)
-        yield cursor
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._begun:
+                self._cursor.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        finally:
+            self._cursor.__exit__(exc_type, exc, tb)
+            if self._atomic is not None:
+                self._atomic.__exit__(exc_type, exc, tb)
 
 
 def start_new_run_statement(renew: bool) -> str:
