@@ -93,6 +93,8 @@ def _fill_sleeps() -> None:
                     '', created_at + interval '1 minute' + (id % 1000) * interval '1 ms',
                     created_at
                 FROM {WorkflowInstance._meta.db_table} WHERE id % 4 = 0
+                -- Instances of the scenarios run before this one may have a 'nap' already.
+                ON CONFLICT DO NOTHING
                 RETURNING id, instance_id, resolved_at
             )
             INSERT INTO {event} (instance_id, step_id, type, error_name, error_message,
