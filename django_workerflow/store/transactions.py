@@ -61,6 +61,7 @@ class WriteTransaction:
     def __init__(self, values: dict[str, Any] | None = None) -> None:
         self._values = values
         self._atomic: Any = None
+        self._cursor: Any = None
         self._begun = False
 
     def __enter__(self) -> Any:
@@ -77,8 +78,9 @@ class WriteTransaction:
             # production path run without a wrapping transaction (transactional_db).
             self._atomic = transaction.atomic()
             self._atomic.__enter__()
-        self._cursor = db.cursor()
         try:
+            # Inside the try: a cursor that cannot be opened still leaves the savepoint.
+            self._cursor = db.cursor()
             if self._atomic is None:
                 # Outside any atomic block no on-commit hook can be pending, so the
                 # transaction is plain SQL: Django's savepoint and autocommit bookkeeping
@@ -102,7 +104,8 @@ class WriteTransaction:
             if self._begun:
                 self._cursor.execute("ROLLBACK" if exc_type is not None else "COMMIT")
         finally:
-            self._cursor.__exit__(exc_type, exc, tb)
+            if self._cursor is not None:
+                self._cursor.__exit__(exc_type, exc, tb)
             if self._atomic is not None:
                 self._atomic.__exit__(exc_type, exc, tb)
 
