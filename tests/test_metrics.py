@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.http import HttpRequest
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -87,6 +87,21 @@ def test_view__anonymous__is_forbidden():
 
 def test_view__a_non_staff_user__is_forbidden():
     assert staff_client(is_staff=False).get(URL).status_code == 403
+
+
+def test_view__an_inactive_staff_user__is_forbidden():
+    assert staff_client(is_active=False).get(URL).status_code == 403
+
+
+def test_allowed__an_inactive_staff_user_on_the_request__is_refused():
+    """The check itself, without the authentication backend (which already turns an
+    inactive user's session into an anonymous one): a custom backend may not."""
+    user = get_user_model().objects.create_user("gone", is_staff=True, is_active=False)
+    request = RequestFactory().get(URL)
+    request.user = user
+    assert not django_workerflow.metrics.allowed(request)
+    user.is_active = True
+    assert django_workerflow.metrics.allowed(request)
 
 
 @override_settings(WORKERFLOW_METRICS_TOKEN=TOKEN)
