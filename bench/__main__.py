@@ -89,6 +89,27 @@ def run_database(db: str, args: argparse.Namespace, artifacts: Path) -> dict | N
         return results
 
 
+def attach_last_run(results: dict, artifacts: Path, *, smoke: bool) -> None:
+    """Put the sequential figures of the newest earlier run of the same kind (smoke or
+    full) beside this run's, under ``sequential_last_run``, for the table to compare."""
+    suffix = "-smoke.json" if smoke else ".json"
+    earlier = sorted(
+        path
+        for path in artifacts.glob("bench-*.json")
+        if path.name.endswith(suffix) and (smoke or not path.name.endswith("-smoke.json"))
+    )
+    for path in reversed(earlier):
+        try:
+            last = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for vendor, measured in results.items():
+            sequential = last.get("results", {}).get(vendor, {}).get("sequential")
+            if isinstance(sequential, dict) and "error" not in sequential:
+                measured["sequential_last_run"] = {"created": last["created"], **sequential}
+        return
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.pg_name = args.pg_name or ("workerflow_bench_smoke" if args.smoke else "workerflow_bench")
@@ -109,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.drop_db and "postgresql" in results:
             drop_postgres_database(args.pg_name)
             drop_postgres_database(f"{args.pg_name}_dbos")
+    attach_last_run(results, artifacts, smoke=args.smoke)
     table = render(results, smoke=args.smoke)
     print()
     print(table)

@@ -163,9 +163,22 @@ def figures_table(results: Results) -> Table:
             run = dig(r, "sequential", steps)
             return f"{number(run['raw_commits_per_second'])}/s -> x{run['ratio_to_raw']:.2f}"
 
+        def beside_last_run(r: dict[str, Any], steps: str = steps) -> str:
+            run, last = dig(r, "sequential", steps), dig(r, "sequential_last_run", steps)
+            change = run["steps_per_second"] / last["steps_per_second"] - 1
+            return f"{number(last['steps_per_second'])}/s -> {change:+.0%}"
+
         table.row(f"{n}: steps/s", steps_per_second, "sequential")
         table.row(f"{n}: ms/step (client CPU ms/step)", per_step, "sequential")
         table.row(f"{n}: raw commit rate -> steps/s ratio to it", raw, "sequential")
+        table.row(
+            f"{n}: the last run's steps/s -> this run's change", beside_last_run, "sequential"
+        )
+    table.row(
+        "the last run (artifacts/bench-<time>.json)",
+        lambda r: str(dig(r, "sequential_last_run", "created")),
+        "sequential",
+    )
     if len(sizes) > 1:
         first, *_, last = sizes
         table.row(
