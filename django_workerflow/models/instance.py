@@ -193,9 +193,9 @@ class WorkflowInstance(models.Model):
                 condition=Q(alarm_at__isnull=False),
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
-            # The unfinished instances' oldest creation per status, definition and version
-            # (the metrics' workerflow_oldest_instance_age_seconds), an index-only scan of a
-            # small set however long the history.
+            # The unfinished instances' counts and oldest creation per status, definition and
+            # version (the Prometheus gauges, metrics.py): an index-only scan of a small set
+            # however long the history.
             models.Index(
                 fields=["status", "definition_name", "definition_version", "created_at"],
                 name="workerflow_unfinished",

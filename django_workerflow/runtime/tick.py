@@ -184,7 +184,8 @@ def _woken_for(instance: WorkflowInstance, now: datetime) -> WokenFor | None:
         if occurrence is not None:
             return WakeCause.SCHEDULE, occurrence, now
         return WakeCause.START, instance.admitted_at or instance.created_at, now
-    if instance.alarm_cause and instance.alarm_at is not None:
+    # A cause this release does not know (a newer one set it) is not counted.
+    if instance.alarm_cause in WakeCause.values and instance.alarm_at is not None:
         return WakeCause(instance.alarm_cause), instance.alarm_at, now
     return None
 
