@@ -131,8 +131,9 @@ class WorkflowInstance(models.Model):
     alarm_at = models.DateTimeField(null=True, blank=True)
     # What the alarm wakes the instance for (a WakeCause; empty: nothing the wake lag
     # metric counts). Set with the alarm by release_lease and request_wake; any other
-    # transition that sets the alarm clears it (_update).
-    alarm_cause = models.CharField(max_length=16, blank=True, default="")
+    # transition that sets the alarm clears it (_update). A default in the database too, for
+    # the rows written by hand (a data migration's INSERT that names its columns).
+    alarm_cause = models.CharField(max_length=16, blank=True, default="", db_default="")
     # Ownership: the worker holding the lease is the only one executing the instance.
     lease_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL: no lease
     lease_expires_at = models.DateTimeField(null=True, blank=True)
