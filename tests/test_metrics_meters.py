@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import uuid
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -166,22 +168,27 @@ def two_steps(self: WorkflowDefinition) -> int:
     return self.run("a", lambda: 1) + self.run("b", lambda: 2)
 
 
-def test_scrape__the_scraping_processs_unflushed_ticks_count(define_with):
+@contextmanager
+def ran_two_steps(
+    define_with: Any, key: str
+) -> Iterator[tuple[type[WorkflowDefinition], dict[str, str], Harness]]:
+    """A harness in which an instance of a new two-step definition ran to its end: the
+    definition, the labels of its run steps' counters, and the harness."""
     definition = define_with(execute=two_steps)
-    labels = {"definition": definition.name, "step_type": "run"}
     with Harness(start=T0) as harness:
-        workerflow.start(definition, key="harnessed")
+        workerflow.start(definition, key=key)
         harness.drain()
+        yield definition, {"definition": definition.name, "step_type": "run"}, harness
+
+
+def test_scrape__the_scraping_processs_unflushed_ticks_count(define_with):
+    with ran_two_steps(define_with, "harnessed") as (_definition, labels, _harness):
         assert not ProcessMetrics.objects.filter(process=METERS.process).exists()
         assert value(scrape(), "workerflow_step_attempts_started", **labels) == 2
 
 
 def test_scrape__after_a_flush__counts_nothing_twice(define_with):
-    definition = define_with(execute=two_steps)
-    labels = {"definition": definition.name, "step_type": "run"}
-    with Harness(start=T0) as harness:
-        workerflow.start(definition, key="flushed")
-        harness.drain()
+    with ran_two_steps(define_with, "flushed") as (definition, labels, harness):
         before = scrape()
         process_metrics.flush()
         row = ProcessMetrics.objects.get(process=METERS.process)
@@ -193,11 +200,7 @@ def test_scrape__after_a_flush__counts_nothing_twice(define_with):
 
 
 def test_scrape__sums_the_rows_of_the_other_processes_dead_or_alive(define_with):
-    definition = define_with(execute=two_steps)
-    labels = {"definition": definition.name, "step_type": "run"}
-    with Harness(start=T0) as harness:
-        workerflow.start(definition, key="here")
-        harness.drain()
+    with ran_two_steps(define_with, "here") as (definition, labels, _harness):
         other = METERS.totals()  # another process that did the same work, then died
         ProcessMetrics.objects.create(
             process=uuid.uuid4(), host="elsewhere", pid=1, flushed_at=timezone.now(), totals=other
@@ -210,10 +213,7 @@ def test_scrape__sums_the_rows_of_the_other_processes_dead_or_alive(define_with)
 
 def test_flush_if_due__writes_at_most_once_per_interval(define_with, settings):
     settings.WORKERFLOW_SWEEP_SECONDS = 3600
-    definition = define_with(execute=two_steps)
-    with Harness(start=T0) as harness:
-        workerflow.start(definition, key="one")
-        harness.drain()
+    with ran_two_steps(define_with, "one") as (definition, _labels, harness):
         process_metrics.flush()
         assert process_metrics.flush_if_due() is False  # nothing new
         workerflow.start(definition, key="two")
@@ -225,10 +225,8 @@ def test_flush_if_due__writes_at_most_once_per_interval(define_with, settings):
 
 
 def test_meters__a_forked_child_starts_from_zero_as_a_process_of_its_own(define_with):
-    definition = define_with(execute=two_steps)
-    with Harness(start=T0) as harness:
-        workerflow.start(definition, key="parent-counted")
-        harness.drain()
+    with ran_two_steps(define_with, "parent-counted"):
+        pass  # this process counted its steps
     reading, writing = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
@@ -255,10 +253,7 @@ def age_rows(**filters: Any) -> None:
 
 
 def test_retire__merges_quiet_rows_into_one_and_the_counters_stay(define_with):
-    definition = define_with(execute=two_steps)
-    with Harness(start=T0) as harness:
-        workerflow.start(definition, key="counted")
-        harness.drain()
+    with ran_two_steps(define_with, "counted") as (definition, labels, _harness):
         for pid in (11, 12, 13):  # three processes that stopped, and one still flushing
             ProcessMetrics.objects.create(
                 process=uuid.uuid4(),
@@ -281,11 +276,7 @@ def test_retire__merges_quiet_rows_into_one_and_the_counters_stay(define_with):
 
 
 def test_retire__a_live_process_whose_row_was_retired__counts_nothing_twice(define_with):
-    definition = define_with(execute=two_steps)
-    labels = {"definition": definition.name, "step_type": "run"}
-    with Harness(start=T0) as harness:
-        workerflow.start(definition, key="before-idle")
-        harness.drain()
+    with ran_two_steps(define_with, "before-idle") as (definition, labels, harness):
         process_metrics.flush()
         age_rows(process=METERS.process)  # this process went idle
         assert process_metrics.retire() == 1
