@@ -33,10 +33,13 @@ FINISHED = 4
 DEFINITIONS = 4
 
 
-def _fill(count: int) -> None:
-    """``count`` instances, their statuses cycling through :data:`STATUS_CYCLE` and their
-    definitions through ``bench-admin-0`` to ``-3``, created (and admitted) a second apart
-    back from now (a finished one finished a second after it was created)."""
+def fill_instances(
+    count: int, statuses: tuple[str, ...] = STATUS_CYCLE, finished: int = FINISHED
+) -> None:
+    """``count`` instances, their statuses cycling through ``statuses`` (whose first
+    ``finished`` are finished ones) and their definitions through ``bench-admin-0`` to
+    ``-3``, created (and admitted) a second apart back from now (a finished one finished a
+    second after it was created)."""
     now = clock_now()
     template = WorkflowInstance(
         key="",
@@ -48,7 +51,7 @@ def _fill(count: int) -> None:
     )
     fields = [f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key]
     expressions, params = [], []
-    statuses = "ARRAY[" + ", ".join(f"'{s}'" for s in STATUS_CYCLE) + "]"
+    cycle = "ARRAY[" + ", ".join(f"'{s}'" for s in statuses) + "]"
     for field in fields:
         if field.name == "key":
             expressions.append("'bench-admin-' || g")
@@ -56,12 +59,12 @@ def _fill(count: int) -> None:
             expressions.append(f"'bench-admin-' || (g %% {DEFINITIONS})")
         elif field.name == "finished_at":
             expressions.append(
-                f"CASE WHEN g %% {len(STATUS_CYCLE)} < {FINISHED} "
+                f"CASE WHEN g %% {len(statuses)} < {finished} "
                 "THEN %s::timestamptz - (g - 1) * interval '1 second' END"
             )
             params.append(now)
         elif field.name == "status":
-            expressions.append(f"({statuses})[1 + g %% {len(STATUS_CYCLE)}]")
+            expressions.append(f"({cycle})[1 + g %% {len(statuses)}]")
         elif field.name in ("created_at", "updated_at", "admitted_at"):
             # Admitted when created, as start() writes a definition without flow control.
             expressions.append("%s::timestamptz - g * interval '1 second'")
@@ -135,7 +138,7 @@ def admin_scale(sizes: Sizes, progress: Any) -> dict[str, Any]:
     drive(big)
     progress(f"admin: {sizes.admin_instances:,} instances")
     began = time.perf_counter()
-    _fill(sizes.admin_instances)
+    fill_instances(sizes.admin_instances)
     _fill_sleeps()
     fill_seconds = time.perf_counter() - began
     user = get_user_model().objects.create_superuser(f"bench-{uuid.uuid4().hex[:8]}", "", "x")

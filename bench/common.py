@@ -66,6 +66,10 @@ class Sizes:
     admin_instances: int = 1_000_000
     admin_steps: int = 10_000
     admin_repeats: int = 5
+    # 15. Metrics (PostgreSQL): instances in the table, process metrics rows, timed scrapes.
+    metrics_instances: int = 1_000_000
+    metrics_processes: int = 50
+    metrics_repeats: int = 20
     # 14. Tasks: django.tasks enqueued one at a time (start latency), then released at once
     # in one transaction (drained by one cluster, or as many django-tasks-db workers).
     task_latency: int = 100
@@ -104,6 +108,9 @@ SMOKE = Sizes(
     admin_instances=2_000,
     admin_steps=50,
     admin_repeats=2,
+    metrics_instances=2_000,
+    metrics_processes=10,
+    metrics_repeats=3,
     task_latency=3,
     task_drain=10,
 )

@@ -377,7 +377,26 @@ def figures_table(results: Results) -> Table:
             "wal",
         )
     tasks_section(table, results)
+    metrics_section(table, results)
     return table
+
+
+def metrics_section(table: Table, results: Results) -> None:
+    instances = any_result(results, "metrics", "instances") or 0
+    processes = any_result(results, "metrics", "processes") or 0
+    table.section(
+        f"15. Metrics scrape at {instances:,} instances, {processes:,} process rows (PostgreSQL)"
+    )
+    table.row(
+        "metrics.text(): median / p99",
+        lambda r: f"{ms(dig(r, 'metrics', 'median'))} / {ms(dig(r, 'metrics', 'p99'))} ms",
+        "metrics",
+    )
+    table.row(
+        "its queries, once: the slowest (ms)",
+        lambda r: " ".join(ms(seconds) for seconds, _ in dig(r, "metrics", "queries")[:4]),
+        "metrics",
+    )
 
 
 def starts_section(table: Table, results: Results) -> None:
@@ -697,6 +716,7 @@ def details(results: Results) -> list[str]:
 def render(results: Results, *, smoke: bool) -> str:
     from .targets15 import targets_table as targets15_table
     from .targets21 import targets_table as targets21_table
+    from .targets22 import targets_table as targets22_table
     from .targets23 import targets_table as targets23_table
     from .targets24 import targets_table as targets24_table
 
@@ -706,6 +726,7 @@ def render(results: Results, *, smoke: bool) -> str:
         targets_table(results),
         targets15_table(results),
         targets21_table(results),
+        targets22_table(results),
         targets23_table(results),
         targets24_table(results),
     ]

@@ -38,6 +38,7 @@ SCENARIOS = (
     "admin",
     "wal",
     "tasks",
+    "metrics",
 )
 
 
@@ -113,6 +114,7 @@ def scenario_runners(
         deploy,
         flow,
         inline,
+        metrics_scale,
         peer,
         scale,
         starts,
@@ -138,6 +140,7 @@ def scenario_runners(
         "admin": lambda: admin_scale.admin_scale(sizes, progress),
         "wal": lambda: wal.wal(sizes),
         "tasks": lambda: tasks.tasks_scenario(sizes, workdir, progress),
+        "metrics": lambda: metrics_scale.metrics_scale(sizes, progress),
     }
 
 

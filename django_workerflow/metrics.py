@@ -1,20 +1,22 @@
-"""Prometheus metrics of the whole fleet, read from the database when they are scraped.
+"""Prometheus metrics of the whole fleet: gauges read from the database, counters and
+histograms summed over every process's totals, when they are scraped.
 
 Mount the view, ``path("workerflow/metrics", django_workerflow.metrics.view)``; ``manage.py
 workerflow metrics`` prints the same text. It needs the optional extra
 ``django-workerflow[metrics]`` (``prometheus-client``); without it the view answers 501.
 
-Every figure, counters included, is read from the database at scrape time, not kept in
-process memory, so there is no ``prometheus-client`` multiprocess mode and no setting for
-it: the database already holds every process's facts (instances, step events, deliveries,
-the workers' heartbeats), so a scrape from the web process sees every cluster and worker
-process, and ticks run in the scraping process itself (the test harness), with nothing to
-configure. The counters are counts of step events: a purge deletes events, which lowers
-them, and Prometheus reads a drop as a counter reset (``rate()`` and ``increase()`` stay
-right).
+The gauges (instances, queues, oldest ages, deliveries, heartbeats) are read from the
+database at scrape time. The counters and histograms are kept in each process's memory by
+the code that observes them (:mod:`django_workerflow.meters`), and each process flushes
+its totals to a row of its own (``ProcessMetrics``) every few seconds; a scrape sums every
+row, with the scraping process's own totals from memory instead of its row. So a scrape
+from the web process sees every cluster and worker process, on every host, and the ticks
+run in the scraping process itself (the test harness) count, with no multiprocess
+directory and nothing to configure. The rows of dead processes stay, so the counters never
+go down; a process that dies loses what it observed since its last flush.
 
-Labels are bounded: definition names, statuses, step types, outcomes and task queues; never
-an instance key, a step id or a concurrency key.
+Labels are bounded: definition names, statuses, step types, outcomes, causes and task
+queues; never an instance key, a step id or a concurrency key.
 """
 
 from __future__ import annotations
@@ -22,37 +24,28 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
 
-from django.db.models import (
-    Count,
-    DurationField,
-    ExpressionWrapper,
-    F,
-    FilteredRelation,
-    Min,
-    Q,
-    QuerySet,
-    Sum,
-)
+from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
-from django_workerflow import registry
+from django_workerflow import meters, registry
 from django_workerflow.conf import settings
-from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import (
     ACTIVE_STATUSES,
-    WAKE_LAG_SINCE,
     FinishDelivery,
-    StepEvent,
     WorkerHeartbeat,
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.store import instance_counts, process_metrics
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.states import StepEventType
+from django_workerflow.values.states import TERMINAL_STATUSES
+
+#: The statuses the ``workerflow_unfinished`` index holds.
+UNFINISHED_STATUSES = tuple(status for status in WorkflowStatus if status not in TERMINAL_STATUSES)
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -81,18 +74,17 @@ class Family:
 
 
 def families(now: datetime | None = None) -> list[Family]:
-    """Read every metric from the database, ages measured from ``now`` (default: the
-    engine's clock, so the test harness's virtual time applies)."""
+    """Read every metric, ages measured from ``now`` (default: the engine's clock, so the
+    test harness's virtual time applies)."""
     now = now or clock_now()
+    unfinished = _unfinished()
     return [
-        _instances(),
+        _instances(unfinished),
         _queued(),
-        _oldest(now),
+        _oldest(unfinished, now),
         *_deliveries(now),
         _clusters(now),
-        *_attempts(),
-        _attempt_durations(),
-        _wake_lags(),
+        *_counted(),
     ]
 
 
@@ -179,18 +171,39 @@ def allowed(request: HttpRequest) -> bool:
 # The families -------------------------------------------------------------------------
 
 
-def _instances() -> Family:
+#: Unfinished instances per status, definition and version: (count, oldest creation).
+Unfinished = dict[tuple[str, str, str], tuple[int, datetime]]
+
+
+def _unfinished() -> Unfinished:
+    """One index-only scan of ``workerflow_unfinished`` (the unfinished instances only,
+    however long the history): their counts, and the oldest creation of each group."""
     rows = (
-        WorkflowInstance.objects.order_by()
-        .values_list("definition_name", "status")
-        .annotate(count=Count("id"))
+        WorkflowInstance.objects.filter(status__in=UNFINISHED_STATUSES)
+        .order_by()
+        .values_list("status", "definition_name", "definition_version")
+        .annotate(count=Count("*"), oldest=Min("created_at"))
     )
+    return {
+        (status, name, version): (count, oldest) for status, name, version, count, oldest in rows
+    }
+
+
+def _instances(unfinished: Unfinished) -> Family:
+    """The unfinished counted exactly; a large table's large counts of finished instances
+    estimated from a sample of its pages (:mod:`~django_workerflow.store.instance_counts`):
+    counting a million finished rows exactly costs more than a scrape may."""
+    counts: dict[tuple[str, str], int] = {}
+    for (status, name, _), (count, _) in unfinished.items():
+        counts[(name, status)] = counts.get((name, status), 0) + count
+    for key, (count, _) in instance_counts.finished_counts().items():
+        counts[key] = count
     return Family(
         "workerflow_instances",
         "gauge",
-        "Instances by definition and status.",
+        "Instances by definition and status (a large count of finished ones is estimated).",
         ("definition", "status"),
-        [((name, status), count) for name, status, count in rows],
+        [(key, count) for key, count in sorted(counts.items())],
     )
 
 
@@ -210,15 +223,11 @@ def _queued() -> Family:
     )
 
 
-def _oldest(now: datetime) -> Family:
+def _oldest(unfinished: Unfinished, now: datetime) -> Family:
     oldest: dict[str, datetime | None] = {"pending": None, "running": None, "no_worker": None}
-    rows = (
-        WorkflowInstance.objects.filter(status__in=ACTIVE_STATUSES)
-        .order_by()
-        .values_list("status", "definition_name", "definition_version")
-        .annotate(oldest=Min("created_at"))
-    )
-    for status, name, version, created in rows:
+    for (status, name, version), (_, created) in unfinished.items():
+        if status not in ACTIVE_STATUSES:
+            continue  # paused: waiting for an operator, not for a worker
         candidates = [str(status)]
         if registry.lookup(name, version) is None:
             candidates.append("no_worker")
@@ -267,123 +276,75 @@ def _clusters(now: datetime) -> Family:
     )
 
 
-def _attempts() -> Iterator[Family]:
-    rows = (
-        StepEvent.objects.filter(
-            type__in=[
-                StepEventType.ATTEMPT_STARTED,
-                StepEventType.ATTEMPT_SUCCEEDED,
-                StepEventType.ATTEMPT_FAILED,
-            ]
+def _counted() -> Iterator[Family]:
+    """The counters and histograms: every process's totals summed (see
+    :mod:`django_workerflow.meters`)."""
+    sums = meters.Sums()
+    for totals in process_metrics.fleet_totals():
+        sums.add(totals)
+    counters, histograms = sums.counters, sums.histograms
+    for name, kind_help, labels in COUNTERS:
+        samples = sorted(counters.get(name, {}).items())
+        yield Family(name, "counter", kind_help, labels, samples)
+    for name, kind_help, labels in HISTOGRAMS:
+        yield Family(
+            name,
+            "histogram",
+            kind_help,
+            labels,
+            buckets=[
+                _cumulative(key, values, meters.BUCKETS[name])
+                for key, values in sorted(histograms.get(name, {}).items())
+            ],
         )
-        .order_by()
-        .values_list("instance__definition_name", "step__type", "type")
-        .annotate(
-            count=Count("id"),
-            interrupted=Count("id", filter=Q(error_name=INTERRUPTED_ERROR_NAME)),
-        )
-    )
-    started: list[tuple[tuple[str, ...], float]] = []
-    finished: list[tuple[tuple[str, ...], float]] = []
-    for name, step_type, event_type, count, interrupted in rows:
-        if event_type == StepEventType.ATTEMPT_STARTED:
-            started.append(((name, step_type), count))
-        elif event_type == StepEventType.ATTEMPT_SUCCEEDED:
-            finished.append(((name, step_type, "succeeded"), count))
-        else:
-            if count - interrupted:
-                finished.append(((name, step_type, "failed"), count - interrupted))
-            if interrupted:
-                finished.append(((name, step_type, "interrupted"), interrupted))
-    yield Family(
-        "workerflow_step_attempts_started",
-        "counter",
-        "Step attempts started (counted from the step events: a purge lowers it).",
+
+
+def _cumulative(
+    labels: tuple[str, ...], values: list[float], bounds: tuple[float, ...]
+) -> tuple[tuple[str, ...], list[tuple[str, float]], float]:
+    """A histogram's summed series (buckets, count, sum) as Prometheus's cumulative
+    buckets and sum."""
+    cumulative: list[tuple[str, float]] = []
+    running = 0.0
+    for bound, count in zip(bounds, values, strict=False):
+        running += count
+        cumulative.append((str(bound), running))
+    cumulative.append(("+Inf", values[-2]))
+    return labels, cumulative, values[-1]
+
+
+#: The counters: name (without ``_total``), help, labels.
+COUNTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        meters.ATTEMPTS_STARTED,
+        "Step attempts started.",
         ("definition", "step_type"),
-        started,
-    )
-    yield Family(
-        "workerflow_step_attempts_finished",
-        "counter",
-        "Step attempts finished, by outcome (counted from the step events: a purge lowers it).",
+    ),
+    (
+        meters.ATTEMPTS_FINISHED,
+        "Step attempts finished, by outcome (succeeded, failed, interrupted).",
         ("definition", "step_type", "outcome"),
-        finished,
-    )
-
-
-# Upper bounds of the attempt duration histogram, in seconds (prometheus-client's defaults).
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-# Of the wake lag histogram: a precise bell is a few tens of ms late, a lost one minutes.
-LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-
-def _attempt_durations() -> Family:
-    """Each finished attempt's time from its ``attempt_started`` event to its outcome."""
-    # A join (not a correlated subquery, which each bucket's FILTER would evaluate again):
-    # the outcome event to its step's attempt_started event of the same attempt number.
-    started = FilteredRelation(
-        "step__events",
-        condition=Q(
-            step__events__type=StepEventType.ATTEMPT_STARTED,
-            step__events__attempt_number=F("attempt_number"),
-        ),
-    )
-    events = (
-        StepEvent.objects.filter(
-            type__in=[StepEventType.ATTEMPT_SUCCEEDED, StepEventType.ATTEMPT_FAILED]
-        )
-        .annotate(start=started)
-        .filter(start__recorded_at__isnull=False)
-    )
-    return Family(
-        "workerflow_step_attempt_duration_seconds",
-        "histogram",
-        "Seconds from a step attempt's start to its outcome (counted from the step events: "
-        "a purge lowers it).",
+    ),
+)
+#: The histograms: name, help, labels.
+HISTOGRAMS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        meters.ATTEMPT_DURATION,
+        "Seconds a step attempt's callback ran, to its success or failure.",
         ("definition",),
-        buckets=_bucketed(events, "start__recorded_at", DURATION_BUCKETS, ()),
-    )
-
-
-def _wake_lags() -> Family:
-    """How late sleeps woke (``models.WAKE_LAG``, as the overview reads it): a sleep's due
-    time to the tick that recorded it elapsed. The other causes are not recorded in a form
-    to count yet."""
-    events = StepEvent.objects.woken_sleeps()
-    return Family(
-        "workerflow_wake_lag_seconds",
-        "histogram",
-        "Seconds from a due time to the tick that acted on it, by cause (sleep only, so "
-        "far; counted from the step events: a purge lowers it).",
+    ),
+    (
+        meters.TICK_DURATION,
+        "Seconds a tick took, from claiming the instance to settling it.",
+        ("definition",),
+    ),
+    (
+        meters.WAKE_LAG,
+        "Seconds from a due time to the start of the tick woken for it, by cause (start, "
+        "sleep, retry, event, child, schedule).",
         ("definition", "cause"),
-        buckets=_bucketed(events, WAKE_LAG_SINCE, LAG_BUCKETS, ("sleep",)),
-    )
-
-
-def _bucketed(
-    events: QuerySet[StepEvent], since: str, bounds: tuple[float, ...], extra: tuple[str, ...]
-) -> list[tuple[tuple[str, ...], list[tuple[str, float]], float]]:
-    """Per definition, how many ``events`` were recorded at most each bound after the
-    field ``since``, and the sum of those times: one grouped query, a count per bound."""
-    elapsed = ExpressionWrapper(F("recorded_at") - F(since), output_field=DurationField())
-    counts = {
-        f"le_{index}": Count("id", filter=Q(recorded_at__lte=F(since) + timedelta(seconds=bound)))
-        for index, bound in enumerate(bounds)
-    }
-    rows = (
-        events.order_by()
-        .values("instance__definition_name")
-        .annotate(count=Count("id"), total=Sum(elapsed), **counts)
-    )
-    buckets: list[tuple[tuple[str, ...], list[tuple[str, float]], float]] = []
-    for grouped in rows:
-        row: dict[str, Any] = dict(grouped)  # the bucket keys are built, not literal
-        cumulative = [(str(bound), float(row[f"le_{index}"])) for index, bound in enumerate(bounds)]
-        cumulative.append(("+Inf", float(row["count"])))
-        total = row["total"] or timedelta(0)
-        labels = (row["instance__definition_name"], *extra)
-        buckets.append((labels, cumulative, max(0.0, total.total_seconds())))
-    return buckets
+    ),
+)
 
 
 def _age(now: datetime, then: datetime | None) -> float:

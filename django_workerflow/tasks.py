@@ -7,12 +7,16 @@ from datetime import datetime
 from django_workerflow.runtime import verbs
 from django_workerflow.runtime.composition import deliveries
 from django_workerflow.runtime.flow import schedules
+from django_workerflow.store import process_metrics
 from django_workerflow.workers import sweep_chain
 
 
 def tick(instance_pk: int) -> str:
-    """Run one tick of the instance (a bell rang); return what it did."""
-    return verbs.tick(instance_pk, renew_lease=True).outcome
+    """Run one tick of the instance (a bell rang); return what it did. Then flush this
+    process's metrics if they are due (:mod:`django_workerflow.store.process_metrics`)."""
+    outcome = verbs.tick(instance_pk, renew_lease=True).outcome
+    process_metrics.flush_if_due()
+    return outcome
 
 
 def sweep() -> int:
@@ -36,8 +40,13 @@ def deliver(delivery_pk: int) -> bool | None:
 
 def _sweep_all() -> int:
     """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
-    the schedules left due."""
-    return verbs.sweep() + deliveries.ring_due() + schedules.sweep()
+    the schedules left due; flush this process's metrics if they are due (a worker that
+    went idle flushes its last ticks' counts when it runs a sweep), and retire the metrics
+    rows of the processes gone quiet."""
+    rung = verbs.sweep() + deliveries.ring_due() + schedules.sweep()
+    process_metrics.flush_if_due()
+    process_metrics.retire()
+    return rung
 
 
 def run_schedules() -> int:

@@ -141,7 +141,7 @@ def test_report__numbers_every_section_once_in_order():
     numbers = [int(m.group(1)) for line in _table() if (m := re.match(r"(\d+)\. ", line))]
 
     assert numbers == list(range(1, len(numbers) + 1))
-    assert len(numbers) == 14
+    assert len(numbers) == 15
 
 
 def test_report__prints_the_django_tasks_figures_beside_django_tasks_db():

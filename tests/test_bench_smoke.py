@@ -32,6 +32,7 @@ SECTIONS = (
     "9. Deploy safety",
     "10. Queue",
     "14. django.tasks",
+    "15. Metrics scrape",
     "Targets (issue 5)",
 )
 SCENARIOS = (
@@ -47,6 +48,7 @@ SCENARIOS = (
     "recovery",
     "queue",
     "tasks",
+    "metrics",
 )
 
 

@@ -1,5 +1,7 @@
 """The Prometheus metrics view and ``manage.py workerflow metrics``: who may scrape, the text
-format, and values read from the database (docs/metrics.md)."""
+format, the gauges read from the database and the counters and histograms this process
+observed (docs/metrics.md). Each test defines workflows of its own, so the counts the
+process kept for earlier tests do not show in its labels."""
 
 from __future__ import annotations
 
@@ -18,17 +20,16 @@ from prometheus_client.parser import text_string_to_metric_families
 import django_workerflow as workerflow
 import django_workerflow.metrics
 from django_workerflow import WorkflowDefinition
-from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import (
     FinishDelivery,
-    StepEvent,
     WorkerHeartbeat,
     WorkflowInstance,
 )
 from django_workerflow.testing import Harness
-from django_workerflow.values.states import StepEventType
 
 from . import flow_helpers
+from .runtime_helpers import lease_runs_out
+from .test_recovery_edges import WorkerDiedError, dies_once
 
 urlpatterns = [path("workerflow/metrics", django_workerflow.metrics.view)]
 
@@ -246,23 +247,24 @@ def test_command__prints_the_same_families_as_the_view(define_with):
 
 
 def test_scrape__an_interrupted_attempt__counts_as_interrupted_not_failed(define_with):
-    def boom(self: WorkflowDefinition) -> None:
-        self.run("explode", lambda: 1 / 0, max_attempts=1)
+    crash = dies_once()
 
-    definition = define_with(execute=boom)
+    def crashy(self: WorkflowDefinition) -> str:
+        return self.run("crashy", crash, max_attempts=2)
+
+    definition = define_with(execute=crashy)
     with Harness(start=T0) as harness:
         workerflow.start(definition, key="crashed")
-        harness.drain()
-        # What the next tick records for an attempt whose worker died (engine/execution.py).
-        StepEvent.objects.filter(type=StepEventType.ATTEMPT_FAILED).update(
-            error_name=INTERRUPTED_ERROR_NAME
-        )
+        with pytest.raises(WorkerDiedError):
+            harness.drain()
+        lease_runs_out(harness)  # the take-over records the attempt as interrupted
         families = scrape()
     labels = {"definition": definition.name, "step_type": "run"}
-    assert (
-        value(families, "workerflow_step_attempts_finished", **labels, outcome="interrupted") == 1
-    )
-    assert value(families, "workerflow_step_attempts_finished", **labels, outcome="failed") is None
+    finished = "workerflow_step_attempts_finished"
+    assert value(families, finished, **labels, outcome="interrupted") == 1
+    assert value(families, finished, **labels, outcome="succeeded") == 1
+    assert value(families, finished, **labels, outcome="failed") is None
+    assert value(families, "workerflow_step_attempts_started", **labels) == 2
 
 
 def test_scrape__has_only_workerflow_families_not_the_process_registry():

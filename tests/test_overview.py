@@ -22,6 +22,7 @@ from django_workerflow.models import (
     WorkflowStatus,
 )
 from django_workerflow.runtime.flow.schedules import sync as schedule_sync
+from django_workerflow.store import instance_counts
 from django_workerflow.testing import Harness
 from django_workerflow.values import clock
 
@@ -352,9 +353,9 @@ def test_overview__over_a_large_table__estimates_the_large_counts_and_counts_the
     admin_client, scenario, monkeypatch
 ):
     # "Large" made small: any table is sampled whole, and 3 or more is a large count.
-    monkeypatch.setattr(overview, "SAMPLE_FROM", 1)
-    monkeypatch.setattr(overview, "SAMPLE_ROWS", 10**9)
-    monkeypatch.setattr(overview, "EXACT_BELOW", 3)
+    monkeypatch.setattr(instance_counts, "SAMPLE_FROM", 1)
+    monkeypatch.setattr(instance_counts, "SAMPLE_ROWS", 10**9)
+    monkeypatch.setattr(instance_counts, "EXACT_BELOW", 3)
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {WorkflowInstance._meta.db_table}")  # exact reltuples
     counts = overview.counts_by_status()

@@ -12,26 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db import connections
 from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 
 from django_workerflow.models import FinishDelivery, WorkflowInstance
-from django_workerflow.store import sql
+from django_workerflow.store.instance_counts import distinct_values
 
 #: The change list's parameter for :class:`PendingDeliveryFilter`, and its one value.
 DELIVERY_PARAMETER = "delivery"
 PENDING = "pending"
-
-
-def distinct_values(model: Any, column: str, using: str) -> list[str]:
-    """The distinct non-null values of ``column``, in order, one index probe each."""
-    connection = connections[using]
-    table = connection.ops.quote_name(model._meta.db_table)
-    column = connection.ops.quote_name(column)
-    with connection.cursor() as cursor:
-        cursor.execute(sql.distinct_values_statement(table, column))
-        return [row[0] for row in cursor.fetchall()]
 
 
 class IndexedValuesFilter(admin.AllValuesFieldListFilter):

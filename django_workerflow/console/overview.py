@@ -40,8 +40,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from django_workerflow.console.controls import admin_url
 from django_workerflow.console.describe import format_duration, format_when
-from django_workerflow.console.estimated_count import EXACT_BELOW, LARGE_LIST, estimated_rows
-from django_workerflow.console.list_filters import DELIVERY_PARAMETER, PENDING, distinct_values
+from django_workerflow.console.list_filters import DELIVERY_PARAMETER, PENDING
 from django_workerflow.console.schedules import in_both_zones
 from django_workerflow.models import (
     WAKE_LAG,
@@ -52,7 +51,7 @@ from django_workerflow.models import (
     WorkflowSchedule,
     WorkflowStatus,
 )
-from django_workerflow.store import sql
+from django_workerflow.store import instance_counts
 from django_workerflow.values.clock import now as clock_now
 
 #: The name of the page's URL in the admin's namespace: ``admin:workerflow_overview``.
@@ -70,11 +69,6 @@ ACTIVE = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
 #: here over at most this many sleeps, the newest of the hour.
 LAG_SAMPLE = 10_000
 LAG_WINDOW = timedelta(hours=1)
-#: From this many instances on (the planner's estimate, PostgreSQL), the counts by
-#: definition and status of EXACT_BELOW or more are estimated from a sample of about
-#: SAMPLE_ROWS rows; the smaller ones are still counted.
-SAMPLE_FROM = LARGE_LIST
-SAMPLE_ROWS = 30_000
 
 Linker = Callable[..., str]
 
@@ -313,42 +307,11 @@ def _px(value: float) -> str:
 
 
 def counts_by_status() -> dict[str, dict[str, tuple[int, bool]]]:
-    """Per definition and status, the number of instances and whether it is an estimate.
-
-    Below :data:`SAMPLE_FROM` instances (and on SQLite), one exact grouped count. Above it
-    (PostgreSQL), a random sample of the table's pages (``TABLESAMPLE SYSTEM``) scaled to
-    the planner's row estimate gives the large counts, as the change list's count is an
-    estimate; then every other (definition, status) is counted exactly in one query on
-    ``workerflow_name_status``, the definitions read by a skip scan of that index: a
-    status rare enough to be missed by the sample is still counted.
-    """
-    instances = WorkflowInstance.objects.all()
-    total = estimated_rows(instances)
-    large: dict[tuple[str, str], int] = {}
-    if total is not None and total >= SAMPLE_FROM:
-        table = connections[instances.db].ops.quote_name(WorkflowInstance._meta.db_table)
-        percent = min(100.0, 100.0 * SAMPLE_ROWS / total)
-        with connections[instances.db].cursor() as cursor:
-            cursor.execute(sql.sampled_counts_statement(table, percent))
-            for name, status, n, read in cursor.fetchall():
-                estimate = round(n * total / read)
-                if estimate >= EXACT_BELOW:
-                    large[(name, status)] = estimate
-    exact = instances
-    if large:
-        names = distinct_values(WorkflowInstance, "definition_name", instances.db)
-        rest = Q(pk__in=[])
-        for name in names:
-            small = [s.value for s in STATUSES if (name, s.value) not in large]
-            if small:
-                rest |= Q(definition_name=name, status__in=small)
-        exact = instances.filter(rest)
+    """Per definition and status, the number of instances and whether it is an estimate
+    (:func:`~django_workerflow.store.instance_counts.counts_by_status`: any status may be)."""
     counts: dict[str, dict[str, tuple[int, bool]]] = defaultdict(dict)
-    for (name, status), estimate in large.items():
-        counts[name][status] = (estimate, True)
-    rows = exact.values("definition_name", "status").annotate(n=Count("id")).order_by()
-    for row in rows:
-        counts[row["definition_name"]][row["status"]] = (row["n"], False)
+    for (name, status), figure in instance_counts.counts_by_status().items():
+        counts[name][status] = figure
     return counts
 
 

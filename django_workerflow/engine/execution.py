@@ -40,12 +40,19 @@ from django_workerflow.exceptions import (
     WorkflowNotRegisteredError,
     WorkflowVersionConflictError,
 )
+from django_workerflow.meters import METERS
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension, TickAborted
-from django_workerflow.values.states import StepState, StepType, StopReason
+from django_workerflow.values.states import (
+    AttemptOutcome,
+    StepState,
+    StepType,
+    StopReason,
+    WakeCause,
+)
 from django_workerflow.values.tracebacks import format_user_traceback
 
 __all__ = [
@@ -119,8 +126,11 @@ class Execution:
         deadline: float,
         interrupted_suspects: set[str] | None = None,
         trace: tracing.TickTrace | None = None,
+        definition_name: str = "",
     ) -> None:
         self.instance_key = instance_key
+        # The label of the attempts this pass counts (meters.METERS).
+        self.definition_name = definition_name
         self.store = store
         self.deadline = deadline
         # The tick's trace: spans of the attempts that run, events of sleeps and waits.
@@ -133,6 +143,8 @@ class Execution:
         self.seen_step_ids: set[str] = set()
         self.parents: list[str] = []
         self.due_times: list[datetime | None] = []
+        # What each due time is for, as the wake lag metric counts it (None: not counted).
+        self.due_causes: list[WakeCause | None] = []
         self.suspended = False
         self.stop_reason: StopReason | None = None
         self.yielded = False
@@ -144,6 +156,15 @@ class Execution:
         """The earliest time at which a suspended step can make progress (None: an event)."""
         due = [when for when in self.due_times if when is not None]
         return min(due) if due else None
+
+    def next_due_cause(self) -> WakeCause | None:
+        """What the earliest due time is for (None: nothing the wake lag counts)."""
+        due = [
+            (when, cause)
+            for when, cause in zip(self.due_times, self.due_causes, strict=True)
+            if when is not None
+        ]
+        return min(due, key=lambda pair: pair[0])[1] if due else None
 
     def _reach(self, step_id: str) -> None:
         if self.fatal is not None:
@@ -198,9 +219,10 @@ class Execution:
             self._suspend(clock_now())
         self.attempts_started += 1
 
-    def _suspend(self, due: datetime | None) -> NoReturn:
+    def _suspend(self, due: datetime | None, cause: WakeCause | None = None) -> NoReturn:
         self.suspended = True
         self.due_times.append(due)
+        self.due_causes.append(cause)
         raise Suspension()
 
     def _write(
@@ -267,6 +289,7 @@ class Execution:
                 max_attempts=max_attempts,
                 fuse=True,
             )
+            METERS.attempt_started(self.definition_name, StepType.RUN)
             return self._attempt(record, fn, backoff, atomic)
         self._check_kind(record, StepType.RUN)
         if record.state == StepState.SUCCEEDED:
@@ -285,13 +308,17 @@ class Execution:
                 error_message=INTERRUPTED_MESSAGE,
                 backoff=backoff,
             )
+            METERS.attempt_finished(
+                self.definition_name, StepType.RUN, AttemptOutcome.INTERRUPTED, None
+            )
             if record.state == StepState.FAILED:
                 raise recorded_failure(record)
         # pending: a first attempt not yet started, or a retry
         if record.next_attempt_at is not None and record.next_attempt_at > clock_now():
-            self._suspend(record.next_attempt_at)
+            self._suspend(record.next_attempt_at, WakeCause.RETRY)
         self._boundary()
         record = self._write(store.mark_attempt_started, step_id, record.attempt_count + 1)
+        METERS.attempt_started(self.definition_name, StepType.RUN)
         return self._attempt(record, fn, backoff, atomic)
 
     def _was_interrupted(self, step_id: str) -> bool:
@@ -310,6 +337,9 @@ class Execution:
         self, record: StepRecord, fn: Callable[[], Any], backoff: Backoff | None, atomic: bool
     ) -> Any:
         self.parents.append(record.step_id)
+        # The attempt's duration, as the metric counts it, on the engine's clock (the test
+        # harness's virtual time applies).
+        started = clock_now()
         try:
             if atomic:
                 self.atomic_step = record.step_id
@@ -317,11 +347,11 @@ class Execution:
                     value = self._call(record, fn) if self.trace.recording else fn()
                     self.atomic_step = None
                     # Recorded inside the transaction, so fn's writes commit with it.
-                    return self._record_success(record, value, atomic=True)
+                    return self._record_success(record, value, started, atomic=True)
             # The attribute first: an untraced step (the usual one) makes no call for it.
             value = self._call(record, fn) if self.trace.recording else fn()
         except _UnserializableResult as exc:
-            self._record_failure(record, exc.failure, backoff, non_retryable=True)
+            self._record_failure(record, exc.failure, backoff, started, non_retryable=True)
         except Exception as exc:
             if self.fatal is not None:
                 raise self.fatal from exc
@@ -329,15 +359,16 @@ class Execution:
                 record,
                 exc,
                 backoff,
+                started,
                 non_retryable=isinstance(exc, tuple(REPLAYED_FAILURES.values())),
             )
         finally:
             self.parents.pop()
             self.atomic_step = None
         try:
-            return self._record_success(record, value)
+            return self._record_success(record, value, started)
         except _UnserializableResult as exc:
-            self._record_failure(record, exc.failure, backoff, non_retryable=True)
+            self._record_failure(record, exc.failure, backoff, started, non_retryable=True)
 
     def _call(self, record: StepRecord, fn: Callable[[], Any]) -> Any:
         """Run an attempt's callback in its span (the tick is traced)."""
@@ -347,9 +378,12 @@ class Execution:
         with span:
             return fn()
 
-    def _record_success(self, record: StepRecord, value: Any, *, atomic: bool = False) -> Any:
-        """Serialise the result and record the attempt's success; return the recorded
-        (JSON round-tripped) result. _UnserializableResult if it cannot be serialised."""
+    def _record_success(
+        self, record: StepRecord, value: Any, started: datetime, *, atomic: bool = False
+    ) -> Any:
+        """Serialise the result and record the attempt's success (begun at ``started``);
+        return the recorded (JSON round-tripped) result. _UnserializableResult if it cannot
+        be serialised."""
         step_id = record.step_id
         try:
             result_json = jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
@@ -369,6 +403,12 @@ class Execution:
             recorded = self._write(
                 self.store.defer_success, step_id, record.attempt_count, result_json, fuse=True
             )
+        METERS.attempt_finished(
+            self.definition_name,
+            StepType.RUN,
+            AttemptOutcome.SUCCEEDED,
+            (clock_now() - started).total_seconds(),
+        )
         return recorded.result
 
     def _record_failure(
@@ -376,11 +416,12 @@ class Execution:
         record: StepRecord,
         exc: BaseException,
         backoff: Backoff | None,
+        started: datetime,
         *,
         non_retryable: bool,
     ) -> NoReturn:
-        """Record a failed attempt, then raise its outcome: a retry suspends, a final failure
-        raises what every replay will raise."""
+        """Record a failed attempt (begun at ``started``), then raise its outcome: a retry
+        suspends, a final failure raises what every replay will raise."""
         record = self._write(
             self.store.mark_attempt_failed,
             record.step_id,
@@ -391,10 +432,16 @@ class Execution:
             backoff=backoff,
             traceback=format_user_traceback(exc),
         )
+        METERS.attempt_finished(
+            self.definition_name,
+            StepType.RUN,
+            AttemptOutcome.FAILED,
+            (clock_now() - started).total_seconds(),
+        )
         _log_failed_attempt(self.instance_key, record, exc)
         if record.state == StepState.FAILED:
             raise recorded_failure(record) from exc
-        self._suspend(record.next_attempt_at)
+        self._suspend(record.next_attempt_at, WakeCause.RETRY)
 
     # sleep ----------------------------------------------------------------------------
 
@@ -421,7 +468,7 @@ class Execution:
             return
         if record.wake_at is not None and record.wake_at > clock_now():
             self.trace.slept(step_id, record.wake_at)
-            self._suspend(record.wake_at)
+            self._suspend(record.wake_at, WakeCause.SLEEP)
         self._write(self.store.mark_sleep_elapsed, step_id)
 
     # wait -----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django_workerflow.models.history import (
     WorkflowEvent,
 )
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
+from django_workerflow.models.process_metrics import ProcessMetrics
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -37,6 +38,7 @@ __all__ = [
     "FinishDelivery",
     "InboundEvent",
     "JSONTextField",
+    "ProcessMetrics",
     "Step",
     "StepEvent",
     "StepEventType",

@@ -25,6 +25,7 @@ from django_workerflow.values.progress import Progress
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
+    WakeCause,
     WorkflowEventType,
     WorkflowStatus,
 )
@@ -128,6 +129,11 @@ class WorkflowInstance(models.Model):
     error_name = models.CharField(max_length=200, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
     alarm_at = models.DateTimeField(null=True, blank=True)
+    # What the alarm wakes the instance for (a WakeCause; empty: nothing the wake lag
+    # metric counts). Set with the alarm by release_lease and request_wake; any other
+    # transition that sets the alarm clears it (_update). A default in the database too, for
+    # the rows written by hand (a data migration's INSERT that names its columns).
+    alarm_cause = models.CharField(max_length=16, blank=True, default="", db_default="")
     # Ownership: the worker holding the lease is the only one executing the instance.
     lease_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL: no lease
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -188,6 +194,14 @@ class WorkflowInstance(models.Model):
                 condition=Q(alarm_at__isnull=False),
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
+            # The unfinished instances' counts and oldest creation per status, definition and
+            # version (the Prometheus gauges, metrics.py): an index-only scan of a small set
+            # however long the history.
+            models.Index(
+                fields=["status", "definition_name", "definition_version", "created_at"],
+                name="workerflow_unfinished",
+                condition=Q(status__in=["pending", "running", "paused"]),
+            ),
             models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
             *FLOW_INDEXES,
             # The admin's list order, unfiltered and filtered by status, and its version
@@ -394,24 +408,29 @@ class WorkflowInstance(models.Model):
         text = f"forked to '{fork.key}'" + (f": {reason}" if reason else "")
         self._record(WorkflowEventType.FORKED, now, previous=self.status, reason=text)
 
-    def release_lease(self, alarm_at: datetime | None, now: datetime) -> None:
-        """End the tick: drop the lease and set the alarm (an inactive instance has none;
-        lease renewals moved it while the tick ran)."""
+    def release_lease(
+        self, alarm_at: datetime | None, now: datetime, cause: WakeCause | None = None
+    ) -> None:
+        """End the tick: drop the lease and set the alarm, due for ``cause`` (an inactive
+        instance has none; lease renewals moved it while the tick ran)."""
+        active = self.status in ACTIVE_STATUSES
         self._update(
             lease_token=None,
             lease_expires_at=None,
             wake_requested=False,
-            alarm_at=alarm_at if self.status in ACTIVE_STATUSES else None,
+            alarm_at=alarm_at if active else None,
+            alarm_cause=cause if active and alarm_at is not None and cause else "",
             updated_at=now,
         )
 
-    def request_wake(self, now: datetime, *, leased: bool) -> None:
-        """Ask for a tick now; a tick holding the lease sees ``wake_requested`` and passes
-        again, so the alarm (its lease expiry) stays."""
+    def request_wake(self, now: datetime, *, leased: bool, cause: WakeCause | None = None) -> None:
+        """Ask for a tick now, for ``cause`` (None: none the wake lag counts); a tick
+        holding the lease sees ``wake_requested`` and passes again, so the alarm (its lease
+        expiry) stays."""
         if leased:
             self._update(wake_requested=True, updated_at=now)
         else:
-            self._update(wake_requested=True, updated_at=now, alarm_at=now)
+            self._update(wake_requested=True, updated_at=now, alarm_at=now, alarm_cause=cause or "")
 
     def found_leased(self) -> bool:
         """A bell found the instance leased: its tick takes one more pass before it ends,
@@ -439,7 +458,10 @@ class WorkflowInstance(models.Model):
         self._update(unreached_step_ids=step_ids)
 
     def _update(self, **fields: Any) -> None:
-        """Assign ``fields`` and save exactly those: the one way a transition writes."""
+        """Assign ``fields`` and save exactly those: the one way a transition writes. An
+        alarm set without a cause has none (the cause of the alarm it replaces is void)."""
+        if "alarm_at" in fields and "alarm_cause" not in fields:
+            fields["alarm_cause"] = ""
         for name, value in fields.items():
             setattr(self, name, value)
         save_fields(self, list(fields))

@@ -34,6 +34,7 @@ from django_workerflow.values.states import (
     TERMINAL_STATUSES,
     StepState,
     StepType,
+    WakeCause,
     WorkflowStatus,
 )
 from django_workerflow.workers import bells
@@ -166,7 +167,7 @@ def _wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
         leased = lease.is_live(waiting, now)
         if not leased:
             bells.arm(waiting.pk, now)
-        waiting.request_wake(now, leased=leased)
+        waiting.request_wake(now, leased=leased, cause=WakeCause.CHILD)
 
 
 def _create_finish_delivery(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:

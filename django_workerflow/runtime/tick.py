@@ -25,6 +25,7 @@ from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
 from django_workerflow.engine.failures import failed_step_ids
 from django_workerflow.exceptions import WorkflowInputError
+from django_workerflow.meters import METERS
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
@@ -35,7 +36,7 @@ from django_workerflow.store.steps import StepStore, received_trace_contexts
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension
-from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome
+from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome, WakeCause
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
 from django_workerflow.workers.lease_renewal import LeaseRenewal
@@ -71,6 +72,7 @@ class PassResult:
     other_error_step_ids: list[str] | None = None
     exception: BaseException | None = None
     due: datetime | None = None
+    due_cause: WakeCause | None = None
     stop_reason: StopReason | None = None
     yielded: bool = False
     unreached: list[str] | None = field(default=None)
@@ -88,6 +90,8 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     (:mod:`django_workerflow.tracing`), current while it runs; a tick that finds nothing
     to do makes none.
     """
+    # The tick's duration, as the metric counts it, on the engine's clock (the harness's).
+    started = clock_now()
     token = uuid.uuid4().hex
     claimed = _claim(instance_pk, token)
     # A queued instance's rate-limit bell rang: admission runs with its row released.
@@ -99,7 +103,10 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
         claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickResult):
         return claimed
-    instance, definition_class, recovering, woken_at = claimed
+    instance, definition_class, recovering, woken_at, woken_for = claimed
+    if woken_for is not None:
+        cause, due, now = woken_for
+        METERS.woke(instance.definition_name, cause, (now - due).total_seconds())
     traced = tracing.tick_trace(
         instance.definition_name,
         instance.definition_version,
@@ -107,16 +114,27 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
         instance.trace_context,
         woken_at,
     )
-    with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
-        return _execute(instance, definition_class, token, recovering, traced)
+    try:
+        with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
+            return _execute(instance, definition_class, token, recovering, traced)
+    finally:
+        METERS.tick_finished(instance.definition_name, (clock_now() - started).total_seconds())
+
+
+#: What a claimed tick was woken for: the cause, its due time and the claim's time.
+WokenFor = tuple[WakeCause, datetime, datetime]
 
 
 def _claim(
     instance_pk: int, token: str
-) -> TickResult | tuple[WorkflowInstance, type[WorkflowDefinition], bool, datetime | None]:
+) -> (
+    TickResult
+    | tuple[WorkflowInstance, type[WorkflowDefinition], bool, datetime | None, WokenFor | None]
+):
     """Lock the instance and take its lease, or say why this tick has nothing to do. The
-    last item says when a wake made the instance due (None: nothing woke it), for the
-    tick's trace to tell the events it receives (:class:`~.tracing.TickTrace`)."""
+    fourth item says when a wake made the instance due (None: nothing woke it), for the
+    tick's trace to tell the events it receives (:class:`~.tracing.TickTrace`); the last,
+    what the tick was woken for, for the wake lag metric (:func:`_woken_for`)."""
     with transaction.atomic():
         instance = instance_rows.read_instance(instance_pk, lock=True)
         if instance is None:
@@ -147,11 +165,42 @@ def _claim(
             return TickResult(TickOutcome.UNREGISTERED, alarm_at=instance.alarm_at)
         # The time of the wake that made it due (an event's, maybe), before the claim.
         woken_at = instance.updated_at if instance.wake_requested else None
+        # Before the claim too, which sets the alarm (and clears its cause).
+        woken_for = _woken_for(instance, now)
         # A lease still set here has expired: the tick that held it died mid-work.
         recovering = lease.claim(instance, token, now)
         if recovering:
             logger.warning("taking over an expired lease key=%s", instance.key)
-    return instance, definition_class, recovering, woken_at
+    return instance, definition_class, recovering, woken_at, woken_for
+
+
+def _woken_for(instance: WorkflowInstance, now: datetime) -> WokenFor | None:
+    """What the claimed instance was due for, and since when: a pending one was started
+    (due when admitted) or started by its schedule (due at the occurrence); otherwise the
+    cause kept beside the alarm, due at the alarm. None for what the wake lag does not
+    count (a lease's expiry, an operator's wake, a wait's timeout, a yield)."""
+    if instance.status == WorkflowStatus.PENDING:
+        occurrence = _scheduled_at(instance)
+        if occurrence is not None:
+            return WakeCause.SCHEDULE, occurrence, now
+        return WakeCause.START, instance.admitted_at or instance.created_at, now
+    # A cause this release does not know (a newer one set it) is not counted.
+    if instance.alarm_cause in WakeCause.values and instance.alarm_at is not None:
+        return WakeCause(instance.alarm_cause), instance.alarm_at, now
+    return None
+
+
+def _scheduled_at(instance: WorkflowInstance) -> datetime | None:
+    """The occurrence a schedule started the instance for, None if none did: a schedule's
+    start has the key ``<name>@<scheduled_at>`` and the input ``{"scheduled_at": ...}``
+    (:func:`~django_workerflow.runtime.flow.schedules.occurrence_key`)."""
+    given = instance.input.get("scheduled_at") if isinstance(instance.input, dict) else None
+    if not isinstance(given, str) or instance.key != f"{instance.definition_name}@{given}":
+        return None
+    try:
+        return datetime.fromisoformat(given)
+    except ValueError:
+        return None
 
 
 def _execute(
@@ -199,6 +248,7 @@ def _replay(
         deadline=deadline,
         interrupted_suspects=suspects,
         trace=traced,
+        definition_name=instance.definition_name,
     )
     # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
     pinned_input = jsonvalue.fresh_copy(instance.input)
@@ -262,6 +312,7 @@ def _suspended(execution: Execution) -> PassResult:
     return PassResult(
         PassOutcome.SUSPENDED,
         due=execution.next_due(),
+        due_cause=execution.next_due_cause(),
         stop_reason=execution.stop_reason,
         yielded=execution.yielded,
     )
@@ -363,7 +414,7 @@ def _settle_suspended(
         if locked.wake_requested:
             locked.clear_wake_request()
         return None
-    locked.release_lease(result.due, now)
+    locked.release_lease(result.due, now, result.due_cause)
     if result.due is not None:
         bells.arm(locked.pk, result.due)
     return TickResult(TickOutcome.SUSPENDED, alarm_at=result.due, replays=replays)

@@ -40,6 +40,7 @@ from django_workerflow.store import instance_rows, lease
 from django_workerflow.store.transactions import satisfy_wait
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.states import WakeCause
 from django_workerflow.workers import bells
 
 __all__ = [
@@ -124,7 +125,7 @@ def send_event(
                     satisfy_wait(cursor, pk, step_pk, event.pk, payload_json, now)
                 event.claimed_by_id = step_pk
                 event.claimed_at = now
-                _wake(locked, now)
+                _wake(locked, now, WakeCause.EVENT)
             elif locked.status == WorkflowStatus.PENDING and locked.admitted_at is None:
                 # Queued: an admission that ran while this transaction held the row skipped
                 # it (the lock order's rule 3), so its own tick asks for admission again.
@@ -280,9 +281,10 @@ def sweep(*, limit: int = 1000) -> int:
 # Helpers ------------------------------------------------------------------------------
 
 
-def _wake(locked: WorkflowInstance, now: datetime) -> None:
-    """Ask for a tick now; a tick in progress sees ``wake_requested`` and passes again."""
+def _wake(locked: WorkflowInstance, now: datetime, cause: WakeCause | None = None) -> None:
+    """Ask for a tick now, for ``cause``; a tick in progress sees ``wake_requested`` and
+    passes again."""
     leased = lease.is_live(locked, now)
     if not leased:
         bells.arm(locked.pk, now)
-    locked.request_wake(now, leased=leased)
+    locked.request_wake(now, leased=leased, cause=cause)

@@ -78,6 +78,28 @@ class TickOutcome(models.TextChoices):
     QUEUED = "queued"
 
 
+class AttemptOutcome(models.TextChoices):
+    """How a step attempt ended: the ``outcome`` of the finished attempts metric
+    (interrupted: its worker died, and the next tick recorded it as failed)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class WakeCause(models.TextChoices):
+    """What a tick was woken for: the ``cause`` of the wake lag metric. ``start`` and
+    ``schedule`` are read off a pending instance when it is claimed; the others are kept
+    beside the alarm (``WorkflowInstance.alarm_cause``) by whatever set it."""
+
+    START = "start"
+    SLEEP = "sleep"
+    RETRY = "retry"
+    EVENT = "event"
+    CHILD = "child"
+    SCHEDULE = "schedule"
+
+
 class PassOutcome(models.TextChoices):
     """How one replay pass of ``execute()`` ended."""
 

@@ -1,0 +1,111 @@
+"""Scenario 15 (issue 22): the cost of a Prometheus scrape over a large table (PostgreSQL).
+
+``metrics_instances`` instances of four definitions are written with the admin scenario's
+``INSERT ... SELECT generate_series`` (:func:`.admin_scale.fill_instances`), 95 % of them
+finished (completed, some failed) and 5 % active (running and pending), and
+``metrics_processes`` process metrics rows, each with every counter and histogram series
+of the four definitions: the live workers of a few clusters and those stopped in the last
+minute (the sweeper merges the rows of older ones into one, ``store/process_metrics.py``).
+Then ``metrics.text()`` (what the view answers) is timed ``metrics_repeats`` times, and
+the queries of one more scrape are timed each. The tables are emptied afterwards.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from typing import Any
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_workerflow import metrics
+from django_workerflow.meters import Meters
+from django_workerflow.models import ProcessMetrics, WorkflowInstance
+from django_workerflow.values.states import AttemptOutcome, StepType, WakeCause
+
+from .admin_scale import DEFINITIONS, fill_instances
+from .common import Sizes, percentile
+
+#: 95 % finished, 5 % active: a fleet that keeps its history for a while.
+STATUSES = ("completed",) * 36 + ("failed",) * 2 + ("running", "pending")
+FINISHED = 38
+
+
+def _process_totals() -> dict[str, Any]:
+    """The totals of a process that saw every series of the four definitions."""
+    meters = Meters()
+    for index in range(DEFINITIONS):
+        name = f"bench-admin-{index}"
+        meters.attempt_started(name, StepType.RUN)
+        for outcome in AttemptOutcome:
+            meters.attempt_finished(name, StepType.RUN, outcome, 0.01 * (index + 1))
+        meters.tick_finished(name, 0.02)
+        for cause in WakeCause:
+            meters.woke(name, cause, 0.1)
+    return meters.totals()
+
+
+def _fill_processes(count: int) -> None:
+    totals = _process_totals()
+    now = timezone.now()
+    ProcessMetrics.objects.bulk_create(
+        ProcessMetrics(
+            process=uuid.uuid4(),
+            host=f"worker-{index % 8}",
+            pid=index,
+            flushed_at=now,
+            totals=totals,
+        )
+        for index in range(count)
+    )
+
+
+def _timed(repeats: int) -> list[float]:
+    metrics.text()  # warm: plans, the registry's lookups
+    timings = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        metrics.text()
+        timings.append(time.perf_counter() - began)
+    return timings
+
+
+def _queries() -> list[tuple[float, str]]:
+    """Each query of one scrape: its seconds and the start of its text, slowest first."""
+    with CaptureQueriesContext(connection) as captured:
+        metrics.text()
+    timed = [(float(query["time"]), query["sql"][:90]) for query in captured.captured_queries]
+    return sorted(timed, reverse=True)
+
+
+def metrics_scale(sizes: Sizes, progress: Any) -> dict[str, Any]:
+    if connection.vendor != "postgresql":
+        return {"skipped": "measured on PostgreSQL"}
+    progress(f"metrics: {sizes.metrics_instances:,} instances")
+    began = time.perf_counter()
+    fill_instances(sizes.metrics_instances, STATUSES, FINISHED)
+    _fill_processes(sizes.metrics_processes)
+    with connection.cursor() as cursor:
+        # As autovacuum leaves a table that is read more than written: an index-only scan
+        # needs the visibility map.
+        cursor.execute(f"VACUUM ANALYZE {WorkflowInstance._meta.db_table}")
+    fill_seconds = time.perf_counter() - began
+    try:
+        timings = _timed(sizes.metrics_repeats)
+        return {
+            "instances": WorkflowInstance.objects.count(),
+            "processes": ProcessMetrics.objects.count(),
+            "fill_seconds": fill_seconds,
+            "median": statistics.median(timings),
+            "p99": percentile(timings, 0.99),
+            "repeats": len(timings),
+            "queries": _queries(),
+            "bytes": len(metrics.text()),
+        }
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {WorkflowInstance._meta.db_table} CASCADE")
+            cursor.execute(f"TRUNCATE {ProcessMetrics._meta.db_table}")
