@@ -16,13 +16,21 @@ every call, which with ``CONN_MAX_AGE = 0`` reopens the database three times per
 (dequeue, claim, acknowledge). This one closes its connection only when it failed and is no
 longer usable.
 
+On PostgreSQL it does not poll: an empty claim answers when the queue's next bell comes
+due, and the broker waits on its connection (``WORKERFLOW_BELL_LISTEN_DATABASE``'s if set)
+for a bell notification
+(:mod:`~django_workerflow.store.bell_channel`) until then, or until the safety-net poll
+``WORKERFLOW_BELL_POLL_SECONDS`` (a lost notification costs at most that). On SQLite, or
+where notifications do not arrive (another driver, a transaction-pooling proxy), it sleeps
+django-q2's ``poll`` between claims, as django-q2 does.
+
 Use it with ``Q_CLUSTER = {..., "orm": "default",
 "broker_class": "django_workerflow.broker.DueFirstOrmBroker"}``.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from time import sleep
 from typing import Any
 
@@ -32,9 +40,27 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
+from django_workerflow.conf import settings
 from django_workerflow.store import sql
+from django_workerflow.store.bell_channel import BellListener
 
 QUEUE = OrmQ._meta.db_table
+#: Seconds the broker waits at least before claiming again.
+MIN_WAIT = 0.005
+
+
+def _by_due(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (row[2], row[0])
+
+
+def _reset_if_broken(connection: Any) -> None:
+    """Close ``connection`` if it failed and is no longer usable (a restart): the next
+    statement reconnects. Otherwise forget the failure (Django would close it)."""
+    if connection.connection is not None and connection.errors_occurred:
+        if connection.get_autocommit() and not connection.is_usable():
+            connection.close()
+        else:
+            connection.errors_occurred = False
 
 
 class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
@@ -42,36 +68,65 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
 
     @staticmethod
     def get_connection(list_key: str | None = None) -> Any:
-        connection = connections[Conf.ORM]
-        if connection.connection is not None and connection.errors_occurred:
-            if connection.get_autocommit() and not connection.is_usable():
-                connection.close()  # a stale connection (a restart): reconnect
-            else:
-                connection.errors_occurred = False
+        _reset_if_broken(connections[Conf.ORM])
         return OrmQ.objects.using(Conf.ORM)
 
     def dequeue(self) -> list[tuple[int, Any]] | None:
         self.get_connection()
         connection = connections[Conf.ORM]
+        if connection.vendor != "postgresql":
+            return self._poll(connection)
+        # LISTEN before the claim: a bell committed after the claim's snapshot notifies.
+        listen_on = connections[settings.BELL_LISTEN_DATABASE or Conf.ORM]
+        _reset_if_broken(listen_on)
+        listen_on.ensure_connection()
+        listener = self._bell_listener()
+        listening = listener.listen(listen_on)
+        if listening:
+            listener.drain(listen_on)
         now = timezone.now()
-        adapt = connection.ops.adapt_datetimefield_value
-        values = {
+        with connection.cursor() as cursor:
+            cursor.execute(sql.queue_statement("claim_due_bells", QUEUE), self._values(now))
+            rows = cursor.fetchall()
+        claimed = sorted((row for row in rows if row[0] is not None), key=_by_due)
+        taken = [(pk, payload) for pk, payload, _due in claimed]
+        if taken:
+            return taken
+        if not listening:
+            sleep(Conf.POLL)
+            return None
+        wait = settings.BELL_POLL_SECONDS
+        next_due = rows[0][2] if rows else None
+        if next_due is not None:
+            # Never early: the claim compares with the clock. A bell due already is one
+            # another cluster is claiming: a short wait, not a busy loop.
+            wait = min(wait, max((next_due - timezone.now()).total_seconds(), MIN_WAIT))
+        listener.wait(listen_on, wait, self.list_key)
+        return None
+
+    def _bell_listener(self) -> BellListener:
+        # Made on first use: django-q2 pickles brokers into its processes by list_key only.
+        listener: BellListener | None = self.__dict__.get("_listener")
+        if listener is None:
+            listener = self.__dict__["_listener"] = BellListener()
+        return listener
+
+    def _poll(self, connection: Any) -> list[tuple[int, Any]] | None:
+        with connection.cursor() as cursor:
+            taken = self._read_then_claim(cursor, self._values(timezone.now()))
+        if not taken:
+            sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
+            return None
+        return taken
+
+    def _values(self, now: datetime) -> dict[str, Any]:
+        adapt = connections[Conf.ORM].ops.adapt_datetimefield_value
+        return {
             "key": self.list_key,
             "now": adapt(now),
             "until": adapt(now + timedelta(seconds=Conf.RETRY)),
             "limit": Conf.BULK,
         }
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(sql.queue_statement("claim_due_bells", QUEUE), values)
-                claimed = sorted(cursor.fetchall(), key=lambda row: (row[2], row[0]))
-                taken = [(pk, payload) for pk, payload, _due in claimed]
-            else:
-                taken = self._read_then_claim(cursor, values)
-        if not taken:
-            sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
-            return None
-        return taken
 
     @staticmethod
     def _read_then_claim(cursor: Any, values: dict[str, Any]) -> list[tuple[int, Any]]:

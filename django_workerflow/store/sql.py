@@ -326,14 +326,22 @@ _QUEUE_STATEMENTS: dict[str, str] = {
         UPDATE {queue} SET "lock" = %(until)s
         WHERE id IN ({ids}) AND "lock" < %(now)s RETURNING id""",
     # PostgreSQL: claim the earliest-due bells in one statement; rows another cluster is
-    # claiming are skipped, not waited for.
+    # claiming are skipped, not waited for. When it claims none, its one row (NULL, NULL,
+    # due) says when the queue's next bell comes due (NULL: none queued), read from the
+    # (key, lock) index: the broker sleeps until then or a notification.
     "claim_due_bells": """
-        UPDATE {queue} AS q SET "lock" = %(until)s
-        FROM (
-            SELECT id, "lock" AS due FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
-            ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-        ) AS d
-        WHERE q.id = d.id RETURNING q.id, q.payload, d.due""",
+        WITH claimed AS (
+            UPDATE {queue} AS q SET "lock" = %(until)s
+            FROM (
+                SELECT id, "lock" AS due FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
+                ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+            ) AS d
+            WHERE q.id = d.id RETURNING q.id, q.payload, d.due
+        )
+        SELECT id, payload, due FROM claimed
+        UNION ALL
+        SELECT NULL, NULL, min("lock") FROM {queue}
+        WHERE "key" = %(key)s AND "lock" >= %(now)s AND NOT EXISTS (SELECT FROM claimed)""",
     # A bell handled (acknowledged) or unreadable (failed).
     "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
 }

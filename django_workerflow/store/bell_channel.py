@@ -1,0 +1,105 @@
+"""The bell channel: PostgreSQL notifications that a bell was queued.
+
+Migration 0013 has every insert into django-q2's queue table notify :data:`CHANNEL` with the
+row's queue key, at the inserting transaction's commit. A :class:`BellListener` LISTENs on
+the broker's own connection (again after a reconnect) and lets the broker sleep until a
+notification for its queue arrives instead of polling.
+
+Notifications are only a prompt: the queue rows stay the truth, a notification can be lost
+(the listening connection dropped, a proxy in between), so the broker still polls, slowly.
+A transaction-pooling proxy (PgBouncer's ``pool_mode = transaction``) runs LISTEN on some
+server connection and delivers nothing to ours: the listener notices that its own probe
+never came back, logs it once, and the broker keeps polling as it did without notifications.
+
+Needs psycopg 3.2 or later (``Connection.notifies(timeout=...)``); with another driver the
+broker polls.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from time import monotonic
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: The notification channel (frozen in migration 0013, which sends on it).
+CHANNEL = "workerflow_bell"
+#: Seconds the listener waits for its own probe notification after LISTEN.
+PROBE_SECONDS = 2.0
+
+
+class BellListener:
+    """LISTEN on one Django connection's current database session and wait for bells.
+
+    One per broker (a pusher process). Not thread-safe: the pusher is one thread.
+    """
+
+    def __init__(self) -> None:
+        self._session: Any = None  # the driver connection LISTEN ran on
+        self._listening = False
+        self._warned = False
+
+    def listen(self, connection: Any) -> bool:
+        """LISTEN on ``connection`` (a Django connection) unless its session already does;
+        True if notifications reach it. Call before claiming, so a bell queued after the
+        claim's snapshot is not missed."""
+        session = connection.connection
+        if session is self._session and session is not None:
+            return self._listening
+        self._session, self._listening = session, False
+        if session is None or not self._can_listen(connection):
+            return False
+        probe = f"probe {os.getpid()} {id(session)}"
+        with connection.cursor() as cursor:
+            cursor.execute(f"LISTEN {CHANNEL}")
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, probe])
+        self._listening = self._received(connection, PROBE_SECONDS, probe)
+        if not self._listening and not self._warned:
+            self._warned = True
+            logger.warning(
+                "bell notifications do not reach database alias %r (its LISTEN got no "
+                "notification back: is a transaction-pooling proxy such as PgBouncer between "
+                "the workers and PostgreSQL?). The broker polls the queue instead. Name a direct "
+                "or session-pooled connection in WORKERFLOW_BELL_LISTEN_DATABASE "
+                '(docs/operations.md, "Wake-ups").',
+                connection.alias,
+            )
+        return self._listening
+
+    def drain(self, connection: Any) -> None:
+        """Drop the notifications already received: the claim that follows covers them."""
+        self._received(connection, 0.0, None)
+
+    def wait(self, connection: Any, seconds: float, key: str) -> bool:
+        """Wait up to ``seconds`` for a notification of a bell queued under ``key``; True
+        if one came."""
+        return self._received(connection, seconds, key)
+
+    @staticmethod
+    def _can_listen(connection: Any) -> bool:
+        # notifies(timeout=...) is psycopg 3.2's; autocommit, or notifications wait for the
+        # end of a transaction the broker never ends.
+        notifies = getattr(connection.connection, "notifies", None)
+        return (
+            connection.vendor == "postgresql"
+            and notifies is not None
+            and "timeout" in inspect.signature(notifies).parameters
+            and connection.get_autocommit()
+        )
+
+    @staticmethod
+    def _received(connection: Any, seconds: float, payload: str | None) -> bool:
+        """Consume notifications for up to ``seconds``; True as soon as one carries
+        ``payload`` (None: consume what has arrived, return False)."""
+        deadline = monotonic() + seconds
+        with connection.wrap_database_errors:
+            while True:
+                remaining = max(deadline - monotonic(), 0.0)
+                for notify in connection.connection.notifies(timeout=remaining):
+                    if payload is not None and notify.payload == payload:
+                        return True
+                if monotonic() >= deadline:
+                    return False
