@@ -30,8 +30,9 @@ Use it with ``Q_CLUSTER = {..., "orm": "default",
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from time import sleep
+from time import sleep, time
 from typing import Any
 
 from django.db import connections
@@ -42,11 +43,19 @@ from django_q.models import OrmQ
 
 from django_workerflow.conf import settings
 from django_workerflow.store import sql
-from django_workerflow.store.bell_channel import BellListener
+from django_workerflow.store.bell_channel import DUE_MARGIN, BellListener
 
 QUEUE = OrmQ._meta.db_table
-#: Seconds the broker waits at least before claiming again.
-MIN_WAIT = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    """The broker's next claim waits until ``until`` (seconds since the epoch), or a bell
+    notification on ``session`` (the connection LISTENing then; after a reconnect the claim
+    runs at once, as a notification may have been missed)."""
+
+    session: Any
+    until: float
 
 
 def _by_due(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -66,6 +75,10 @@ def _reset_if_broken(connection: Any) -> None:
 class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
     """django-q2's ORM broker, dequeuing the earliest-due rows first."""
 
+    # Class defaults: django-q2 pickles a broker into its processes by its list key only.
+    _listener: BellListener | None = None
+    _idle: _Idle | None = None
+
     @staticmethod
     def get_connection(list_key: str | None = None) -> Any:
         _reset_if_broken(connections[Conf.ORM])
@@ -80,8 +93,11 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
         listen_on = connections[settings.BELL_LISTEN_DATABASE or Conf.ORM]
         _reset_if_broken(listen_on)
         listen_on.ensure_connection()
-        listener = self._bell_listener()
+        listener = self._listener = self._listener or BellListener()
         listening = listener.listen(listen_on)
+        idle, self._idle = self._idle, None
+        if listening and idle is not None and idle.session is listen_on.connection:
+            listener.wait(listen_on, idle.until, self.list_key)
         if listening:
             listener.drain(listen_on)
         now = timezone.now()
@@ -90,34 +106,29 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
             rows = cursor.fetchall()
         claimed = sorted((row for row in rows if row[0] is not None), key=_by_due)
         taken = [(pk, payload) for pk, payload, _due in claimed]
-        if taken:
-            return taken
-        if not listening:
-            sleep(Conf.POLL)
-            return None
-        wait = settings.BELL_POLL_SECONDS
-        next_due = rows[0][2] if rows else None
-        if next_due is not None:
-            # Never early: the claim compares with the clock. A bell due already is one
-            # another cluster is claiming: a short wait, not a busy loop.
-            wait = min(wait, max((next_due - timezone.now()).total_seconds(), MIN_WAIT))
-        listener.wait(listen_on, wait, self.list_key)
-        return None
+        next_due = next((due for pk, _payload, due in rows if pk is None), None)
+        if listening:
+            self._idle = _Idle(listen_on.connection, self._idle_until(next_due))
+        elif not taken:
+            sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
+        return taken or None
 
-    def _bell_listener(self) -> BellListener:
-        # Made on first use: django-q2 pickles brokers into its processes by list_key only.
-        listener: BellListener | None = self.__dict__.get("_listener")
-        if listener is None:
-            listener = self.__dict__["_listener"] = BellListener()
-        return listener
+    @staticmethod
+    def _idle_until(next_due: datetime | None) -> float:
+        """When to claim next (seconds since the epoch): the next bell's due time (now if
+        one is due already), or the safety-net poll's, whichever is first. Never early:
+        the claim compares with the clock."""
+        until = time() + settings.BELL_POLL_SECONDS
+        if next_due is None:
+            return until
+        return min(until, next_due.timestamp() + DUE_MARGIN)
 
     def _poll(self, connection: Any) -> list[tuple[int, Any]] | None:
         with connection.cursor() as cursor:
             taken = self._read_then_claim(cursor, self._values(timezone.now()))
         if not taken:
             sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
-            return None
-        return taken
+        return taken or None
 
     def _values(self, now: datetime) -> dict[str, Any]:
         adapt = connections[Conf.ORM].ops.adapt_datetimefield_value

@@ -58,8 +58,9 @@ def slow_safety_net(settings: Any) -> None:
 
 
 def received_until_marker(listener: Any) -> list[str]:
-    """The bell payloads ``listener`` receives before a marker sent now: a session's
-    notifications arrive in commit order, so anything committed earlier comes first."""
+    """The queues of the bell notifications ``listener`` receives before a marker sent now
+    (a session's notifications arrive in commit order, so anything committed earlier comes
+    first); each also names its bells' earliest due time, which must be a time."""
     from django_workerflow.store.bell_channel import CHANNEL
 
     with connection.cursor() as cursor:
@@ -68,7 +69,9 @@ def received_until_marker(listener: Any) -> list[str]:
     for notify in listener.connection.notifies(timeout=WITHIN):
         if notify.payload == "marker":
             return payloads
-        payloads.append(notify.payload)
+        queue, _, due = notify.payload.rpartition(" ")
+        assert abs(float(due) - time.time()) < WITHIN, notify.payload
+        payloads.append(queue)
     raise AssertionError(f"The marker notification did not arrive within {WITHIN} s.")
 
 
@@ -216,3 +219,18 @@ def test_broker__listens_again_after_its_connection_was_closed(slow_safety_net):
 
     writer.join()
     assert [payload for _pk, payload in taken] == ["third"]
+
+
+def test_broker__a_delayed_bell_queued_while_it_waits_comes_out_at_its_due_time(
+    slow_safety_net,
+):
+    queue = broker()
+    assert queue.dequeue() is None  # an empty queue: the next call waits (a minute at most)
+    due = timezone.now() + timedelta(seconds=1.5)
+
+    writer = later(0.3, lambda: insert_bell("delayed", due))
+    taken = dequeue_until_taken(queue)
+
+    writer.join()
+    assert timezone.now() >= due
+    assert [payload for _pk, payload in taken] == ["delayed"]

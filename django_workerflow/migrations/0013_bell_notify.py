@@ -1,9 +1,10 @@
 """PostgreSQL: every insert into django-q2's queue table notifies ``workerflow_bell``.
 
-A statement-level trigger sends one notification per queue key (the payload) that the
-statement inserted rows for, inside the inserting transaction: PostgreSQL delivers it at
-commit, so a rolled-back bell wakes nobody, and it collapses duplicates within a
-transaction. A trigger rather than a call beside each insert: every path that queues a row
+A statement-level trigger sends one notification per queue key the statement inserted rows
+for, its payload the key and the earliest of those rows' due times (``lock``, as seconds
+since the epoch: a listener waiting for an earlier bell need not wake), inside the inserting
+transaction: PostgreSQL delivers it at commit, so a rolled-back bell wakes nobody, and it
+collapses duplicates within a transaction. A trigger rather than a call beside each insert: every path that queues a row
 (a start's one statement, ``start_many``, a bell armed through django-q2, django-q2's own
 ``async_task`` and scheduler) notifies without a statement of its own. The due-first broker
 (``django_workerflow.broker``) listens. django-q2 owns the table, so the trigger is created
@@ -19,6 +20,14 @@ from django.db import migrations
 CHANNEL = "workerflow_bell"
 FUNCTION = "workerflow_notify_bell"
 TRIGGER = "workerflow_notify_bell"
+# One notification per queue key: the key and its earliest new due time, in seconds.
+BODY = f"""
+BEGIN
+    PERFORM pg_notify('{CHANNEL}', "key" || ' ' || extract(epoch FROM min("lock")))
+    FROM new_bells GROUP BY "key";
+    RETURN NULL;
+END
+"""
 
 
 def _queue_table(schema_editor):
@@ -41,9 +50,8 @@ def create_trigger(apps, schema_editor):
         return
     quote = schema_editor.quote_name
     schema_editor.execute(
-        f"CREATE OR REPLACE FUNCTION {quote(FUNCTION)}() RETURNS trigger LANGUAGE plpgsql AS $$ "
-        f"BEGIN PERFORM pg_notify('{CHANNEL}', k) "
-        f'FROM (SELECT DISTINCT "key" AS k FROM new_bells) AS keys; RETURN NULL; END $$'
+        f"CREATE OR REPLACE FUNCTION {quote(FUNCTION)}() RETURNS trigger LANGUAGE plpgsql "
+        f"AS $$ {BODY} $$"
     )
     schema_editor.execute(f"DROP TRIGGER IF EXISTS {quote(TRIGGER)} ON {quote(table)}")
     schema_editor.execute(

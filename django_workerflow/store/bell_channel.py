@@ -20,7 +20,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from time import monotonic
+from time import monotonic, time
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -29,6 +29,9 @@ logger = logging.getLogger(__name__)
 CHANNEL = "workerflow_bell"
 #: Seconds the listener waits for its own probe notification after LISTEN.
 PROBE_SECONDS = 2.0
+#: Seconds past a bell's due time to wake for it: a float's rounding of the time must not
+#: wake a broker a microsecond early, for a claim that finds nothing due yet.
+DUE_MARGIN = 0.0005
 
 
 class BellListener:
@@ -56,7 +59,7 @@ class BellListener:
         with connection.cursor() as cursor:
             cursor.execute(f"LISTEN {CHANNEL}")
             cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, probe])
-        self._listening = self._received(connection, PROBE_SECONDS, probe)
+        self._listening = self._probe_returns(connection, probe)
         if not self._listening and not self._warned:
             self._warned = True
             logger.warning(
@@ -71,12 +74,23 @@ class BellListener:
 
     def drain(self, connection: Any) -> None:
         """Drop the notifications already received: the claim that follows covers them."""
-        self._received(connection, 0.0, None)
+        with connection.wrap_database_errors:
+            for _notify in connection.connection.notifies(timeout=0.0):
+                pass
 
-    def wait(self, connection: Any, seconds: float, key: str) -> bool:
-        """Wait up to ``seconds`` for a notification of a bell queued under ``key``; True
-        if one came."""
-        return self._received(connection, seconds, key)
+    def wait(self, connection: Any, until: float, key: str) -> None:
+        """Wait until the time ``until`` (seconds since the epoch) or a bell of the queue
+        ``key`` that is due: a notification of a bell due later moves ``until`` earlier."""
+        with connection.wrap_database_errors:
+            while (remaining := until - time()) > 0:
+                for notify in connection.connection.notifies(timeout=remaining):
+                    queue, _, due = notify.payload.rpartition(" ")
+                    if queue != key:
+                        continue
+                    until = min(until, _seconds(due) + DUE_MARGIN)
+                    if until <= time():
+                        return
+                    break  # wait again, for the new remaining time
 
     @staticmethod
     def _can_listen(connection: Any) -> bool:
@@ -91,15 +105,20 @@ class BellListener:
         )
 
     @staticmethod
-    def _received(connection: Any, seconds: float, payload: str | None) -> bool:
-        """Consume notifications for up to ``seconds``; True as soon as one carries
-        ``payload`` (None: consume what has arrived, return False)."""
-        deadline = monotonic() + seconds
+    def _probe_returns(connection: Any, probe: str) -> bool:
+        """Whether the notification ``probe`` arrives within :data:`PROBE_SECONDS`."""
+        deadline = monotonic() + PROBE_SECONDS
         with connection.wrap_database_errors:
-            while True:
-                remaining = max(deadline - monotonic(), 0.0)
-                for notify in connection.connection.notifies(timeout=remaining):
-                    if payload is not None and notify.payload == payload:
+            while (remaining := deadline - monotonic()) > 0:
+                for notify in connection.connection.notifies(timeout=remaining, stop_after=1):
+                    if notify.payload == probe:
                         return True
-                if monotonic() >= deadline:
-                    return False
+        return False
+
+
+def _seconds(due: str) -> float:
+    """A notification's due time; one that does not name a time is due now."""
+    try:
+        return float(due)
+    except ValueError:
+        return 0.0

@@ -326,9 +326,10 @@ _QUEUE_STATEMENTS: dict[str, str] = {
         UPDATE {queue} SET "lock" = %(until)s
         WHERE id IN ({ids}) AND "lock" < %(now)s RETURNING id""",
     # PostgreSQL: claim the earliest-due bells in one statement; rows another cluster is
-    # claiming are skipped, not waited for. When it claims none, its one row (NULL, NULL,
-    # due) says when the queue's next bell comes due (NULL: none queued), read from the
-    # (key, lock) index: the broker sleeps until then or a notification.
+    # claiming are skipped, not waited for. One more row (NULL, NULL, due) says when the
+    # queue's next bell not claimed here comes due (NULL: none queued; due already: more to
+    # claim), read from the (key, lock) index: the broker sleeps until then or a
+    # notification.
     "claim_due_bells": """
         WITH claimed AS (
             UPDATE {queue} AS q SET "lock" = %(until)s
@@ -341,7 +342,7 @@ _QUEUE_STATEMENTS: dict[str, str] = {
         SELECT id, payload, due FROM claimed
         UNION ALL
         SELECT NULL, NULL, min("lock") FROM {queue}
-        WHERE "key" = %(key)s AND "lock" >= %(now)s AND NOT EXISTS (SELECT FROM claimed)""",
+        WHERE "key" = %(key)s AND id NOT IN (SELECT id FROM claimed)""",
     # A bell handled (acknowledged) or unreadable (failed).
     "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
 }

@@ -9,4 +9,4 @@ WITH claimed AS (
         SELECT id, payload, due FROM claimed
         UNION ALL
         SELECT NULL, NULL, min("lock") FROM django_q_ormq
-        WHERE "key" = %(key)s AND "lock" >= %(now)s AND NOT EXISTS (SELECT FROM claimed)
+        WHERE "key" = %(key)s AND id NOT IN (SELECT id FROM claimed)
