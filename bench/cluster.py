@@ -253,38 +253,46 @@ def latency(run: str, sizes: Sizes, workdir: Path) -> dict[str, Any]:
 # 6. Idle cost ---------------------------------------------------------------------------
 
 
-def database_transactions() -> int:
+def database_transactions() -> tuple[int, int]:
     """PostgreSQL: transactions this database committed or rolled back so far (each
-    autocommit statement is one; a backend reports its counts within about a second)."""
+    autocommit statement is one; a backend reports its counts within about a second), and
+    the autovacuum and autoanalyze runs of its tables (the server's own transactions)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
-            "WHERE datname = current_database()"
+            "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()), (SELECT sum(autovacuum_count + "
+            "autoanalyze_count) FROM pg_stat_all_tables)"
         )
-        return int(cursor.fetchone()[0])
+        transactions, maintenance = cursor.fetchone()
+        return int(transactions), int(maintenance or 0)
 
 
 def idle_queries(clusters: int, sizes: Sizes) -> dict[str, Any]:
-    """Transactions per second the database runs while ``clusters`` clusters have nothing
-    to do but their own upkeep (bell polls, the sweeper and heartbeat, django-q2's
-    scheduler), counted from ``pg_stat_database`` over ``sizes.idle_seconds``."""
+    """Transactions per second the clusters run while they have nothing to do but their
+    own upkeep (bell polls, the sweeper and heartbeat, django-q2's scheduler), counted from
+    ``pg_stat_database`` over ``sizes.idle_seconds``, less the autovacuum and autoanalyze
+    runs meanwhile (after the scenarios' writes, the server's own work)."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
         return {}
     time.sleep(min(sizes.idle_seconds / 4, 5.0))  # the last work's acknowledgements
-    before = database_transactions()
+    before, maintenance_before = database_transactions()
     began = time.monotonic()
     time.sleep(sizes.idle_seconds)
-    after = database_transactions()
+    after, maintenance_after = database_transactions()
     seconds = time.monotonic() - began
-    per_second = (after - before - 1) / seconds  # less the first count's own transaction
+    maintenance = maintenance_after - maintenance_before
+    # Less the first count's own transaction.
+    transactions = after - before - 1 - maintenance
+    per_second = transactions / seconds
     return {
         "clusters": clusters,
         "seconds": seconds,
-        "transactions": after - before - 1,
+        "transactions": transactions,
+        "autovacuum_runs": maintenance,
         "per_second": per_second,
         "per_cluster_per_second": per_second / clusters,
     }
