@@ -1,9 +1,10 @@
 """The bell channel: PostgreSQL notifications that a bell was queued.
 
-Migration 0013 has every insert into django-q2's queue table notify :data:`CHANNEL` with the
-row's queue key, at the inserting transaction's commit. A :class:`BellListener` LISTENs on
-the broker's own connection (again after a reconnect) and lets the broker sleep until a
-notification for its queue arrives instead of polling.
+Migration 0013 has every insert into django-q2's queue table notify :data:`CHANNEL` at the
+inserting transaction's commit, with the rows' queue key and their earliest due time
+(``"<key> <seconds since the epoch>"``). A :class:`BellListener` LISTENs on the broker's
+connection (again after a reconnect) and lets the broker sleep until a bell of its queue is
+due instead of polling.
 
 Notifications are only a prompt: the queue rows stay the truth, a notification can be lost
 (the listening connection dropped, a proxy in between), so the broker still polls, slowly.
