@@ -234,3 +234,33 @@ def test_broker__a_delayed_bell_queued_while_it_waits_comes_out_at_its_due_time(
     writer.join()
     assert timezone.now() >= due
     assert [payload for _pk, payload in taken] == ["delayed"]
+
+
+def test_bell_listener__does_not_listen_inside_a_transaction():
+    from django_workerflow.store.bell_channel import BellListener
+
+    with transaction.atomic():
+        # Notifications would wait for the end of a transaction the broker never ends.
+        assert BellListener().listen(connection) is False
+
+
+def test_broker__polls_and_says_so_once_when_its_notifications_never_arrive(
+    monkeypatch, caplog, slow_safety_net
+):
+    from django_workerflow.store import bell_channel
+
+    # Behind a transaction-pooling proxy the probe sent after LISTEN never comes back.
+    monkeypatch.setattr(
+        bell_channel.BellListener, "_probe_returns", staticmethod(lambda *_args: False)
+    )
+    queue = broker()
+
+    with caplog.at_level("WARNING", logger="django_workerflow.store.bell_channel"):
+        assert queue.dequeue() is None  # polled: a sleep of Conf.POLL, not the safety net
+        connection.close()
+        insert_bell("polled", timezone.now())
+        taken = dequeue_until_taken(queue)
+
+    assert [payload for _pk, payload in taken] == ["polled"]
+    warnings = [r for r in caplog.records if "do not reach database alias" in r.getMessage()]
+    assert len(warnings) == 1

@@ -8,5 +8,10 @@ WITH claimed AS (
         )
         SELECT id, payload, due FROM claimed
         UNION ALL
-        SELECT NULL, NULL, min("lock") FROM django_q_ormq
-        WHERE "key" = %(key)s AND id NOT IN (SELECT id FROM claimed)
+        SELECT NULL, NULL, CASE
+            WHEN EXISTS (SELECT FROM claimed) AND EXISTS (
+                SELECT FROM django_q_ormq WHERE "key" = %(key)s AND "lock" < %(now)s
+                AND id NOT IN (SELECT id FROM claimed)
+            ) THEN %(now)s
+            ELSE (SELECT min("lock") FROM django_q_ormq WHERE "key" = %(key)s AND "lock" >= %(now)s)
+        END
