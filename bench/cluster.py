@@ -1,4 +1,4 @@
-"""Scenarios with real ``manage.py qcluster`` processes: 4 fleet and 5 latency.
+"""Scenarios with real ``manage.py qcluster`` processes: 4 fleet, 5 latency and 6 idle cost.
 
 Timestamps come from the engine's rows, written by the worker processes, so the figures
 include the bell's queue wait, the claim and the replay. The clusters inherit this process's
@@ -250,6 +250,54 @@ def latency(run: str, sizes: Sizes, workdir: Path) -> dict[str, Any]:
     }
 
 
+# 6. Idle cost ---------------------------------------------------------------------------
+
+
+def database_transactions() -> tuple[int, int]:
+    """PostgreSQL: transactions this database committed or rolled back so far (each
+    autocommit statement is one; a backend reports its counts within about a second), and
+    the autovacuum and autoanalyze runs of its tables (the server's own transactions)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()), (SELECT sum(autovacuum_count + "
+            "autoanalyze_count) FROM pg_stat_all_tables)"
+        )
+        transactions, maintenance = cursor.fetchone()
+        return int(transactions), int(maintenance or 0)
+
+
+def idle_queries(clusters: int, sizes: Sizes) -> dict[str, Any]:
+    """Transactions per second the clusters run while they have nothing to do but their
+    own upkeep (bell polls, the sweeper and heartbeat, django-q2's scheduler), counted from
+    ``pg_stat_database`` over ``sizes.idle_seconds``, less the autovacuum and autoanalyze
+    runs meanwhile (after the scenarios' writes, the server's own work)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return {}
+    time.sleep(min(sizes.idle_seconds / 4, 5.0))  # the last work's acknowledgements
+    before, maintenance_before = database_transactions()
+    began = time.monotonic()
+    time.sleep(sizes.idle_seconds)
+    after, maintenance_after = database_transactions()
+    seconds = time.monotonic() - began
+    maintenance = maintenance_after - maintenance_before
+    # Less the first count's own transaction.
+    transactions = after - before - 1 - maintenance
+    per_second = transactions / seconds
+    return {
+        "clusters": clusters,
+        "seconds": seconds,
+        "transactions": transactions,
+        "autovacuum_runs": maintenance,
+        "per_second": per_second,
+        "per_cluster_per_second": per_second / clusters,
+    }
+
+
 # Both, with clusters started one after another ----------------------------------------
 
 
@@ -261,16 +309,21 @@ def with_clusters(sizes: Sizes, workdir: Path, progress: Any) -> dict[str, Any]:
     results: dict[str, Any] = {
         "q_cluster": {key: q.get(key) for key in ("workers", "poll", "orm", "timeout", "retry")},
         "fleet": {},
+        "idle": {},
     }
     with ExitStack() as clusters:
-        for count in range(1, sizes.fleet_clusters + 1):
+        for count in range(1, max(sizes.fleet_clusters, sizes.idle_clusters) + 1):
             progress(f"starting qcluster {count}")
             clusters.enter_context(running_cluster(workdir / f"qcluster-{count}.log"))
             warm_up(f"c{count}")
             if count == 1:
                 progress("latency with 1 cluster")
                 results["latency"] = latency("c1", sizes, workdir)
-            progress(f"fleet with {count} cluster(s)")
-            results["fleet"][str(count)] = fleet(f"c{count}", sizes)
+            if count in (1, sizes.idle_clusters):
+                progress(f"idle cost with {count} cluster(s)")
+                results["idle"][str(count)] = idle_queries(count, sizes)
+            if count <= sizes.fleet_clusters:
+                progress(f"fleet with {count} cluster(s)")
+                results["fleet"][str(count)] = fleet(f"c{count}", sizes)
         progress("stopping the clusters")
     return results

@@ -41,6 +41,10 @@ class Sizes:
     events: int = 50
     starts: int = 50
     spacing: float = 0.1
+    # Idle cost: seconds of counting the database's transactions with 1, then with
+    # `idle_clusters` clusters running and nothing to do.
+    idle_seconds: float = 60.0
+    idle_clusters: int = 4
     # 6. Scale: sleeping instances, how many of them are due, and timed repeats.
     scale_instances: int = 100_000
     scale_due: int = 100
@@ -92,6 +96,7 @@ SMOKE = Sizes(
     events=3,
     starts=3,
     spacing=0.05,
+    idle_seconds=3.0,
     scale_instances=1_000,
     scale_due=10,
     due_repeats=3,

@@ -16,14 +16,23 @@ every call, which with ``CONN_MAX_AGE = 0`` reopens the database three times per
 (dequeue, claim, acknowledge). This one closes its connection only when it failed and is no
 longer usable.
 
+On PostgreSQL it does not poll: an empty claim answers when the queue's next bell comes
+due, and the broker waits on its connection (``WORKERFLOW_BELL_LISTEN_DATABASE``'s if set)
+for a bell notification
+(:mod:`~django_workerflow.store.bell_channel`) until then, or until the safety-net poll
+``WORKERFLOW_BELL_POLL_SECONDS`` (a lost notification costs at most that). On SQLite, or
+where notifications do not arrive (another driver, a transaction-pooling proxy), it sleeps
+django-q2's ``poll`` between claims, as django-q2 does.
+
 Use it with ``Q_CLUSTER = {..., "orm": "default",
 "broker_class": "django_workerflow.broker.DueFirstOrmBroker"}``.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from time import sleep
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from time import sleep, time
 from typing import Any
 
 from django.db import connections
@@ -32,46 +41,103 @@ from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
+from django_workerflow.conf import settings
 from django_workerflow.store import sql
+from django_workerflow.store.bell_channel import DUE_MARGIN, BellListener
 
 QUEUE = OrmQ._meta.db_table
+
+
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    """The broker's next claim waits until ``until`` (seconds since the epoch), or a bell
+    notification on ``session`` (the connection LISTENing then; after a reconnect the claim
+    runs at once, as a notification may have been missed)."""
+
+    session: Any
+    until: float
+
+
+def _by_due(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (row[2], row[0])
+
+
+def _reset_if_broken(connection: Any) -> None:
+    """Close ``connection`` if it failed and is no longer usable (a restart): the next
+    statement reconnects. Otherwise forget the failure (Django would close it)."""
+    if connection.connection is not None and connection.errors_occurred:
+        if connection.get_autocommit() and not connection.is_usable():
+            connection.close()
+        else:
+            connection.errors_occurred = False
 
 
 class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
     """django-q2's ORM broker, dequeuing the earliest-due rows first."""
 
+    # Class defaults: django-q2 pickles a broker into its processes by its list key only.
+    _listener: BellListener | None = None
+    _idle: _Idle | None = None
+
     @staticmethod
     def get_connection(list_key: str | None = None) -> Any:
-        connection = connections[Conf.ORM]
-        if connection.connection is not None and connection.errors_occurred:
-            if connection.get_autocommit() and not connection.is_usable():
-                connection.close()  # a stale connection (a restart): reconnect
-            else:
-                connection.errors_occurred = False
+        _reset_if_broken(connections[Conf.ORM])
         return OrmQ.objects.using(Conf.ORM)
 
     def dequeue(self) -> list[tuple[int, Any]] | None:
         self.get_connection()
         connection = connections[Conf.ORM]
+        if connection.vendor != "postgresql":
+            return self._poll(connection)
+        # LISTEN before the claim: a bell committed after the claim's snapshot notifies.
+        listen_on = connections[settings.BELL_LISTEN_DATABASE or Conf.ORM]
+        _reset_if_broken(listen_on)
+        listen_on.ensure_connection()
+        listener = self._listener = self._listener or BellListener()
+        listening = listener.listen(listen_on)
+        idle, self._idle = self._idle, None
+        if listening and idle is not None and idle.session is listen_on.connection:
+            listener.wait(listen_on, idle.until, self.list_key)
+        if listening:
+            listener.drain(listen_on)
         now = timezone.now()
-        adapt = connection.ops.adapt_datetimefield_value
-        values = {
+        with connection.cursor() as cursor:
+            cursor.execute(sql.queue_statement("claim_due_bells", QUEUE), self._values(now))
+            rows = cursor.fetchall()
+        claimed = sorted((row for row in rows if row[0] is not None), key=_by_due)
+        taken = [(pk, payload) for pk, payload, _due in claimed]
+        next_due = next((due for pk, _payload, due in rows if pk is None), None)
+        if listening:
+            self._idle = _Idle(listen_on.connection, self._idle_until(next_due))
+        elif not taken:
+            sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
+        return taken or None
+
+    @staticmethod
+    def _idle_until(next_due: datetime | None) -> float:
+        """When to claim next (seconds since the epoch): the next bell's due time (now if
+        one is due already), or the safety-net poll's, whichever is first. Never early:
+        the claim compares with the clock."""
+        until = time() + settings.BELL_POLL_SECONDS
+        if next_due is None:
+            return until
+        return min(until, next_due.timestamp() + DUE_MARGIN)
+
+    def _poll(self, connection: Any) -> list[tuple[int, Any]] | None:
+        with connection.cursor() as cursor:
+            taken = self._read_then_claim(cursor, self._values(timezone.now()))
+        if not taken:
+            sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
+        return taken or None
+
+    def _values(self, now: datetime) -> dict[str, Any]:
+        adapt = connections[Conf.ORM].ops.adapt_datetimefield_value
+        return {
             "key": self.list_key,
             "now": adapt(now),
             "until": adapt(now + timedelta(seconds=Conf.RETRY)),
             "limit": Conf.BULK,
         }
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(sql.queue_statement("claim_due_bells", QUEUE), values)
-                claimed = sorted(cursor.fetchall(), key=lambda row: (row[2], row[0]))
-                taken = [(pk, payload) for pk, payload, _due in claimed]
-            else:
-                taken = self._read_then_claim(cursor, values)
-        if not taken:
-            sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
-            return None
-        return taken
 
     @staticmethod
     def _read_then_claim(cursor: Any, values: dict[str, Any]) -> list[tuple[int, Any]]:

@@ -71,6 +71,20 @@ class Settings:
         return _read("SWEEP_SECONDS", 5.0)
 
     @property
+    def BELL_POLL_SECONDS(self) -> float:
+        """PostgreSQL: seconds between the broker's safety-net polls of the bell queue. A
+        cluster otherwise waits for a notification (or its next delayed bell), so this is
+        the most a lost notification delays a bell, and its idle cost."""
+        return _read("BELL_POLL_SECONDS", 5.0)
+
+    @property
+    def BELL_LISTEN_DATABASE(self) -> str | None:
+        """PostgreSQL: the database alias the broker LISTENs on for bell notifications (None:
+        ``Q_CLUSTER["orm"]``). Name a direct connection when the broker's goes through a
+        transaction-pooling proxy, which forwards no notifications."""
+        return _read("BELL_LISTEN_DATABASE", None)
+
+    @property
     def METRICS_TOKEN(self) -> str | None:
         """A secret that lets a scraper read the metrics view with ``Authorization: Bearer
         <token>`` (unset: only staff users and ``WORKERFLOW_METRICS_ALLOW`` may)."""

@@ -188,3 +188,28 @@ def test_report__the_rows_of_both_target_blocks_line_up():
         assert sqlite_cell, line
         sqlite_ends.add(sqlite_cell.end(1))
     assert len(sqlite_ends) == 1, sqlite_ends
+
+
+def test_report__the_wake_up_targets_pass_or_miss_on_postgresql_only():
+    from bench import targets24
+
+    latency = {"median": 0.008, "p99": 0.020, "early": 0}
+    results = {
+        "environment": {"vendor": "postgresql"},
+        "clusters": {
+            "latency": {
+                "event_to_resume": {**latency, "median": 0.0135},
+                "start_to_first_step": latency,
+                "timer_lateness": {**latency, "p99": 0.150},
+            },
+            "idle": {"1": {"per_cluster_per_second": 3.42}, "4": {"per_cluster_per_second": 0.9}},
+        },
+    }
+
+    assert targets24.event_wake_up(results) == "13.5 / 20.0 ms MISS"
+    assert targets24.start_wake_up(results) == "8.0 ms PASS"
+    assert targets24.timer_lateness(results) == "8.0 / 150 ms, 0 early MISS"
+    assert targets24.idle_queries("1")(results) == "3.42/s MISS"
+    assert targets24.idle_queries("4")(results) == "0.90/s PASS"
+    sqlite = {**results, "environment": {"vendor": "sqlite"}}
+    assert targets24.idle_queries("1")(sqlite) == "- (PostgreSQL)"

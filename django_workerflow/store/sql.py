@@ -326,14 +326,28 @@ _QUEUE_STATEMENTS: dict[str, str] = {
         UPDATE {queue} SET "lock" = %(until)s
         WHERE id IN ({ids}) AND "lock" < %(now)s RETURNING id""",
     # PostgreSQL: claim the earliest-due bells in one statement; rows another cluster is
-    # claiming are skipped, not waited for.
+    # claiming are skipped, not waited for. One more row (NULL, NULL, due) says when to
+    # claim next: now if this claim took some and left others due, else when the queue's
+    # next bell comes due (NULL: none queued); a due row this claim skipped is another
+    # cluster's. Each read is the first entry of a range of the (key, lock) index.
     "claim_due_bells": """
-        UPDATE {queue} AS q SET "lock" = %(until)s
-        FROM (
-            SELECT id, "lock" AS due FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
-            ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-        ) AS d
-        WHERE q.id = d.id RETURNING q.id, q.payload, d.due""",
+        WITH claimed AS (
+            UPDATE {queue} AS q SET "lock" = %(until)s
+            FROM (
+                SELECT id, "lock" AS due FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
+                ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+            ) AS d
+            WHERE q.id = d.id RETURNING q.id, q.payload, d.due
+        )
+        SELECT id, payload, due FROM claimed
+        UNION ALL
+        SELECT NULL, NULL, CASE
+            WHEN EXISTS (SELECT FROM claimed) AND EXISTS (
+                SELECT FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
+                AND id NOT IN (SELECT id FROM claimed)
+            ) THEN %(now)s
+            ELSE (SELECT min("lock") FROM {queue} WHERE "key" = %(key)s AND "lock" >= %(now)s)
+        END""",
     # A bell handled (acknowledged) or unreadable (failed).
     "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
 }

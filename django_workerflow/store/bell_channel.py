@@ -1,0 +1,125 @@
+"""The bell channel: PostgreSQL notifications that a bell was queued.
+
+Migration 0013 has every insert into django-q2's queue table notify :data:`CHANNEL` at the
+inserting transaction's commit, with the rows' queue key and their earliest due time
+(``"<key> <seconds since the epoch>"``). A :class:`BellListener` LISTENs on the broker's
+connection (again after a reconnect) and lets the broker sleep until a bell of its queue is
+due instead of polling.
+
+Notifications are only a prompt: the queue rows stay the truth, a notification can be lost
+(the listening connection dropped, a proxy in between), so the broker still polls, slowly.
+A transaction-pooling proxy (PgBouncer's ``pool_mode = transaction``) runs LISTEN on some
+server connection and delivers nothing to ours: the listener notices that its own probe
+never came back, logs it once, and the broker keeps polling as it did without notifications.
+
+Needs psycopg 3.2 or later (``Connection.notifies(timeout=...)``); with another driver the
+broker polls.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from time import monotonic, time
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: The notification channel (frozen in migration 0013, which sends on it).
+CHANNEL = "workerflow_bell"
+#: Seconds the listener waits for its own probe notification after LISTEN.
+PROBE_SECONDS = 2.0
+#: Seconds past a bell's due time to wake for it: a float's rounding of the time must not
+#: wake a broker a microsecond early, for a claim that finds nothing due yet.
+DUE_MARGIN = 0.0005
+
+
+class BellListener:
+    """LISTEN on one Django connection's current database session and wait for bells.
+
+    One per broker (a pusher process). Not thread-safe: the pusher is one thread.
+    """
+
+    def __init__(self) -> None:
+        self._session: Any = None  # the driver connection LISTEN ran on
+        self._listening = False
+        self._warned = False
+
+    def listen(self, connection: Any) -> bool:
+        """LISTEN on ``connection`` (a Django connection) unless its session already does;
+        True if notifications reach it. Call before claiming, so a bell queued after the
+        claim's snapshot is not missed."""
+        session = connection.connection
+        if session is self._session and session is not None:
+            return self._listening
+        self._session, self._listening = session, False
+        if session is None or not self._can_listen(connection):
+            return False
+        probe = f"probe {os.getpid()} {id(session)}"
+        with connection.cursor() as cursor:
+            cursor.execute(f"LISTEN {CHANNEL}")
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, probe])
+        self._listening = self._probe_returns(connection, probe)
+        if not self._listening and not self._warned:
+            self._warned = True
+            logger.warning(
+                "bell notifications do not reach database alias %r (its LISTEN got no "
+                "notification back: is a transaction-pooling proxy such as PgBouncer between "
+                "the workers and PostgreSQL?). The broker polls the queue instead. Name a direct "
+                "or session-pooled connection in WORKERFLOW_BELL_LISTEN_DATABASE "
+                '(docs/operations.md, "Wake-ups").',
+                connection.alias,
+            )
+        return self._listening
+
+    def drain(self, connection: Any) -> None:
+        """Drop the notifications already received: the claim that follows covers them."""
+        with connection.wrap_database_errors:
+            for _notify in connection.connection.notifies(timeout=0.0):
+                pass
+
+    def wait(self, connection: Any, until: float, key: str) -> None:
+        """Wait until the time ``until`` (seconds since the epoch) or a bell of the queue
+        ``key`` that is due: a notification of a bell due later moves ``until`` earlier."""
+        with connection.wrap_database_errors:
+            while (remaining := until - time()) > 0:
+                for notify in connection.connection.notifies(timeout=remaining):
+                    queue, _, due = notify.payload.rpartition(" ")
+                    if queue != key:
+                        continue
+                    until = min(until, _seconds(due) + DUE_MARGIN)
+                    if until <= time():
+                        return
+                    break  # wait again, for the new remaining time
+
+    @staticmethod
+    def _can_listen(connection: Any) -> bool:
+        # notifies(timeout=...) is psycopg 3.2's; autocommit, or notifications wait for the
+        # end of a transaction the broker never ends.
+        notifies = getattr(connection.connection, "notifies", None)
+        return (
+            connection.vendor == "postgresql"
+            and notifies is not None
+            and "timeout" in inspect.signature(notifies).parameters
+            and connection.get_autocommit()
+        )
+
+    @staticmethod
+    def _probe_returns(connection: Any, probe: str) -> bool:
+        """Whether the notification ``probe`` arrives within :data:`PROBE_SECONDS`."""
+        deadline = monotonic() + PROBE_SECONDS
+        with connection.wrap_database_errors:
+            while (remaining := deadline - monotonic()) > 0:
+                for notify in connection.connection.notifies(timeout=remaining, stop_after=1):
+                    if notify.payload == probe:
+                        return True
+        return False
+
+
+def _seconds(due: str) -> float:
+    """A notification's due time; one that does not name a time is due now."""
+    try:
+        return float(due)
+    except ValueError:
+        return 0.0
