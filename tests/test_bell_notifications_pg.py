@@ -126,7 +126,7 @@ def later(seconds: float, action: Any) -> threading.Thread:
 def test_bell_channel__matches_the_migration_that_sends_on_it():
     from django_workerflow.store.bell_channel import CHANNEL
 
-    migration = __import__("django_workerflow.migrations.0013_bell_notify", fromlist=["CHANNEL"])
+    migration = __import__("django_workerflow.migrations.0014_bell_notify", fromlist=["CHANNEL"])
     assert migration.CHANNEL == CHANNEL
 
 

@@ -71,7 +71,7 @@ def drop_trigger(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("workerflow", "0012_overview_wake_lag_index")]
+    dependencies = [("workerflow", "0013_process_metrics_and_alarm_cause")]
     if "django_q" in settings.INSTALLED_APPS:
         dependencies.append(
             ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more")
