@@ -1,6 +1,6 @@
 """The bell channel: PostgreSQL notifications that a bell was queued.
 
-Migration 0013 has every insert into django-q2's queue table notify :data:`CHANNEL` at the
+Migration 0014 has every insert into django-q2's queue table notify :data:`CHANNEL` at the
 inserting transaction's commit, with the rows' queue key and their earliest due time
 (``"<key> <seconds since the epoch>"``). A :class:`BellListener` LISTENs on the broker's
 connection (again after a reconnect) and lets the broker sleep until a bell of its queue is
@@ -26,7 +26,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-#: The notification channel (frozen in migration 0013, which sends on it).
+#: The notification channel (frozen in migration 0014, which sends on it).
 CHANNEL = "workerflow_bell"
 #: Seconds the listener waits for its own probe notification after LISTEN.
 PROBE_SECONDS = 2.0
