@@ -130,6 +130,8 @@ def start_many_rate(count: int) -> dict[str, Any]:
         "instances_per_second": count / seconds,
         "plain_insert_per_second": count / plain_seconds,
         "ratio_to_plain_insert": plain_seconds / seconds,
+        "runs_per_second": [count / run for run in ours],
+        "plain_runs_per_second": [count / run for run in plain],
     }
 
 
