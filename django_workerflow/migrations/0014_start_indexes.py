@@ -3,6 +3,8 @@
 - The forked-from and parent indexes become partial: only forks and children are in them
   (every query of either names an instance, which implies NOT NULL); most instances are
   neither, and each start wrote an entry to both.
+- The (status, finished_at) index becomes partial: finished instances only (the purge and
+  the overview bound ``finished_at``, which implies NOT NULL).
 - PostgreSQL: the ``varchar_pattern_ops`` index Django adds beside a unique ``CharField``
   (``..._like``) is dropped from ``key``. It serves only ``LIKE 'prefix%'`` on the key;
   the one such query (a schedule's runs) also filters on the definition name, which
@@ -81,6 +83,15 @@ class Migration(migrations.Migration):
                 condition=models.Q(("parent__isnull", False)),
                 fields=["parent"],
                 name="workerflow_parent",
+            ),
+        ),
+        migrations.RemoveIndex(model_name="workflowinstance", name="workerflow_status_finished"),
+        migrations.AddIndex(
+            model_name="workflowinstance",
+            index=models.Index(
+                condition=models.Q(("finished_at__isnull", False)),
+                fields=["status", "finished_at"],
+                name="workerflow_status_finished",
             ),
         ),
         migrations.RunPython(drop_like_index, create_like_index, elidable=False),

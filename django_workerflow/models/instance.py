@@ -200,7 +200,13 @@ class WorkflowInstance(models.Model):
                 condition=Q(alarm_at__isnull=False),
             ),
             models.Index(fields=["definition_name", "status"], name="workerflow_name_status"),
-            models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
+            # Finished instances only (every query of it bounds finished_at): a start writes
+            # no entry to it (issue 24).
+            models.Index(
+                fields=["status", "finished_at"],
+                name="workerflow_status_finished",
+                condition=Q(finished_at__isnull=False),
+            ),
             *FLOW_INDEXES,
             # The admin's list order, unfiltered and filtered by status, and its version
             # filter's choices (console/list_filters.py) (issue 15).
