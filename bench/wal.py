@@ -57,11 +57,11 @@ def _figures(windows: list[tuple[int, float | None, float]], each: int) -> dict[
     """Per item: the median window's WAL bytes; the CPU and wall time of all windows (the
     CPU clock ticks every 10 ms, too coarse for one window)."""
     count = each * len(windows)
-    cpus = [cpu for _wal, cpu, _seconds in windows]
+    cpus = [cpu for _wal, cpu, _seconds in windows if cpu is not None]
     return {
         "count": count,
         "wal_bytes_each": statistics.median(wal for wal, _cpu, _seconds in windows) / each,
-        "server_cpu_ms_each": None if None in cpus else 1000 * sum(cpus) / count,  # type: ignore[arg-type]
+        "server_cpu_ms_each": 1000 * sum(cpus) / count if len(cpus) == len(windows) else None,
         "ms_each": 1000 * sum(seconds for _wal, _cpu, seconds in windows) / count,
     }
 
