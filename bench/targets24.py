@@ -49,6 +49,8 @@ def step_cpu(r: dict[str, Any]) -> str:
     step, raw = dig(r, "wal", "run_step"), dig(r, "wal", "raw_commit")
     if step["server_cpu_ms_each"] is None or raw["server_cpu_ms_each"] is None:
         return "? (the server's /proc is unreadable)"
+    if not raw["server_cpu_ms_each"]:
+        return "? (too few commits for the CPU clock's ticks)"
     times = step["server_cpu_ms_each"] / raw["server_cpu_ms_each"]
     figure = f"{step['server_cpu_ms_each']:.3f} / {raw['server_cpu_ms_each']:.3f} ms = x{times:.2f}"
     return check(figure, times <= STEP_CPU_TIMES_RAW)
