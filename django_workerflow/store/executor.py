@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import weakref
+import zlib
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
@@ -85,14 +86,16 @@ def _positional(name: str, text: str) -> tuple[str, str]:
         return f"${count}"
 
     body = re.sub(r"%s", numbered, text)
-    return f"workerflow_{name}", f"PREPARE workerflow_{name} AS {body}"
+    # The text's checksum in the name: a text composed differently (other settings) is
+    # prepared apart instead of running as the one prepared first.
+    server_name = f"workerflow_{name}_{zlib.crc32(text.encode()):08x}"
+    return server_name, f"PREPARE {server_name} AS {body}"
 
 
 def execute_composed(cursor: Any, name: str, text: str, values: Sequence[Any]) -> None:
-    """Run ``text``, a statement composed once per process (its parameters ``%s``, in
-    order), under the name ``name``: on PostgreSQL prepared like :func:`execute`'s, so
-    that it is planned once per connection. The text of a name must not change while the
-    process runs."""
+    """Run ``text``, a statement composed at run time (its parameters ``%s``, in order),
+    named ``name``: on PostgreSQL prepared like :func:`execute`'s, so that it is planned
+    once per connection."""
     if cursor.db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
         cursor.execute(text, values)
         return
