@@ -4,7 +4,8 @@
   median and p99 beside the raw commit time measured right before and after; the
   statements and transactions of one start (the median over ``COUNTED`` starts), and the
   mean, which includes PostgreSQL's draws of an id block (``instance_ids.IdBlock``).
-- ``start_many()`` of ``start_many`` instances: instances per second.
+- ``start_many()`` of ``start_many`` instances: instances per second, and beside it a plain
+  multi-row INSERT of the same rows into the instance table (issue 24's ratio).
 - ``bells`` bells due at once, shuffled, drained through :class:`DueFirstOrmBroker`:
   inversions of the due order (0 expected) and the drain time; django-q2's own ORM broker
   on the same backlog for comparison.
@@ -25,6 +26,8 @@ from django.utils import timezone
 
 from django_workerflow import start, start_many
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.runtime.starting import BATCH_ROWS
+from django_workerflow.store import sql
 from django_workerflow.store.instance_ids import ID_BLOCK_SIZE
 
 from .common import Sizes, percentile
@@ -33,6 +36,8 @@ from .inline import StatementCounter, commit_rate, create_probe_table
 # Starts whose statements are counted: two of PostgreSQL's id blocks, so the mean includes
 # the draws in their proportion.
 COUNTED = 2 * ID_BLOCK_SIZE
+#: start_many() and the plain INSERT of the same rows, alternated this many times.
+RATIO_RUNS = 3
 
 
 def _clean(prefix: str) -> None:
@@ -75,16 +80,59 @@ def start_latency(count: int, probe_seconds: float) -> dict[str, Any]:
     }
 
 
-def start_many_rate(count: int) -> dict[str, Any]:
-    prefix = f"bench-many-{uuid.uuid4().hex[:8]}-"
-    items = [(f"{prefix}{number}", {"steps": 1}) for number in range(count)]
-    began = time.perf_counter()
-    instances = start_many("bench-steps", items)
-    seconds = time.perf_counter() - began
-    if len(instances) != count:
-        raise RuntimeError(f"start_many created {len(instances)} of {count}.")
+def _plain_insert_seconds(prefix: str) -> float:
+    """The rows ``start_many`` created under ``prefix``, deleted and inserted again by plain
+    multi-row INSERTs (``BATCH_ROWS`` rows each, each its own transaction, as start_many
+    batches them): the database's own time for the same instance rows, without their
+    events, bells or the engine."""
+    columns = [f.column for f in WorkflowInstance._meta.concrete_fields if f.column != "id"]
+    quoted = ", ".join(connection.ops.quote_name(column) for column in columns)
+    with connection.cursor() as cursor:
+        # As stored (JSON as text), not as the model's fields would return them.
+        cursor.execute(
+            f"SELECT {quoted} FROM {sql.INSTANCE} WHERE {connection.ops.quote_name('key')} "
+            "LIKE %s ORDER BY id",
+            [f"{prefix}%"],
+        )
+        rows = cursor.fetchall()
     _clean(prefix)
-    return {"instances": count, "seconds": seconds, "instances_per_second": count / seconds}
+    seconds = 0.0
+    with connection.cursor() as cursor:
+        for first in range(0, len(rows), BATCH_ROWS):
+            batch = rows[first : first + BATCH_ROWS]
+            marks = ", ".join(["(" + ", ".join(["%s"] * len(columns)) + ")"] * len(batch))
+            text = f"INSERT INTO {sql.INSTANCE} ({quoted}) VALUES {marks}"
+            values = [value for row in batch for value in row]
+            began = time.perf_counter()
+            cursor.execute(text, values)
+            seconds += time.perf_counter() - began
+    return seconds
+
+
+def start_many_rate(count: int) -> dict[str, Any]:
+    """``start_many()`` of ``count`` instances, then a plain multi-row INSERT of the same
+    rows in the same run (``RATIO_RUNS`` alternating pairs, the median of each)."""
+    ours, plain = [], []
+    for _run in range(RATIO_RUNS):
+        prefix = f"bench-many-{uuid.uuid4().hex[:8]}-"
+        items = [(f"{prefix}{number}", {"steps": 1}) for number in range(count)]
+        began = time.perf_counter()
+        instances = start_many("bench-steps", items)
+        ours.append(time.perf_counter() - began)
+        if len(instances) != count:
+            raise RuntimeError(f"start_many created {len(instances)} of {count}.")
+        plain.append(_plain_insert_seconds(prefix))
+        _clean(prefix)
+    seconds, plain_seconds = statistics.median(ours), statistics.median(plain)
+    return {
+        "instances": count,
+        "seconds": seconds,
+        "instances_per_second": count / seconds,
+        "plain_insert_per_second": count / plain_seconds,
+        "ratio_to_plain_insert": plain_seconds / seconds,
+        "runs_per_second": [count / run for run in ours],
+        "plain_runs_per_second": [count / run for run in plain],
+    }
 
 
 def _inversions(values: list[Any]) -> int:

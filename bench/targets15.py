@@ -45,10 +45,9 @@ def many_starts(r: dict[str, Any]) -> str:
         versus = rate / dig(r, "peer", "starts", "starts_per_second")
     except Missing:
         versus = float("nan")
-    figure = f"{rate:,.0f}/s, x{versus:.1f} DBOS"
-    if _postgresql(r):
-        return check(figure, rate >= 5_000 and versus >= 10)
-    return check(figure, versus >= 10)
+    # The absolute 5,000/s on PostgreSQL moved with the machine: issue 24 replaced it by a
+    # ratio to a plain INSERT of the same rows (targets24.many_starts).
+    return check(f"{rate:,.0f}/s, x{versus:.1f} DBOS", versus >= 10)
 
 
 def bells(r: dict[str, Any]) -> str:
@@ -95,7 +94,7 @@ def targets_table(results: Results) -> Table:
         ),
         ("fleet 1 cluster >= 3 x DBOS", fleet, "peer"),
         ("start(): median <= 2 x raw commit, <= 3 statements (PG)", one_start, "starts"),
-        ("start_many: >= 5,000/s (PG), >= 10 x DBOS start_workflow loop", many_starts, "starts"),
+        ("start_many: >= 10 x DBOS start_workflow loop", many_starts, "starts"),
         ("bells due at once: earliest first (0 inversions), drain", bells, "starts"),
         ("admin list at 1,000,000: <= 300 ms, all and by status", admin_list, "admin"),
         ("admin page of a 10,000-step instance <= 1 s", admin_page, "admin"),

@@ -94,6 +94,27 @@ def test_report__kill_to_retry_passes_at_20_s_with_the_defaults_and_misses_above
     assert row.endswith("13.0 / 15.5 s PASS")  # PostgreSQL
 
 
+def test_report__the_cost_targets_compare_a_step_and_a_start_with_the_raw_commit():
+    results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
+    postgresql = results["postgresql"]
+    postgresql["wal"]["raw_commit"]["server_cpu_ms_each"] = 0.1
+    postgresql["starts"]["start_many"].update(
+        plain_insert_per_second=25_000, ratio_to_plain_insert=0.4
+    )
+    lines = render(results, smoke=False).splitlines()
+
+    def row(label: str) -> str:
+        (found,) = [line for line in lines if line.startswith(f"  {label}")]
+        return found
+
+    assert row("run step WAL").endswith("1,427 / 188 B = x7.59 MISS")
+    assert row("run step server CPU").endswith("0.195 / 0.100 ms = x1.95 PASS")
+    assert "start_many(): >= 0.5 x plain" in row("start_many(): >= 0.5 x plain")
+    (many,) = [line for line in lines if "10,000 / 25,000/s" in line]
+    assert many.endswith("= x0.40 MISS")
+    assert "skipped: PostgreSQL only" in row("run step WAL")  # SQLite
+
+
 def test_report__the_django_tasks_targets_pass_or_miss_on_each_database():
     results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
     postgresql = results["postgresql"]["tasks"]

@@ -35,9 +35,9 @@ def test_start__of_a_new_instance_costs_at_most_three_statements_and_one_commit(
     assert len(statements) <= 3, statements
     if connection.vendor == "postgresql":
         # Autocommit: instance, event and bell in one statement, its own transaction and the
-        # only commit.
+        # only commit; prepared by the first start on this connection (issue 24).
         assert control == []
-        assert [s.split()[0].upper() for s in statements] == ["WITH"]
+        assert [s.startswith("EXECUTE workerflow_start_one_") for s in statements] == [True]
     else:
         assert control == ["BEGIN IMMEDIATE", "COMMIT"]
     stored = WorkflowInstance.objects.get(pk=instance.pk)
@@ -60,3 +60,45 @@ def test_start__of_an_existing_key_returns_it_without_writing(define):
 
     assert (second.pk, second.input) == (first.pk, 1)
     assert WorkflowInstance.objects.count() == 1
+
+
+@pytest.mark.skipif(
+    "connection.vendor != 'postgresql'", reason="PostgreSQL prepares the start statement"
+)
+def test_start__is_prepared_once_per_connection_and_sent_whole_when_preparing_is_off(
+    define, settings
+):
+    workflow = define(lambda self: None)
+    executed: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        executed.append(sql.strip().split()[0].upper())
+        return execute(sql, params, many, context)
+
+    connection.close()  # a new session: nothing prepared on it yet
+    with connection.execute_wrapper(record):
+        workerflow.start(workflow, key="first")
+        workerflow.start(workflow, key="second")
+        settings.WORKERFLOW_PREPARED_STATEMENTS = False
+        workerflow.start(workflow, key="third")
+
+    # The first start draws a block of ids, prepares and executes; the second only executes.
+    assert [s for s in executed if s != "SELECT"] == ["PREPARE", "EXECUTE", "EXECUTE", "WITH"]
+    assert set(WorkflowInstance.objects.values_list("key", flat=True)) == {
+        "first",
+        "second",
+        "third",
+    }
+
+
+def test_start__writes_no_entry_to_the_indexes_of_forks_children_or_finished_instances():
+    with connection.cursor() as cursor:
+        indexes = connection.introspection.get_constraints(cursor, WorkflowInstance._meta.db_table)
+    # Partial (issue 24): only forks, children and finished instances are in them.
+    partial = {"workerflow_forked_from", "workerflow_parent", "workerflow_status_finished"}
+    assert partial <= set(indexes)
+    for name in partial:
+        assert not indexes[name]["unique"]
+    # The key keeps its unique index and, on PostgreSQL, loses the pattern index Django adds.
+    on_key = [index for index in indexes.values() if index["columns"] == ["key"]]
+    assert [index["unique"] for index in on_key] == [True]

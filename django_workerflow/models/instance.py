@@ -159,12 +159,24 @@ class WorkflowInstance(models.Model):
     # an all()): retry() reopens them too. None: none.
     other_error_step_ids = JSONTextField(null=True, blank=True)
     # The instance this one was forked from (see fork()).
+    # Its index (below) covers forks only, as the parent's covers children: most instances
+    # are neither, and every start would otherwise add an entry to both (issue 24).
     forked_from = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="forks",
+        db_index=False,
     )
     # The instance whose child step started this one (None: a top-level instance).
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        db_index=False,
     )
     # A detached child outlives its parent: no cancel cascades to it.
     detached = models.BooleanField(default=False, db_default=False)
@@ -202,13 +214,27 @@ class WorkflowInstance(models.Model):
                 name="workerflow_unfinished",
                 condition=Q(status__in=["pending", "running", "paused"]),
             ),
-            models.Index(fields=["status", "finished_at"], name="workerflow_status_finished"),
+            # Finished instances only (every query of it bounds finished_at): a start writes
+            # no entry to it (issue 24).
+            models.Index(
+                fields=["status", "finished_at"],
+                name="workerflow_status_finished",
+                condition=Q(finished_at__isnull=False),
+            ),
             *FLOW_INDEXES,
             # The admin's list order, unfiltered and filtered by status, and its version
             # filter's choices (console/list_filters.py) (issue 15).
             models.Index(fields=["definition_version"], name="workerflow_version"),
             models.Index(fields=["-created_at", "-id"], name="workerflow_created"),
             models.Index(fields=["status", "-created_at", "-id"], name="workerflow_status_created"),
+            models.Index(
+                fields=["forked_from"],
+                condition=Q(forked_from__isnull=False),
+                name="workerflow_forked_from",
+            ),
+            models.Index(
+                fields=["parent"], condition=Q(parent__isnull=False), name="workerflow_parent"
+            ),
         ]
         permissions = [
             ("pause_workflowinstance", "Can pause workflow instances"),

@@ -34,7 +34,7 @@ from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConf
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
-from django_workerflow.store import sql
+from django_workerflow.store import executor, sql
 from django_workerflow.store.instance_ids import draw_ids, id_block
 from django_workerflow.store.transactions import WriteTransaction
 from django_workerflow.values import jsonvalue
@@ -404,7 +404,7 @@ def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any
         pk = id_block.take(cursor)
         params = [pk, *row, WorkflowEventType.CREATED, when]
         params += [bell_rows.list_key(), bell_rows.payload(pk), when, key]
-        cursor.execute(text, params)
+        executor.execute_composed(cursor, "start_one", text, params)
         created_pk, existed = cursor.fetchone()
         if created_pk is not None:
             return {key: created_pk}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import weakref
+import zlib
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -71,3 +73,36 @@ def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
         done.add(server_name)
     placeholders = ", ".join(["%s"] * len(names))
     cursor.execute(f"EXECUTE {server_name}({placeholders})", [values[n] for n in names])
+
+
+@cache
+def _positional(name: str, text: str) -> tuple[str, str]:
+    """PostgreSQL: (statement name, PREPARE text) of ``text``, whose parameters are ``%s``."""
+    count = 0
+
+    def numbered(_match: re.Match[str]) -> str:
+        nonlocal count
+        count += 1
+        return f"${count}"
+
+    body = re.sub(r"%s", numbered, text)
+    # The text's checksum in the name: a text composed differently (other settings) is
+    # prepared apart instead of running as the one prepared first.
+    server_name = f"workerflow_{name}_{zlib.crc32(text.encode()):08x}"
+    return server_name, f"PREPARE {server_name} AS {body}"
+
+
+def execute_composed(cursor: Any, name: str, text: str, values: Sequence[Any]) -> None:
+    """Run ``text``, a statement composed at run time (its parameters ``%s``, in order),
+    named ``name``: on PostgreSQL prepared like :func:`execute`'s, so that it is planned
+    once per connection."""
+    if cursor.db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
+        cursor.execute(text, values)
+        return
+    server_name, prepare = _positional(name, text)
+    done = _prepared_on.setdefault(cursor.db.connection, set())
+    if server_name not in done:
+        cursor.execute(prepare)
+        done.add(server_name)
+    placeholders = ", ".join(["%s"] * len(values))
+    cursor.execute(f"EXECUTE {server_name}({placeholders})", values)
