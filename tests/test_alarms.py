@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django_q.brokers import get_broker
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
@@ -47,6 +48,30 @@ def test_start__queues_a_bell_due_now_in_the_same_transaction(sleeper):
     assert lock == instance.alarm_at
     instance.refresh_from_db()
     assert instance.bell_at == instance.alarm_at
+
+
+def test_send_event__queues_its_bell_and_records_it_in_the_wakes_one_update(define):
+    def execute(self):
+        return self.wait("go", "go", timeout=timedelta(hours=1))
+
+    instance = workerflow.start(define(execute), key="k")
+    tasks.tick(instance.pk)
+    OrmQ.objects.all().delete()
+
+    with CaptureQueriesContext(connection) as captured:
+        workerflow.send_event("k", "go", {"n": 1})
+
+    instance.refresh_from_db()
+    [(args, lock)] = queued_bells()
+    assert args == (instance.pk,)
+    assert lock == instance.alarm_at == instance.bell_at
+    table = WorkflowInstance._meta.db_table
+    updates = [
+        q["sql"]
+        for q in captured
+        if q["sql"].lstrip().replace('"', "").startswith(f"UPDATE {table} ")
+    ]
+    assert len(updates) == 1, updates
 
 
 def test_start__in_a_rolled_back_transaction_rings_nothing(sleeper):

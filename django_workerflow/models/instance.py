@@ -449,14 +449,20 @@ class WorkflowInstance(models.Model):
             updated_at=now,
         )
 
-    def request_wake(self, now: datetime, *, leased: bool, cause: WakeCause | None = None) -> None:
+    def request_wake(
+        self, now: datetime, *, leased: bool, cause: WakeCause | None = None, rang: bool = False
+    ) -> None:
         """Ask for a tick now, for ``cause`` (None: none the wake lag counts); a tick
         holding the lease sees ``wake_requested`` and passes again, so the alarm (its lease
-        expiry) stays."""
+        expiry) stays. ``rang``: a bell for ``now`` was queued (``bells.ring``), recorded
+        in the same update."""
         if leased:
             self._update(wake_requested=True, updated_at=now)
-        else:
-            self._update(wake_requested=True, updated_at=now, alarm_at=now, alarm_cause=cause or "")
+            return
+        changes: dict[str, Any] = {"bell_at": now} if rang else {}
+        self._update(
+            wake_requested=True, updated_at=now, alarm_at=now, alarm_cause=cause or "", **changes
+        )
 
     def found_leased(self) -> bool:
         """A bell found the instance leased: its tick takes one more pass before it ends,

@@ -165,9 +165,8 @@ def _wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
         pk__in=pks, status__in=ACTIVE_STATUSES
     ):
         leased = lease.is_live(waiting, now)
-        if not leased:
-            bells.arm(waiting.pk, now)
-        waiting.request_wake(now, leased=leased, cause=WakeCause.CHILD)
+        rang = not leased and bells.ring(waiting.pk, now)
+        waiting.request_wake(now, leased=leased, cause=WakeCause.CHILD, rang=rang)
 
 
 def _create_finish_delivery(instance: WorkflowInstance, now: datetime, reason: str | None) -> None:

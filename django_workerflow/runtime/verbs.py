@@ -285,6 +285,5 @@ def _wake(locked: WorkflowInstance, now: datetime, cause: WakeCause | None = Non
     """Ask for a tick now, for ``cause``; a tick in progress sees ``wake_requested`` and
     passes again."""
     leased = lease.is_live(locked, now)
-    if not leased:
-        bells.arm(locked.pk, now)
-    locked.request_wake(now, leased=leased, cause=cause)
+    rang = not leased and bells.ring(locked.pk, now)
+    locked.request_wake(now, leased=leased, cause=cause, rang=rang)

@@ -51,10 +51,17 @@ def is_suppressed() -> bool:
 
 def arm(instance_pk: int, when: datetime) -> None:
     """Ring for ``instance_pk`` at ``when``; call inside the transaction that set the alarm."""
+    if ring(instance_pk, when):
+        WorkflowInstance.objects.filter(pk=instance_pk).update(bell_at=when)
+
+
+def ring(instance_pk: int, when: datetime) -> bool:
+    """Queue the bell of :func:`arm` without recording it on the instance: for a transition
+    that writes the instance anyway and sets ``bell_at`` to ``when`` in the same update
+    (one row version, not two) when this returns True."""
     if not _rings(when):
-        return
-    WorkflowInstance.objects.filter(pk=instance_pk).update(bell_at=when)
-    queue_task(TICK_TASK, instance_pk, when=when, name=f"workerflow tick {instance_pk}")
+        return False
+    return queue_task(TICK_TASK, instance_pk, when=when, name=f"workerflow tick {instance_pk}")
 
 
 def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
