@@ -96,4 +96,3 @@ def test_sweep_probe__a_link_fires_a_due_schedule_whose_bell_was_lost(define_wit
     due_schedule(define_with)
     assert tasks.sweep_and_beat(current) == 1
     assert WorkflowInstance.objects.filter(definition_name="minutely").count() == 1
-
