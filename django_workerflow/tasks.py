@@ -8,6 +8,7 @@ from django_workerflow.runtime import verbs
 from django_workerflow.runtime.composition import deliveries
 from django_workerflow.runtime.flow import schedules
 from django_workerflow.store import process_metrics
+from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import sweep_chain
 
 
@@ -23,14 +24,12 @@ def sweep() -> int:
     """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
     the schedules left due (scheduled about once a minute); report, and restart the fast
     sweeper chain if it broke."""
-    sweep_chain.beat(None)
-    return _sweep_all()
+    return _beat_and_sweep(None)
 
 
 def sweep_and_beat(link: str) -> int:
     """One link of the fast sweeper chain: report, queue the next link, sweep."""
-    sweep_chain.beat(datetime.fromisoformat(link))
-    return _sweep_all()
+    return _beat_and_sweep(datetime.fromisoformat(link))
 
 
 def deliver(delivery_pk: int) -> bool | None:
@@ -38,14 +37,29 @@ def deliver(delivery_pk: int) -> bool | None:
     return deliveries.deliver(delivery_pk)
 
 
-def _sweep_all() -> int:
-    """Ring the bells that are missing, ticks and ``on_finish`` deliveries alike, and fire
-    the schedules left due; flush this process's metrics if they are due (a worker that
-    went idle flushes its last ticks' counts when it runs a sweep), and retire the metrics
-    rows of the processes gone quiet."""
-    rung = verbs.sweep() + deliveries.ring_due() + schedules.sweep()
+def _beat_and_sweep(link: datetime | None) -> int:
+    """Beat, probing in the same read whether each area of the sweep has rows to work on,
+    and sweep only those that have (an idle link is one transaction). Flush this process's
+    metrics if they are due: a worker that went idle flushes its last ticks' counts here."""
+    schedules.sync_once()  # before the probe: it creates the schedules' rows
+    now = clock_now()
+    probes = {
+        "instances": verbs.sweep_backlog(now),
+        "deliveries": (deliveries.sweep_backlog(now),),
+        "schedules": schedules.sweep_backlog(now),
+        "metrics": (process_metrics.quiet_rows(),),
+    }
+    busy = sweep_chain.beat(link, probes).busy
+    rung = 0
+    if "instances" in busy:
+        rung += verbs.sweep()
+    if "deliveries" in busy:
+        rung += deliveries.ring_due()
+    if "schedules" in busy:
+        rung += schedules.sweep()
     process_metrics.flush_if_due()
-    process_metrics.retire()
+    if "metrics" in busy:
+        process_metrics.retire()
     return rung
 
 

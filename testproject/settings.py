@@ -154,6 +154,8 @@ Q_CLUSTER = {
     "poll": 0.05,
     "catch_up": False,
     "ack_failures": True,
+    # As the README recommends: due bells first; on PostgreSQL woken by NOTIFY.
+    "broker_class": "django_workerflow.broker.DueFirstOrmBroker",
 }
 if "WORKERFLOW_Q_LOG_LEVEL" in os.environ:
     Q_CLUSTER["log_level"] = os.environ["WORKERFLOW_Q_LOG_LEVEL"]

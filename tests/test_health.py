@@ -89,14 +89,16 @@ def test_health__refuses_a_max_lag_that_is_not_a_positive_number(db, bad):
 
 
 def test_heartbeat__one_chain_per_queue(db):
-    assert sweep_chain.beat(None) is True  # no chain yet: seeded
+    assert sweep_chain.beat(None).continues is True  # no chain yet: seeded
     row = WorkerHeartbeat.objects.get()
     assert links() == [row.next_beat_at.isoformat()]
-    assert sweep_chain.beat(None) is False  # the chain is alive: a reseed does nothing
+    assert sweep_chain.beat(None).continues is False  # the chain is alive: a reseed does nothing
     assert len(links()) == 1
-    assert sweep_chain.beat(row.next_beat_at - timedelta(seconds=1)) is False  # a stale link
+    assert (
+        sweep_chain.beat(row.next_beat_at - timedelta(seconds=1)).continues is False
+    )  # a stale link
     assert len(links()) == 1
-    assert sweep_chain.beat(row.next_beat_at) is True  # the current link continues it
+    assert sweep_chain.beat(row.next_beat_at).continues is True  # the current link continues it
     assert len(links()) == 2
     assert WorkerHeartbeat.objects.get().next_beat_at > row.next_beat_at
 
@@ -104,7 +106,7 @@ def test_heartbeat__one_chain_per_queue(db):
 def test_heartbeat__a_broken_chain_is_reseeded(db):
     sweep_chain.beat(None)
     WorkerHeartbeat.objects.update(next_beat_at=timezone.now() - timedelta(minutes=5))
-    assert sweep_chain.beat(None) is True
+    assert sweep_chain.beat(None).continues is True
     assert len(links()) == 2
 
 

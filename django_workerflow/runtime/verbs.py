@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 
 from django_workerflow import tracing
 from django_workerflow.conf import settings
@@ -240,26 +240,9 @@ def sweep(*, limit: int = 1000) -> int:
     their precise bell if none is queued for that time yet.
     """
     now = clock_now()
-    active = WorkflowInstance.objects.active()
-    overdue = list(
-        active.filter(alarm_at__lte=now - SWEEP_GRACE)
-        # Not again while the sweep's own bell may still be waiting in a busy queue.
-        .filter(
-            Q(bell_at__isnull=True)
-            | Q(bell_at__lte=F("alarm_at"))
-            | Q(bell_at__lte=now - SWEEP_RERING)
-        )
-        .order_by("alarm_at")
-        .values_list("pk", flat=True)[:limit]
-    )
-    upcoming = list(
-        active.filter(alarm_at__gt=now - SWEEP_GRACE, alarm_at__lte=now + bells.HORIZON)
-        .exclude(bell_at=F("alarm_at"))
-        # A leased instance's alarm is its lease expiry: its tick is still at work.
-        .exclude(lease_expires_at__gt=now)
-        .order_by("alarm_at")
-        .values_list("pk", "alarm_at")[:limit]
-    )
+    overdue_rows, upcoming_rows = sweep_backlog(now)
+    overdue = list(overdue_rows.order_by("alarm_at").values_list("pk", flat=True)[:limit])
+    upcoming = list(upcoming_rows.order_by("alarm_at").values_list("pk", "alarm_at")[:limit])
     with transaction.atomic():
         for pk in overdue:
             bells.arm(pk, now)
@@ -276,6 +259,23 @@ def sweep(*, limit: int = 1000) -> int:
             len(upcoming),
         )
     return len(overdue) + len(upcoming)
+
+
+def sweep_backlog(now: datetime) -> tuple[QuerySet[WorkflowInstance], QuerySet[WorkflowInstance]]:
+    """What :func:`sweep` rings at ``now``: the overdue instances and those whose alarm comes
+    within the bell horizon without its bell (the sweeper's probe asks if either exists)."""
+    active = WorkflowInstance.objects.active()
+    overdue = active.filter(alarm_at__lte=now - SWEEP_GRACE).filter(
+        # Not again while the sweep's own bell may still be waiting in a busy queue.
+        Q(bell_at__isnull=True) | Q(bell_at__lte=F("alarm_at")) | Q(bell_at__lte=now - SWEEP_RERING)
+    )
+    upcoming = (
+        active.filter(alarm_at__gt=now - SWEEP_GRACE, alarm_at__lte=now + bells.HORIZON)
+        .exclude(bell_at=F("alarm_at"))
+        # A leased instance's alarm is its lease expiry: its tick is still at work.
+        .exclude(lease_expires_at__gt=now)
+    )
+    return overdue, upcoming
 
 
 # Helpers ------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_workerflow.conf import settings
@@ -82,13 +83,8 @@ def flush() -> None:
 def retire(now: datetime | None = None) -> int:
     """Merge the rows not flushed for :func:`retire_after` into the retired row and delete
     them; return how many. The sweeper calls it (skipping rows a flush holds)."""
-    cutoff = (now or timezone.now()) - retire_after()
     with transaction.atomic():
-        quiet = list(
-            ProcessMetrics.objects.select_for_update(skip_locked=True)
-            .filter(flushed_at__lt=cutoff)
-            .exclude(process=RETIRED)
-        )
+        quiet = list(quiet_rows(now).select_for_update(skip_locked=True))
         if not quiet:
             return 0
         retired, _ = ProcessMetrics.objects.select_for_update().get_or_create(
@@ -103,6 +99,12 @@ def retire(now: datetime | None = None) -> int:
         retired.save(update_fields=["totals", "flushed_at"])
         ProcessMetrics.objects.filter(pk__in=[row.pk for row in quiet]).delete()
     return len(quiet)
+
+
+def quiet_rows(now: datetime | None = None) -> QuerySet[ProcessMetrics]:
+    """The rows :func:`retire` merges at ``now`` (the sweeper's probe asks if any exists)."""
+    cutoff = (now or timezone.now()) - retire_after()
+    return ProcessMetrics.objects.filter(flushed_at__lt=cutoff).exclude(process=RETIRED)
 
 
 def fleet_totals() -> list[Totals]:

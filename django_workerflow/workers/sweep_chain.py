@@ -13,10 +13,13 @@ every worker as it spawns, reseed a chain that broke (its next link is long over
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.db.models import Exists, QuerySet
 
 from django_workerflow.conf import settings
 from django_workerflow.models import WorkerHeartbeat
@@ -37,15 +40,41 @@ def queue_name() -> str:
     return str(Conf.CLUSTER_NAME or Conf.PREFIX)[:100]
 
 
-def beat(link: datetime | None) -> bool:
+@dataclass(frozen=True)
+class Beat:
+    """What one beat found: whether the chain continues from it, and which of the areas it
+    probed have something for the sweep to do."""
+
+    continues: bool
+    busy: frozenset[str] = frozenset()
+
+
+def beat(
+    link: datetime | None, probes: Mapping[str, Sequence[QuerySet[Any]]] | None = None
+) -> Beat:
     """Record that a worker of this queue runs tasks, and queue the chain's next link if
     ``link`` is the current one (None: a reseed, which continues only a broken chain).
-    Return True if the chain continues from here."""
+
+    ``probes`` names each area of the sweep with the rows it would work on; the read that
+    locks the heartbeat row also asks whether any exist, so an idle link is one transaction.
+    An area is busy if any of its querysets has a row (all are, on the row's first beat)."""
     now = clock_now()
     interval = timedelta(seconds=settings.SWEEP_SECONDS)
+    exists = {
+        f"probe_{area}_{index}": Exists(rows)
+        for area, querysets in (probes or {}).items()
+        for index, rows in enumerate(querysets)
+    }
     with transaction.atomic():
-        row, _ = WorkerHeartbeat.objects.select_for_update().get_or_create(
-            queue=queue_name(), defaults={"beat_at": now}
+        row, created = (
+            WorkerHeartbeat.objects.select_for_update()
+            .annotate(**exists)
+            .get_or_create(queue=queue_name(), defaults={"beat_at": now})
+        )
+        busy = frozenset(
+            area
+            for area, querysets in (probes or {}).items()
+            if created or any(getattr(row, f"probe_{area}_{i}") for i in range(len(querysets)))
         )
         row.beat_at = now
         expected = row.next_beat_at
@@ -56,7 +85,7 @@ def beat(link: datetime | None) -> bool:
             row.next_beat_at = now + interval
             _enqueue(row.next_beat_at)
         row.save(update_fields=["beat_at", "next_beat_at"])
-    return continues
+    return Beat(continues, busy)
 
 
 def seed_on_spawn(**_: Any) -> None:

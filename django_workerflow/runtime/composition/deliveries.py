@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from django_workerflow import registry
 from django_workerflow.conf import settings
@@ -92,11 +93,16 @@ def deliver_due(*, limit: int = 100) -> int:
 def ring_due(*, limit: int = 1000) -> int:
     """Queue a delivery task for every due delivery (the sweeper: lost bells, dead workers)."""
     now = clock_now()
-    pks = list(FinishDelivery.objects.due(now).values_list("pk", flat=True)[:limit])
+    pks = list(sweep_backlog(now).values_list("pk", flat=True)[:limit])
     with transaction.atomic():
         for pk in pks:
             _ring(pk, now)
     return len(pks)
+
+
+def sweep_backlog(now: datetime) -> QuerySet[FinishDelivery]:
+    """What :func:`ring_due` rings at ``now`` (the sweeper's probe asks if any exists)."""
+    return FinishDelivery.objects.due(now)
 
 
 def deliver_now(delivery: FinishDelivery) -> bool:

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings as django_settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from django_workerflow import registry
 from django_workerflow.definition.options import cron as cron_walk
@@ -179,7 +179,7 @@ def fire_due(
     """Start the due occurrences of every enabled schedule (or of those ``names``); return
     the instances started."""
     now = now or clock_now()
-    due = WorkflowSchedule.objects.filter(enabled=True, in_code=True, next_run_at__lte=now)
+    due = sweep_backlog(now)[0]
     if names is not None:
         due = due.filter(name__in=names)
     started: list[WorkflowInstance] = []
@@ -236,19 +236,31 @@ def _fire(pk: int, now: datetime) -> list[WorkflowInstance]:
 def sweep(now: datetime | None = None) -> int:
     """The sweeper's share: sync once per process, fire what is due, and queue the bells of
     occurrences coming within the bell horizon. Return the instances started."""
-    global _synced_in_process
     now = now or clock_now()
-    if not _synced_in_process:
-        sync(now)
-        _synced_in_process = True
+    sync_once(now)
     started = fire_due(now)
-    upcoming = WorkflowSchedule.objects.filter(
-        enabled=True, in_code=True, next_run_at__lte=now + bells.HORIZON
-    ).exclude(bell_at=F("next_run_at"))
-    for row in upcoming:
+    for row in sweep_backlog(now)[1]:
         with transaction.atomic():
             _arm(row)
     return len(started)
+
+
+def sync_once(now: datetime | None = None) -> None:
+    """:func:`sync` once per process (the sweeper's first run); then nothing."""
+    global _synced_in_process
+    if not _synced_in_process:
+        sync(now)
+        _synced_in_process = True
+
+
+def sweep_backlog(now: datetime) -> tuple[QuerySet[WorkflowSchedule], QuerySet[WorkflowSchedule]]:
+    """What :func:`sweep` works on at ``now``: the schedules due (it fires them) and those
+    whose occurrence comes within the bell horizon without its bell (it rings them). The
+    sweeper's probe asks if either exists."""
+    live = WorkflowSchedule.objects.filter(enabled=True, in_code=True)
+    due = live.filter(next_run_at__lte=now)
+    upcoming = live.filter(next_run_at__lte=now + bells.HORIZON).exclude(bell_at=F("next_run_at"))
+    return due, upcoming
 
 
 # Operator controls ---------------------------------------------------------------------
