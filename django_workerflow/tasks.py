@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from django.db.models import QuerySet
 
 from django_workerflow.runtime import verbs
 from django_workerflow.runtime.composition import deliveries
@@ -10,6 +15,15 @@ from django_workerflow.runtime.flow import schedules
 from django_workerflow.store import process_metrics
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import sweep_chain
+
+
+class SweepArea(StrEnum):
+    """The parts of a sweep the beat probes for work, each run only when it has some."""
+
+    INSTANCES = "instances"
+    DELIVERIES = "deliveries"
+    SCHEDULES = "schedules"
+    METRICS = "metrics"
 
 
 def tick(instance_pk: int) -> str:
@@ -43,22 +57,22 @@ def _beat_and_sweep(link: datetime | None) -> int:
     metrics if they are due: a worker that went idle flushes its last ticks' counts here."""
     schedules.sync_once()  # before the probe: it creates the schedules' rows
     now = clock_now()
-    probes = {
-        "instances": verbs.sweep_backlog(now),
-        "deliveries": (deliveries.sweep_backlog(now),),
-        "schedules": schedules.sweep_backlog(now),
-        "metrics": (process_metrics.quiet_rows(),),
+    probes: dict[str, Sequence[QuerySet[Any]]] = {
+        SweepArea.INSTANCES: verbs.sweep_backlog(now),
+        SweepArea.DELIVERIES: (deliveries.sweep_backlog(now),),
+        SweepArea.SCHEDULES: schedules.sweep_backlog(now),
+        SweepArea.METRICS: (process_metrics.quiet_rows(),),
     }
     busy = sweep_chain.beat(link, probes).busy
     rung = 0
-    if "instances" in busy:
+    if SweepArea.INSTANCES in busy:
         rung += verbs.sweep()
-    if "deliveries" in busy:
+    if SweepArea.DELIVERIES in busy:
         rung += deliveries.ring_due()
-    if "schedules" in busy:
+    if SweepArea.SCHEDULES in busy:
         rung += schedules.sweep()
     process_metrics.flush_if_due()
-    if "metrics" in busy:
+    if SweepArea.METRICS in busy:
         process_metrics.retire()
     return rung
 
