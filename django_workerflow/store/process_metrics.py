@@ -20,17 +20,18 @@ whichever of the flush and the merge takes the row lock first.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import QuerySet
+from django.db.models import Case, F, JSONField, Q, QuerySet, When
 from django.utils import timezone
 
 from django_workerflow.conf import settings
-from django_workerflow.meters import METERS, Sums, Totals, difference
+from django_workerflow.meters import EMPTY, METERS, Series, Sums, Totals, difference, parsed, summed
 from django_workerflow.models import ProcessMetrics
 
 logger = logging.getLogger(__name__)
@@ -107,13 +108,91 @@ def quiet_rows(now: datetime | None = None) -> QuerySet[ProcessMetrics]:
     return ProcessMetrics.objects.filter(flushed_at__lt=cutoff).exclude(process=RETIRED)
 
 
-def fleet_totals() -> list[Totals]:
-    """Every process's totals: the rows of the others (the retired row included), and this
-    process's own totals from memory in place of its row (which may lag them), less what
-    the retired row holds of them, so nothing counts twice."""
-    rows = list(ProcessMetrics.objects.values_list("process", "totals"))
-    others = [totals for process, totals in rows if process != METERS.process]
+def own_totals(own_row: bool) -> Totals:
+    """This process's totals from memory, less what the retired row holds of them;
+    ``own_row``: whether its row is still there (else the sweeper retired it since its
+    last flush, which will learn it, and the retired row holds what it flushed)."""
     retired = METERS.retired
-    if METERS.flushed_at is not None and len(others) == len(rows):
-        retired = METERS.last_flushed  # retired since its last flush, which will learn it
-    return [*others, difference(METERS.totals(), retired)]
+    if METERS.flushed_at is not None and not own_row:
+        retired = METERS.last_flushed
+    return difference(METERS.totals(), retired)
+
+
+def fleet_series() -> Series:
+    """Every process's totals summed: the rows of the others (the retired row included)
+    from :data:`FLEET`, re-read only where they changed, and this process's own totals from
+    memory in place of its row (which may lag them), so nothing counts twice."""
+    others, own_row = FLEET.read(METERS.process)
+    own = own_totals(own_row)
+    if not any(own["counters"].values()) and not any(own["histograms"].values()):
+        return others
+    return summed([others, parsed(own)])
+
+
+class Fleet:
+    """The other processes' rows, parsed and summed, kept between scrapes by
+    ``(process, flushed_at)``: every flush and every merge into the retired row writes a
+    new ``flushed_at``, so a row whose pair is known holds the totals already parsed. A
+    scrape reads every row's pair in one statement, with the totals of the rows it does not
+    know (one snapshot: nothing counted twice or missed while the sweeper retires rows);
+    rows gone are forgotten, so it holds no more rows than the table; the sum is redone
+    only when a row changed, appeared or went. Thread-safe: one scrape reads at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[uuid.UUID, tuple[datetime, Series]] = {}
+        self._sum = summed([])
+
+    def read(self, own: uuid.UUID) -> tuple[Series, bool]:
+        """The sum of every row but ``own``'s, and whether ``own``'s row is there."""
+        with self._lock:
+            rows = self._rows_read(own, skip=True)
+            if rows is None:  # a changed row's totals left out: read them all
+                rows = self._rows_read(own, skip=False)
+                assert rows is not None
+            fresh, own_row = rows
+            if fresh.keys() != self._rows.keys() or any(
+                fresh[process] is not self._rows[process] for process in fresh
+            ):
+                self._sum = summed(series for _, series in fresh.values())
+            self._rows = fresh
+            return self._sum, own_row
+
+    def _rows_read(
+        self, own: uuid.UUID, skip: bool
+    ) -> tuple[dict[uuid.UUID, tuple[datetime, Series]], bool] | None:
+        """Every row but ``own``'s, parsed or as kept, and whether ``own``'s is there. With
+        ``skip``, the totals of a row whose process and ``flushed_at`` are each among
+        those kept are not read (two lists of parameters, not one condition per row, to
+        keep the statement cheap to build); None if that left out a row not kept."""
+        known = {process: at for process, (at, _) in self._rows.items()}
+        left_out = Q(process=own)
+        if skip and known:
+            left_out |= Q(process__in=known, flushed_at__in=set(known.values()))
+        rows = ProcessMetrics.objects.values_list(
+            "process",
+            "flushed_at",
+            Case(When(left_out, then=None), default=F("totals"), output_field=JSONField()),
+        )
+        fresh: dict[uuid.UUID, tuple[datetime, Series]] = {}
+        own_row = False
+        for process, at, totals in rows:
+            if process == own:
+                own_row = True
+            elif known.get(process) == at:
+                fresh[process] = self._rows[process]
+            elif totals is None and skip:
+                return None
+            else:
+                fresh[process] = (at, parsed(totals or EMPTY))
+        return fresh, own_row
+
+    def forget(self) -> None:
+        """Drop every row kept (the next read parses every row afresh)."""
+        with self._lock:
+            self._rows = {}
+            self._sum = summed([])
+
+
+#: The scraping process's fleet.
+FLEET = Fleet()
