@@ -36,7 +36,6 @@ __all__ = [
     "Series",
     "Sums",
     "difference",
-    "parsed",
     "summed",
 ]
 
@@ -221,7 +220,7 @@ class Sums:
 
 @dataclass(frozen=True, eq=False)
 class Series:
-    """Totals parsed for summing: each counter's value and each histogram's buckets,
+    """Totals summed (:func:`summed`): each counter's value and each histogram's buckets,
     count and sum, by name and labels. Read-only: scrapes share one (and key their
     rendering on its identity, hence ``eq=False``)."""
 
@@ -229,41 +228,28 @@ class Series:
     histograms: dict[str, dict[Labels, tuple[float, ...]]]
 
 
-def parsed(totals: Totals) -> Series:
-    """``totals`` as :class:`Series`; a histogram flushed with other buckets (by another
-    release) is left out, as :class:`Sums` leaves it out."""
-    counters = {
-        name: {tuple(labels): value for labels, value in series}
-        for name, series in totals.get("counters", {}).items()
-    }
-    histograms: dict[str, dict[Labels, tuple[float, ...]]] = {}
-    for name, series in totals.get("histograms", {}).items():
-        bounds = BUCKETS.get(name)
-        if bounds is None:
-            continue
-        width = len(bounds) + 3
-        histograms[name] = {
-            tuple(labels): tuple(values) for labels, values in series if len(values) == width
-        }
-    return Series(counters, histograms)
-
-
-def summed(parts: Iterable[Series]) -> Series:
-    """The parts added series by series, each value with ``math.fsum``: exactly rounded,
-    so the result does not depend on the parts' order and a sum never goes down while no
-    part does (a float sum added in a changing order can, by a rounding step, and
-    Prometheus reads a counter that went down as a reset)."""
+def summed(documents: Iterable[Totals]) -> Series:
+    """Totals documents added series by series, each value with ``math.fsum``: exactly
+    rounded, so the result does not depend on the documents' order and a sum never goes
+    down while no document's does (a float sum added in a changing order can, by a rounding
+    step, and Prometheus reads a counter that went down as a reset). A histogram flushed
+    with other buckets (by another release) is left out, as :class:`Sums` leaves it out."""
     counters: dict[str, dict[Labels, list[float]]] = {}
-    histograms: dict[str, dict[Labels, list[tuple[float, ...]]]] = {}
-    for part in parts:
-        for name, series in part.counters.items():
+    histograms: dict[str, dict[Labels, list[list[float]]]] = {}
+    for totals in documents:
+        for name, series in totals.get("counters", {}).items():
             summing = counters.setdefault(name, {})
-            for labels, value in series.items():
-                summing.setdefault(labels, []).append(value)
-        for name, histogram in part.histograms.items():
+            for labels, value in series:
+                summing.setdefault(tuple(labels), []).append(value)
+        for name, series in totals.get("histograms", {}).items():
+            bounds = BUCKETS.get(name)
+            if bounds is None:
+                continue
+            width = len(bounds) + 3
             stacking = histograms.setdefault(name, {})
-            for labels, values in histogram.items():
-                stacking.setdefault(labels, []).append(values)
+            for labels, values in series:
+                if len(values) == width:
+                    stacking.setdefault(tuple(labels), []).append(values)
     return Series(
         {
             name: {labels: math.fsum(values) for labels, values in series.items()}

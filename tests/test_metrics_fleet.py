@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_workerflow import metrics
-from django_workerflow.meters import METERS, Meters, Series, parsed, summed
+from django_workerflow.meters import METERS, Meters, Series, summed
 from django_workerflow.models import ProcessMetrics
 from django_workerflow.store import process_metrics
 from django_workerflow.store.process_metrics import FLEET
@@ -75,14 +75,21 @@ def test_a_row_flushed_again_is_read_again():
     assert started() == 5
 
 
-def test_a_row_flushed_again_at_another_rows_flushed_at_is_read_again():
-    # Each column matches a kept row (the cheap test that leaves totals unread), the pair
-    # none: the totals must still be read.
+def test_a_row_flushed_again_by_a_clock_behind_the_others__is_read_again():
+    # Flushed no later than the last row kept: the first statement leaves its totals out.
     at = timezone.now()
-    flushed, _ = row(2, at - timedelta(seconds=1)), row(3, at)
+    flushed, _ = row(2, at - timedelta(seconds=2)), row(3, at)
     assert started() == 5
-    reflush(flushed, 7, at)
+    reflush(flushed, 7, at - timedelta(seconds=1))
     assert started() == 10
+
+
+def test_a_new_row_flushed_by_a_clock_behind_the_others__is_read():
+    at = timezone.now()
+    row(3, at)
+    assert started() == 3
+    row(4, at - timedelta(seconds=1))
+    assert started() == 7
 
 
 def test_another_processs_new_row_appears():
@@ -123,7 +130,7 @@ def test_an_unchanged_fleet__reads_no_totals_and_renders_the_same_text():
         assert metrics.text() == first
     fleet_reads = [q["sql"] for q in captured.captured_queries if "processmetrics" in q["sql"]]
     assert len(fleet_reads) == 1
-    assert FLEET.read(METERS.process)[0] is FLEET.read(METERS.process)[0]
+    assert FLEET.read(METERS.process).summed is FLEET.read(METERS.process).summed
 
 
 def test_the_scraping_processs_own_row__its_memory_counts_instead():
@@ -143,7 +150,7 @@ def test_threads_scraping_at_once__each_sees_the_whole_fleet():
 
     def read() -> None:
         try:
-            seen.append(sum(FLEET.read(METERS.process)[0].counters[STARTED].values()))
+            seen.append(sum(FLEET.read(METERS.process).summed.counters[STARTED].values()))
         finally:
             connection.close()  # this thread's own
 
@@ -156,7 +163,7 @@ def test_threads_scraping_at_once__each_sees_the_whole_fleet():
 
 
 def test_summed__is_exactly_rounded_whatever_the_order():
-    parts = [parsed(totals(1, seconds)) for seconds in (0.1, 1e16, 0.2, -1e16, 0.3)]
+    parts = [totals(1, seconds) for seconds in (0.1, 1e16, 0.2, -1e16, 0.3)]
 
     def duration_sum(fleet: Series) -> float:
         return fleet.histograms[DURATION][("fleet-def",)][-1]
