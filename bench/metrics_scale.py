@@ -8,7 +8,8 @@ of the four definitions: the live workers of a few clusters and those stopped in
 minute (the sweeper merges the rows of older ones into one, ``store/process_metrics.py``).
 Then ``metrics.text()`` (what the view answers) is timed ``metrics_repeats`` times with
 the rows unchanged, then as many times with every row flushed again before each scrape
-(live workers flush every few seconds), and the queries of one more scrape are timed each. The tables are emptied afterwards.
+(live workers flush every few seconds), and the queries of one more scrape are timed each.
+The tables are emptied afterwards.
 """
 
 from __future__ import annotations
