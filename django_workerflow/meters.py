@@ -17,10 +17,13 @@ This module is a leaf, at the bottom of the layers: it imports nothing of the pa
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import socket
 import threading
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -30,8 +33,10 @@ __all__ = [
     "METERS",
     "TICK_DURATION_BUCKETS",
     "Meters",
+    "Series",
     "Sums",
     "difference",
+    "summed",
 ]
 
 #: The counters, by the name of their family (without ``_total``).
@@ -211,6 +216,53 @@ class Sums:
                 for name, series in self.histograms.items()
             },
         }
+
+
+@dataclass(frozen=True, eq=False)
+class Series:
+    """Totals summed (:func:`summed`): each counter's value and each histogram's buckets,
+    count and sum, by name and labels. Read-only: scrapes share one (and key their
+    rendering on its identity, hence ``eq=False``)."""
+
+    counters: dict[str, dict[Labels, float]]
+    histograms: dict[str, dict[Labels, tuple[float, ...]]]
+
+
+def summed(documents: Iterable[Totals]) -> Series:
+    """Totals documents added series by series, each value with ``math.fsum``: exactly
+    rounded, so the result does not depend on the documents' order and a sum never goes
+    down while no document's does (a float sum added in a changing order can, by a rounding
+    step, and Prometheus reads a counter that went down as a reset). A histogram flushed
+    with other buckets (by another release) is left out, as :class:`Sums` leaves it out."""
+    counters: dict[str, dict[Labels, list[float]]] = {}
+    histograms: dict[str, dict[Labels, list[list[float]]]] = {}
+    for totals in documents:
+        for name, series in totals.get("counters", {}).items():
+            summing = counters.setdefault(name, {})
+            for labels, value in series:
+                summing.setdefault(tuple(labels), []).append(value)
+        for name, series in totals.get("histograms", {}).items():
+            bounds = BUCKETS.get(name)
+            if bounds is None:
+                continue
+            width = len(bounds) + 3
+            stacking = histograms.setdefault(name, {})
+            for labels, values in series:
+                if len(values) == width:
+                    stacking.setdefault(tuple(labels), []).append(values)
+    return Series(
+        {
+            name: {labels: math.fsum(values) for labels, values in series.items()}
+            for name, series in counters.items()
+        },
+        {
+            name: {
+                labels: tuple(map(math.fsum, zip(*rows, strict=True)))
+                for labels, rows in histogram.items()
+            }
+            for name, histogram in histograms.items()
+        },
+    )
 
 
 def difference(totals: Totals, less: Totals) -> Totals:

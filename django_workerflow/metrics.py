@@ -21,6 +21,7 @@ queues; never an instance key, a step id or a concurrency key.
 
 from __future__ import annotations
 
+import functools
 import hmac
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -76,6 +77,21 @@ class Family:
 def families(now: datetime | None = None) -> list[Family]:
     """Read every metric, ages measured from ``now`` (default: the engine's clock, so the
     test harness's virtual time applies)."""
+    return [*_gauges(now), *_counted(process_metrics.fleet_series())]
+
+
+def text() -> bytes:
+    """The metrics in Prometheus's text format.
+
+    Raises ImportError without ``prometheus-client``.
+    """
+    # The counters and histograms are most of the text: rendered again only when a
+    # process's totals changed (see _counted_text).
+    return _rendered(_gauges()) + _counted_text(process_metrics.fleet_series())
+
+
+def _gauges(now: datetime | None = None) -> list[Family]:
+    """The gauges, read from the database."""
     now = now or clock_now()
     unfinished = _unfinished()
     return [
@@ -84,15 +100,19 @@ def families(now: datetime | None = None) -> list[Family]:
         _oldest(unfinished, now),
         *_deliveries(now),
         _clusters(now),
-        *_counted(),
     ]
 
 
-def text() -> bytes:
-    """The metrics in Prometheus's text format.
+@functools.lru_cache(maxsize=1)
+def _counted_text(fleet: meters.Series) -> bytes:
+    """The counters and histograms of ``fleet`` rendered; kept while the fleet's sum is the
+    same object (:data:`~django_workerflow.store.process_metrics.FLEET` keeps it while no
+    row changed and this process observed nothing)."""
+    return _rendered(list(_counted(fleet)))
 
-    Raises ImportError without ``prometheus-client``.
-    """
+
+def _rendered(listed: list[Family]) -> bytes:
+    """``listed`` in Prometheus's text format (prometheus-client's exposition)."""
     # Late: prometheus-client is an optional extra; this module imports without it (the
     # view then answers 501), so its names are only imported when metrics are rendered.
     from prometheus_client import CollectorRegistry, generate_latest
@@ -103,11 +123,11 @@ def text() -> bytes:
     )
     from prometheus_client.registry import Collector
 
-    class DatabaseCollector(Collector):
-        """Yields :func:`families` afresh on every collect (one scrape, one read)."""
+    class ListedCollector(Collector):
+        """Yields the families listed."""
 
         def collect(self) -> Iterable[Metric]:
-            for family in families():
+            for family in listed:
                 metric: GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
                 if family.kind == "histogram":
                     metric = HistogramMetricFamily(
@@ -131,7 +151,7 @@ def text() -> bytes:
 
     # A private registry: the global one would mix in this process's own collectors.
     private = CollectorRegistry(auto_describe=False)
-    private.register(DatabaseCollector())
+    private.register(ListedCollector())
     return generate_latest(private)
 
 
@@ -276,13 +296,10 @@ def _clusters(now: datetime) -> Family:
     )
 
 
-def _counted() -> Iterator[Family]:
+def _counted(fleet: meters.Series) -> Iterator[Family]:
     """The counters and histograms: every process's totals summed (see
     :mod:`django_workerflow.meters`)."""
-    sums = meters.Sums()
-    for totals in process_metrics.fleet_totals():
-        sums.add(totals)
-    counters, histograms = sums.counters, sums.histograms
+    counters, histograms = fleet.counters, fleet.histograms
     for name, kind_help, labels in COUNTERS:
         samples = sorted(counters.get(name, {}).items())
         yield Family(name, "counter", kind_help, labels, samples)
@@ -300,7 +317,7 @@ def _counted() -> Iterator[Family]:
 
 
 def _cumulative(
-    labels: tuple[str, ...], values: list[float], bounds: tuple[float, ...]
+    labels: tuple[str, ...], values: tuple[float, ...], bounds: tuple[float, ...]
 ) -> tuple[tuple[str, ...], list[tuple[str, float]], float]:
     """A histogram's summed series (buckets, count, sum) as Prometheus's cumulative
     buckets and sum."""

@@ -20,17 +20,19 @@ whichever of the flush and the merge takes the row lock first.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import QuerySet
+from django.db.models import Case, F, JSONField, Q, QuerySet, When
 from django.utils import timezone
 
 from django_workerflow.conf import settings
-from django_workerflow.meters import METERS, Sums, Totals, difference
+from django_workerflow.meters import EMPTY, METERS, Series, Sums, Totals, difference, summed
 from django_workerflow.models import ProcessMetrics
 
 logger = logging.getLogger(__name__)
@@ -107,13 +109,106 @@ def quiet_rows(now: datetime | None = None) -> QuerySet[ProcessMetrics]:
     return ProcessMetrics.objects.filter(flushed_at__lt=cutoff).exclude(process=RETIRED)
 
 
-def fleet_totals() -> list[Totals]:
-    """Every process's totals: the rows of the others (the retired row included), and this
-    process's own totals from memory in place of its row (which may lag them), less what
-    the retired row holds of them, so nothing counts twice."""
-    rows = list(ProcessMetrics.objects.values_list("process", "totals"))
-    others = [totals for process, totals in rows if process != METERS.process]
+def own_totals(own_row: bool) -> Totals:
+    """This process's totals from memory, less what the retired row holds of them;
+    ``own_row``: whether its row is still there (else the sweeper retired it since its
+    last flush, which will learn it, and the retired row holds what it flushed)."""
     retired = METERS.retired
-    if METERS.flushed_at is not None and len(others) == len(rows):
-        retired = METERS.last_flushed  # retired since its last flush, which will learn it
-    return [*others, difference(METERS.totals(), retired)]
+    if METERS.flushed_at is not None and not own_row:
+        retired = METERS.last_flushed
+    return difference(METERS.totals(), retired)
+
+
+def fleet_series() -> Series:
+    """Every process's totals summed: the rows of the others (the retired row included)
+    from :data:`FLEET`, re-read only where they changed, and this process's own totals from
+    memory in place of its row (which may lag them), so nothing counts twice."""
+    fleet = FLEET.read(METERS.process)
+    own = own_totals(fleet.own_row)
+    if not any(own["counters"].values()) and not any(own["histograms"].values()):
+        return fleet.summed
+    return summed([*fleet.rows, own])
+
+
+@dataclass(frozen=True)
+class FleetRead:
+    """What :meth:`Fleet.read` found: the other processes' totals, their sum, and whether
+    the reading process's own row is there."""
+
+    rows: tuple[Totals, ...]
+    summed: Series
+    own_row: bool
+
+
+class Fleet:
+    """The other processes' rows, decoded and summed, kept between scrapes by ``(process,
+    flushed_at)``: every flush and every merge into the retired row writes a new
+    ``flushed_at``, so a row whose pair is kept holds the totals kept.
+
+    A scrape reads every row's pair in one statement (one snapshot: nothing counted twice
+    or missed while the sweeper retires rows), with the totals of the rows flushed after
+    the last one kept; were a row not kept left out by that test (a clock behind the
+    others'), a second statement reads every row's totals. Rows gone are forgotten, so it
+    keeps no more rows than the table holds, and the sum is redone only when a row
+    changed, appeared or went. Thread-safe: one thread reads at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[uuid.UUID, tuple[datetime, Totals]] = {}
+        self._read = FleetRead((), summed([]), own_row=False)
+
+    def read(self, own: uuid.UUID) -> FleetRead:
+        """Every row but ``own``'s, their sum, and whether ``own``'s row is there."""
+        with self._lock:
+            rows = self._rows_read(own, skip=True)
+            if rows is None:
+                rows = self._rows_read(own, skip=False)
+                assert rows is not None
+            fresh, own_row = rows
+            if fresh.keys() != self._rows.keys() or any(
+                fresh[process] is not self._rows[process] for process in fresh
+            ):
+                documents = tuple(totals for _, totals in fresh.values())
+                self._read = FleetRead(documents, summed(documents), own_row)
+            elif own_row != self._read.own_row:
+                self._read = FleetRead(self._read.rows, self._read.summed, own_row)
+            self._rows = fresh
+            return self._read
+
+    def _rows_read(
+        self, own: uuid.UUID, skip: bool
+    ) -> tuple[dict[uuid.UUID, tuple[datetime, Totals]], bool] | None:
+        """Every row but ``own``'s, as kept or decoded, and whether ``own``'s is there.
+        With ``skip``, the totals of the rows flushed no later than the last row kept are
+        not read; None if that left out a row not kept."""
+        known = {process: at for process, (at, _) in self._rows.items()}
+        left_out = Q(process=own)
+        if skip and known:
+            left_out |= Q(flushed_at__lte=max(known.values()))
+        rows = ProcessMetrics.objects.values_list(
+            "process",
+            "flushed_at",
+            Case(When(left_out, then=None), default=F("totals"), output_field=JSONField()),
+        )
+        fresh: dict[uuid.UUID, tuple[datetime, Totals]] = {}
+        own_row = False
+        for process, at, totals in rows:
+            if process == own:
+                own_row = True
+            elif known.get(process) == at:
+                fresh[process] = self._rows[process]
+            elif totals is None and skip:
+                return None
+            else:
+                fresh[process] = (at, totals or EMPTY)
+        return fresh, own_row
+
+    def forget(self) -> None:
+        """Drop every row kept (the next read decodes every row afresh)."""
+        with self._lock:
+            self._rows = {}
+            self._read = FleetRead((), summed([]), own_row=False)
+
+
+#: The scraping process's fleet.
+FLEET = Fleet()

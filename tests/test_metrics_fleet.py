@@ -1,0 +1,171 @@
+"""The scraping process's fleet (store/process_metrics.py, Fleet): the other processes' rows
+kept parsed and summed between scrapes by (process, flushed_at), re-read only where they
+changed, and the counters and histograms rendered again only then (docs/metrics.md)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_workerflow import metrics
+from django_workerflow.meters import METERS, Meters, Series, summed
+from django_workerflow.models import ProcessMetrics
+from django_workerflow.store import process_metrics
+from django_workerflow.store.process_metrics import FLEET
+
+from .test_metrics import URL, scrape, value
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.test_metrics")]
+assert URL  # the view these tests scrape is mounted by tests.test_metrics' urlpatterns
+
+STARTED = "workerflow_step_attempts_started"
+LABELS = {"definition": "fleet-def", "step_type": "run"}
+DURATION = "workerflow_step_attempt_duration_seconds"
+
+
+@pytest.fixture(autouse=True)
+def idle_scraper() -> None:
+    """A scraping process that observed nothing (a web process): the fleet alone counts,
+    so the kept sum and its rendered text are what a scrape answers."""
+    METERS.start_afresh()
+    FLEET.forget()
+
+
+def totals(started: int, seconds: float = 0.5) -> dict[str, Any]:
+    """A process's totals: ``started`` attempts started and finished, each ``seconds``."""
+    meters = Meters()
+    for _ in range(started):
+        meters.attempt_started("fleet-def", "run")
+        meters.attempt_finished("fleet-def", "run", "succeeded", seconds)
+    return meters.totals()
+
+
+def row(started: int, at: datetime | None = None, **fields: Any) -> ProcessMetrics:
+    return ProcessMetrics.objects.create(
+        process=fields.pop("process", uuid.uuid4()),
+        host="elsewhere",
+        pid=fields.pop("pid", 1),
+        flushed_at=at or timezone.now(),
+        totals=totals(started),
+    )
+
+
+def started() -> float | None:
+    return value(scrape(), STARTED, **LABELS)
+
+
+def reflush(flushed: ProcessMetrics, started: int, at: datetime | None = None) -> None:
+    """The row's process flushed again: new totals, a new ``flushed_at``."""
+    ProcessMetrics.objects.filter(pk=flushed.pk).update(
+        totals=totals(started), flushed_at=at or timezone.now()
+    )
+
+
+def test_a_row_flushed_again_is_read_again():
+    flushed = row(2)
+    assert started() == 2
+    reflush(flushed, 5)
+    assert started() == 5
+
+
+def test_a_row_flushed_again_by_a_clock_behind_the_others__is_read_again():
+    # Flushed no later than the last row kept: the first statement leaves its totals out.
+    at = timezone.now()
+    flushed, _ = row(2, at - timedelta(seconds=2)), row(3, at)
+    assert started() == 5
+    reflush(flushed, 7, at - timedelta(seconds=1))
+    assert started() == 10
+
+
+def test_a_new_row_flushed_by_a_clock_behind_the_others__is_read():
+    at = timezone.now()
+    row(3, at)
+    assert started() == 3
+    row(4, at - timedelta(seconds=1))
+    assert started() == 7
+
+
+def test_another_processs_new_row_appears():
+    row(2)
+    assert started() == 2
+    row(3)
+    assert started() == 5
+
+
+def test_a_row_gone_is_forgotten():
+    row(2)
+    gone = row(3)
+    assert started() == 5
+    gone.delete()
+    assert started() == 2
+
+
+def test_retiring_rows__counts_nothing_twice_and_loses_nothing():
+    for pid in (11, 12, 13):
+        row(2, pid=pid)
+    assert started() == 6
+    old = timezone.now() - process_metrics.retire_after() - timedelta(seconds=1)
+    ProcessMetrics.objects.filter(pid__in=[11, 12]).update(flushed_at=old)
+    assert started() == 6
+    assert process_metrics.retire() == 2
+    assert started() == 6
+    ProcessMetrics.objects.filter(pid=13).update(flushed_at=old)
+    assert process_metrics.retire() == 1
+    assert set(ProcessMetrics.objects.values_list("pid", flat=True)) == {0}
+    assert started() == 6
+
+
+def test_an_unchanged_fleet__reads_no_totals_and_renders_the_same_text():
+    row(2)
+    row(3)
+    first = metrics.text()
+    with CaptureQueriesContext(connection) as captured:
+        assert metrics.text() == first
+    fleet_reads = [q["sql"] for q in captured.captured_queries if "processmetrics" in q["sql"]]
+    assert len(fleet_reads) == 1
+    assert FLEET.read(METERS.process).summed is FLEET.read(METERS.process).summed
+
+
+def test_the_scraping_processs_own_row__its_memory_counts_instead():
+    row(2, process=METERS.process)  # its row, as it flushed it
+    assert started() is None  # it observed nothing since it started
+    METERS.attempt_started("fleet-def", "run")
+    assert started() == 1
+    row(3)
+    assert started() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_threads_scraping_at_once__each_sees_the_whole_fleet():
+    for started_count in (1, 2, 3):
+        row(started_count)
+    seen: list[float] = []
+
+    def read() -> None:
+        try:
+            seen.append(sum(FLEET.read(METERS.process).summed.counters[STARTED].values()))
+        finally:
+            connection.close()  # this thread's own
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == [6.0] * 4
+
+
+def test_summed__is_exactly_rounded_whatever_the_order():
+    parts = [totals(1, seconds) for seconds in (0.1, 1e16, 0.2, -1e16, 0.3)]
+
+    def duration_sum(fleet: Series) -> float:
+        return fleet.histograms[DURATION][("fleet-def",)][-1]
+
+    assert duration_sum(summed(parts)) == duration_sum(summed(reversed(parts))) == 0.6
