@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models.signals import post_save
 from django_q.models import OrmQ
 from django_q.signing import SignedPackage
 
@@ -99,3 +100,22 @@ def test_send_event__queued_answers_what_the_waits_wait_for_in_the_same_statemen
     waiting.refresh_from_db()
     assert not waiting.wake_requested
     assert not OrmQ.objects.exists()
+
+
+def test_send_event__fires_the_save_signals_of_the_event_while_receivers_are_connected(waiting):
+    saved: list[tuple[bool, int | None]] = []
+
+    def receiver(sender, instance, created, **kwargs):
+        saved.append((created, instance.claimed_by_id))
+
+    post_save.connect(receiver, sender=InboundEvent)
+    try:
+        event = workerflow.send_event("k", "go")
+    finally:
+        post_save.disconnect(receiver, sender=InboundEvent)
+
+    assert event is not None
+    assert saved == [(True, None)]  # created queued, then claimed by the wait's statements
+    assert InboundEvent.objects.get(pk=event.pk).claimed_by_id == event.claimed_by_id
+    waiting.refresh_from_db()
+    assert waiting.alarm_cause == WakeCause.EVENT
