@@ -154,18 +154,19 @@ def _deliver_at_once(
     if delivery.woken and not leased and not direct:
         # Another broker, or django-q2 on another database: its bell goes through alarms.
         bells.arm(locked.pk, now)
-    event = InboundEvent(
-        id=delivery.event_pk,
-        instance_id=locked.pk,
-        event_name=event_name,
-        payload=jsonvalue.loads(payload_json),
-        created_at=now,
-        claimed_by_id=delivery.claimed_by_id,
-        claimed_at=now if delivery.claimed_by_id is not None else None,
-        trace_context=trace_context,
-    )
-    event._state.adding = False
-    event._state.db = connection.alias
+    claimed_at = now if delivery.claimed_by_id is not None else None
+    stored = {
+        "id": delivery.event_pk,
+        "instance_id": locked.pk,
+        "event_name": event_name,
+        "payload": jsonvalue.loads(payload_json),
+        "created_at": now,
+        "claimed_by_id": delivery.claimed_by_id,
+        "claimed_at": claimed_at,
+        "trace_context": trace_context,
+    }
+    # As if read back: the caller may save or delete it like any other row.
+    event = InboundEvent.from_db(connection.alias, list(stored), list(stored.values()))
     event.waiting_for = delivery.waiting_for
     return event
 
