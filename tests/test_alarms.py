@@ -71,7 +71,12 @@ def test_send_event__queues_its_bell_and_records_it_in_the_wakes_one_update(defi
         for q in captured
         if q["sql"].lstrip().replace('"', "").startswith(f"UPDATE {table} ")
     ]
-    assert len(updates) == 1, updates
+    if connection.vendor == "postgresql":
+        # The wake, its bell and bell_at are part of the one statement that delivers.
+        assert updates == []
+        assert sum("deliver_event" in q["sql"] for q in captured) >= 1
+    else:
+        assert len(updates) == 1, updates
 
 
 def test_start__in_a_rolled_back_transaction_rings_nothing(sleeper):

@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
+from django_workerflow import tracing
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
 from django_workerflow.values.clock import now
@@ -205,15 +206,16 @@ def test_an_event_holding_a_queued_row__when_a_finish_frees_a_slot__asks_for_adm
     queued.refresh_from_db()
     assert (queued.admitted_at, queued.alarm_at) == (None, None)
     holding, finished = threading.Event(), threading.Event()
-    look_up_waits = verbs.awaited_event_names
+    trace_context = tracing.carrier
 
-    def hold_the_row(instance_pk: int) -> list[str]:
-        # Called inside send_event's transaction, while it holds the queued row.
-        holding.set()
-        assert finished.wait(30), "the cancel did not finish"
-        return look_up_waits(instance_pk)
+    def hold_the_row() -> str | None:
+        # Called inside send_event's transaction, while it holds the queued row (once).
+        if not holding.is_set():
+            holding.set()
+            assert finished.wait(30), "the cancel did not finish"
+        return trace_context()
 
-    monkeypatch.setattr(verbs, "awaited_event_names", hold_the_row)
+    monkeypatch.setattr(tracing, "carrier", hold_the_row)
 
     def cancel_the_holder() -> bool:
         assert holding.wait(30), "the event never took the queued row"

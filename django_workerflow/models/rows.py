@@ -43,14 +43,16 @@ def _fields_by_name(model: type[Model]) -> dict[str, Field[Any, Any]]:
     return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}
 
 
-def _signalled(model: type[Model]) -> bool:
+def signalled(model: type[Model]) -> bool:
+    """True while a ``pre_save`` or ``post_save`` receiver is connected for ``model``: its
+    rows are then written through the ORM, so that the signals fire."""
     return pre_save.has_listeners(model) or post_save.has_listeners(model)
 
 
 def save_fields(instance: WorkflowInstance, fields: Sequence[str]) -> None:
     """``instance.save(update_fields=fields)`` in one UPDATE by primary key."""
     model = type(instance)
-    if _signalled(model) or instance._state.db not in (None, connection.alias):
+    if signalled(model) or instance._state.db not in (None, connection.alias):
         instance.save(update_fields=fields)
         return
     by_name = _fields_by_name(model)
@@ -68,7 +70,7 @@ def record_event(
     event_model: type[Model], instance_pk: int, event_type: str, reason: str | None, now: datetime
 ) -> None:
     """Insert a workflow event (a status change) of the instance."""
-    if _signalled(event_model):
+    if signalled(event_model):
         event_model._default_manager.create(
             instance_id=instance_pk, type=event_type, reason=reason, recorded_at=now
         )

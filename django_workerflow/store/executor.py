@@ -33,6 +33,13 @@ def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
 
     Parameters carry explicit casts, so the server knows every type when preparing.
     """
+    body, names = _numbered(statement("postgresql", name))
+    name_in_server = f"workerflow_{name}"
+    return name_in_server, f"PREPARE {name_in_server} AS {body}", names
+
+
+def _numbered(text: str) -> tuple[str, tuple[str, ...]]:
+    """``text`` with its ``%(name)s`` parameters as ``$n``, and the names in ``$n`` order."""
     names: list[str] = []
 
     def positional(match: re.Match[str]) -> str:
@@ -40,9 +47,7 @@ def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
             names.append(match.group(1))
         return f"${names.index(match.group(1)) + 1}"
 
-    body = re.sub(r"%\((\w+)\)s", positional, statement("postgresql", name))
-    name_in_server = f"workerflow_{name}"
-    return name_in_server, f"PREPARE {name_in_server} AS {body}", tuple(names)
+    return re.sub(r"%\((\w+)\)s", positional, text), tuple(names)
 
 
 # The statements already prepared on each PostgreSQL connection (they live as long as the
@@ -106,3 +111,29 @@ def execute_composed(cursor: Any, name: str, text: str, values: Sequence[Any]) -
         done.add(server_name)
     placeholders = ", ".join(["%s"] * len(values))
     cursor.execute(f"EXECUTE {server_name}({placeholders})", values)
+
+
+@cache
+def _composed_named(name: str, text: str) -> tuple[str, str, tuple[str, ...]]:
+    """PostgreSQL: (statement name, PREPARE text, parameter names in $n order) of ``text``,
+    whose parameters are ``%(name)s``; named with the text's checksum, as
+    :func:`_positional`'s."""
+    body, names = _numbered(text)
+    server_name = f"workerflow_{name}_{zlib.crc32(text.encode()):08x}"
+    return server_name, f"PREPARE {server_name} AS {body}", names
+
+
+def execute_composed_named(cursor: Any, name: str, text: str, values: dict[str, Any]) -> None:
+    """Run ``text``, a statement composed at run time whose parameters are ``%(name)s``
+    (``values`` may hold more), named ``name``: on PostgreSQL prepared like
+    :func:`execute`'s."""
+    server_name, prepare, names = _composed_named(name, text)
+    if cursor.db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
+        cursor.execute(text, {key: values[key] for key in names})
+        return
+    done = _prepared_on.setdefault(cursor.db.connection, set())
+    if server_name not in done:
+        cursor.execute(prepare)
+        done.add(server_name)
+    placeholders = ", ".join(["%s"] * len(names))
+    cursor.execute(f"EXECUTE {server_name}({placeholders})", [values[n] for n in names])

@@ -62,13 +62,32 @@ def _attnames() -> list[str]:
 def read_instance(pk: int, *, lock: bool) -> WorkflowInstance | None:
     """The instance ``pk`` (None if it is gone); ``lock``: under its row lock."""
     name = "lock_instance" if lock and connection.vendor == "postgresql" else "read_instance"
+    return _read(name, {"instance": pk})
+
+
+def lock_of(instance: WorkflowInstance | str) -> WorkflowInstance | None:
+    """The instance given as itself or by its key, under its row lock: the lookup and the
+    lock in one statement (None if there is none).
+
+    Raises :class:`WorkflowInputError` for a key that is not storable text or anything else.
+    """
+    if isinstance(instance, WorkflowInstance):
+        return read_instance(instance.pk, lock=True)
+    _check_key(instance)
+    postgresql = connection.vendor == "postgresql"
+    return _read(
+        "lock_instance_by_key" if postgresql else "read_instance_by_key", {"key": instance}
+    )
+
+
+def _read(name: str, values: dict[str, Any]) -> WorkflowInstance | None:
     with connection.cursor() as cursor:
-        executor.execute(cursor, name, {"instance": pk})
+        executor.execute(cursor, name, values)
         row = cursor.fetchone()
     if row is None:
         return None
-    values = converted(WorkflowInstance, sql.INSTANCE_COLUMNS, row)
-    return WorkflowInstance.from_db(connection.alias, _attnames(), values)
+    fields = converted(WorkflowInstance, sql.INSTANCE_COLUMNS, row)
+    return WorkflowInstance.from_db(connection.alias, _attnames(), fields)
 
 
 def pk_of(instance: WorkflowInstance | str) -> int:
@@ -79,17 +98,29 @@ def pk_of(instance: WorkflowInstance | str) -> int:
     """
     if isinstance(instance, WorkflowInstance):
         return instance.pk
-    if isinstance(instance, str):
-        storable.check_text(instance, what="The instance key")
-        try:
-            return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
-        except WorkflowInstance.DoesNotExist:
-            raise WorkflowInstance.DoesNotExist(
-                f"No workflow instance has the key {instance!r}."
-            ) from None
-    raise WorkflowInputError(
-        f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
-    )
+    _check_key(instance)
+    try:
+        return WorkflowInstance.objects.values_list("pk", flat=True).get(key=instance)
+    except WorkflowInstance.DoesNotExist:
+        raise missing(instance) from None
+
+
+def missing(instance: WorkflowInstance | str) -> WorkflowInstance.DoesNotExist:
+    """The error for an instance that does not exist (given by its key, or deleted)."""
+    if isinstance(instance, WorkflowInstance):
+        return WorkflowInstance.DoesNotExist(
+            f"Workflow instance {instance.pk} ({instance.key!r}) no longer exists."
+        )
+    return WorkflowInstance.DoesNotExist(f"No workflow instance has the key {instance!r}.")
+
+
+def _check_key(instance: object) -> None:
+    """Refuse anything but an instance key of storable text."""
+    if not isinstance(instance, str):
+        raise WorkflowInputError(
+            f"Expected a WorkflowInstance or an instance key, not {type(instance).__name__}."
+        )
+    storable.check_text(instance, what="The instance key")
 
 
 def lock(pk: int) -> WorkflowInstance:

@@ -47,6 +47,7 @@ STATE_PARAMS: dict[str, str] = {
     "state_succeeded": StepState.SUCCEEDED,
     "state_waiting": StepState.WAITING,
     "state_satisfied": StepState.SATISFIED,
+    "type_wait": StepType.WAIT,
     "event_attempt_started": StepEventType.ATTEMPT_STARTED,
     "event_attempt_succeeded": StepEventType.ATTEMPT_SUCCEEDED,
     "event_wait_satisfied": StepEventType.WAIT_SATISFIED,
@@ -86,11 +87,13 @@ STEP_EVENT_COLUMNS = (
 _INSERT_STEP_EVENT = f"INSERT INTO {STEP_EVENT} ({', '.join(STEP_EVENT_COLUMNS)})"
 
 
-def _event_from(source: str, event_type: str, attempt: str, result: str) -> str:
+def _event_from(
+    source: str, event_type: str, attempt: str, result: str, payload: str = "NULL"
+) -> str:
     """A step event selected from the CTE ``source`` (its ``id`` is the step)."""
     return (
         f"{_INSERT_STEP_EVENT} SELECT %(instance)s::bigint, id, {event_type}, "
-        f"%(now)s::timestamptz, {attempt}, {result}, '', '', NULL, NULL, '', NULL, NULL "
+        f"%(now)s::timestamptz, {attempt}, {result}, '', '', NULL, NULL, '', NULL, {payload} "
         f"FROM {source}"
     )
 
@@ -172,6 +175,9 @@ _FUSED_RESULT = """
 _READ_INSTANCE = (
     f"SELECT {', '.join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
 )
+_READ_INSTANCE_BY_KEY = (
+    f'SELECT {", ".join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE "key" = %(key)s::varchar'
+)
 # Whether an instance that just finished has unfinished children to cancel, and instances
 # whose child step waits for it (each an index lookup; the rare yes takes the ORM's path).
 _FINISH_FOLLOWUPS = f"""
@@ -198,6 +204,11 @@ _STATEMENTS: dict[str, str] = {
     "read_instance": _READ_INSTANCE,
     # ... under its row lock (PostgreSQL; SQLite's IMMEDIATE transaction holds the database's).
     "lock_instance": _READ_INSTANCE + " FOR UPDATE",
+    # An instance row by its key, every column (send_event(): the lookup and the lock in
+    # one statement).
+    "read_instance_by_key": _READ_INSTANCE_BY_KEY,
+    # ... under its row lock (PostgreSQL).
+    "lock_instance_by_key": _READ_INSTANCE_BY_KEY + " FOR UPDATE",
     # Every step of an instance, oldest first (a replay pass reads them once).
     "read_steps": f"""
         SELECT {", ".join(STEP_COLUMNS)} FROM {STEP}
@@ -380,6 +391,84 @@ def statement(vendor: str, name: str) -> str:
 def params(**values: Any) -> dict[str, Any]:
     """``values`` with the states every statement may compare with."""
     return {**STATE_PARAMS, **values}
+
+
+# Delivering an event (runtime/verbs.py's send_event) --------------------------------------
+
+_SATISFIED_EVENT = _event_from(
+    "satisfied", "%(event_wait_satisfied)s::varchar", "NULL", "NULL", "%(payload)s::text"
+)
+
+
+@cache
+def deliver_event_statement(queue_table: str | None) -> str:
+    """PostgreSQL: deliver an event to an instance whose row the transaction has locked, in
+    one statement. With ``active``, the earliest waiting wait step of the name whose
+    deadline has not come is satisfied (with its step event), and the event is inserted
+    claimed by it; else the event is inserted queued. The instance is asked for a tick if
+    a step was satisfied or ``admit`` (a queued pending instance asks for admission):
+    while ``leased`` only ``wake_requested``, else also its alarm, and with ``bell`` (a
+    ``queue_table`` given) its bell row, recorded in ``bell_at``. Answers the event's id,
+    the step that claimed it (or NULL) and, when none did, the event names of the waiting
+    wait steps, oldest first.
+
+    The lock is taken by an earlier statement: this one's snapshot then sees every step a
+    tick committed while the lock was awaited.
+    """
+    text = f"""
+        WITH waiting AS (
+            SELECT id FROM {STEP}
+            WHERE %(active)s::boolean AND instance_id = %(instance)s::bigint
+                AND type = %(type_wait)s::varchar AND state = %(state_waiting)s::varchar
+                AND event_name = %(event_name)s::varchar
+                AND (timeout_at IS NULL OR timeout_at > %(now)s::timestamptz)
+            ORDER BY created_at, id LIMIT 1
+        ), satisfied AS (
+            UPDATE {STEP} SET state = %(state_satisfied)s::varchar,
+                payload = %(payload)s::text, resolved_at = %(now)s::timestamptz
+            WHERE id = (SELECT id FROM waiting)
+            RETURNING id
+        ), satisfied_event AS (
+            {_SATISFIED_EVENT}
+        ), event AS (
+            INSERT INTO {INBOUND} (instance_id, event_name, payload, created_at, claimed_by_id,
+                claimed_at, trace_context)
+            SELECT %(instance)s::bigint, %(event_name)s::varchar, %(event_payload)s::text,
+                %(now)s::timestamptz, s.id, CASE WHEN s.id IS NULL THEN NULL
+                ELSE %(now)s::timestamptz END, %(trace_context)s::text
+            FROM (SELECT (SELECT id FROM satisfied) AS id) AS s
+            RETURNING id, claimed_by_id
+        ), woken AS (
+            UPDATE {INSTANCE} SET wake_requested = true, updated_at = %(now)s::timestamptz,
+                alarm_at = CASE WHEN %(leased)s::boolean THEN alarm_at
+                    ELSE %(now)s::timestamptz END,
+                alarm_cause = CASE WHEN %(leased)s::boolean THEN alarm_cause
+                    WHEN EXISTS (SELECT 1 FROM satisfied) THEN %(cause_event)s::varchar
+                    ELSE '' END,
+                bell_at = CASE WHEN %(bell)s::boolean THEN %(now)s::timestamptz
+                    ELSE bell_at END
+            WHERE id = %(instance)s::bigint
+                AND (%(admit)s::boolean OR EXISTS (SELECT 1 FROM satisfied))
+            RETURNING id
+        ),"""
+    if queue_table is not None:
+        text += f""" bell AS (
+            INSERT INTO {queue_table} {_QUEUE_COLUMNS}
+            SELECT %(list_key)s::varchar, %(bell_payload)s::text, %(now)s::timestamptz
+            FROM woken WHERE %(bell)s::boolean
+        ),"""
+    return (
+        text.rstrip(",")
+        + f"""
+        SELECT event.id, event.claimed_by_id, EXISTS (SELECT 1 FROM woken),
+            CASE WHEN event.claimed_by_id IS NULL THEN ARRAY(
+                SELECT event_name FROM {STEP}
+                WHERE instance_id = %(instance)s::bigint AND type = %(type_wait)s::varchar
+                    AND state = %(state_waiting)s::varchar
+                ORDER BY created_at, id
+            ) END
+        FROM event"""
+    )
 
 
 # Starting instances (runtime/starting.py composes the parameters) -------------------------

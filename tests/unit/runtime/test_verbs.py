@@ -149,6 +149,15 @@ def test_send_event__to_an_unknown_key_raises_unless_missing_ok(db):
     assert verbs.send_event("no-such-key", "go", missing_ok=True) is None
 
 
+def test_send_event__to_a_deleted_instance_is_as_to_an_unknown_key(waiting):
+    WorkflowInstance.objects.filter(pk=waiting.pk).delete()
+
+    with pytest.raises(WorkflowInstance.DoesNotExist, match="no longer exists"):
+        verbs.send_event(waiting, "go")
+
+    assert verbs.send_event(waiting, "go", missing_ok=True) is None
+
+
 def test_send_event__after_a_wait_timed_out_is_queued(define, workerflow_harness):
     instance = verbs.start(
         define(lambda self: self.wait("go", "go", timeout=timedelta(minutes=1))), key="timeout"

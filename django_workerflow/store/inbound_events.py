@@ -1,0 +1,75 @@
+"""Inbound events: the one statement that delivers an event on PostgreSQL (send_event()).
+
+An event delivered with the ORM took about ten round trips (insert, find the waiting step,
+satisfy it, claim the event, its step event, the bell, the instance's wake); this sends
+:func:`~.sql.deliver_event_statement` instead, after the statement that locked the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django_workerflow.store import executor, sql
+from django_workerflow.store.transactions import adapt
+from django_workerflow.values.states import WakeCause
+
+
+@dataclass(frozen=True, slots=True)
+class Bell:
+    """A bell row to write with the wake: django-q2's list key and the signed package."""
+
+    list_key: str
+    package: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What a delivery did: the event's id, the wait step that claimed it (None: queued),
+    whether the instance was asked for a tick, and for a queued event the names its
+    waiting wait steps wait for (oldest first, each once)."""
+
+    event_pk: int
+    claimed_by_id: int | None
+    woken: bool
+    waiting_for: list[str] | None
+
+
+def deliver(
+    cursor: Any,
+    instance_pk: int,
+    event_name: str,
+    payload_json: str,
+    now: datetime,
+    *,
+    active: bool,
+    leased: bool,
+    admit: bool,
+    trace_context: str | None,
+    queue_table: str | None,
+    bell: Bell | None,
+) -> Delivery:
+    """Deliver the event to the instance ``instance_pk``, whose row the caller's transaction
+    holds locked (see :func:`~.sql.deliver_event_statement` for the flags)."""
+    values = sql.params(
+        instance=instance_pk,
+        event_name=event_name,
+        # The step keeps the JSON text as sent; the event, like the ORM, NULL for None.
+        payload=payload_json,
+        event_payload=None if payload_json == "null" else payload_json,
+        now=adapt(now),
+        active=active,
+        leased=leased,
+        admit=admit,
+        bell=bell is not None,
+        cause_event=WakeCause.EVENT,
+        trace_context=trace_context,
+        list_key=bell.list_key if bell is not None else None,
+        bell_payload=bell.package if bell is not None else None,
+    )
+    text = sql.deliver_event_statement(queue_table)
+    executor.execute_composed_named(cursor, "deliver_event", text, values)
+    event_pk, claimed_by_id, woken, names = cursor.fetchone()
+    waiting_for = None if names is None else list(dict.fromkeys(names))
+    return Delivery(event_pk, claimed_by_id, woken, waiting_for)
