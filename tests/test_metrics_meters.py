@@ -291,3 +291,18 @@ def test_retire__a_live_process_whose_row_was_retired__counts_nothing_twice(defi
         tuple(key): count for key, count in own["counters"]["workerflow_step_attempts_started"]
     }
     assert started[(definition.name, "run")] == 2
+
+
+def test_wake_lag__a_start_with_a_schedules_key_and_input__counts_as_start(define_with):
+    # Only a schedule's own start counts `schedule`: a key and input shaped like an
+    # occurrence's do not make a user's start one.
+    definition = define_with(lambda self: None, name="metrics-lookalike")
+    with Harness(start=T0) as harness:
+        occurrence = "2026-11-30T03:00:00+00:00"
+        workerflow.start(
+            definition, key=f"{definition.name}@{occurrence}", input={"scheduled_at": occurrence}
+        )
+        harness.drain()
+        families = scrape()
+    assert lag(families, definition.name, "start") == (1, 0.0)
+    assert lag(families, definition.name, "schedule") is None

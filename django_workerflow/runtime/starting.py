@@ -39,7 +39,7 @@ from django_workerflow.store.instance_ids import draw_ids, id_block
 from django_workerflow.store.transactions import WriteTransaction
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.states import WorkflowEventType
+from django_workerflow.values.states import WakeCause, WorkflowEventType
 from django_workerflow.workers import bell_rows, bells
 
 logger = logging.getLogger(__name__)
@@ -103,13 +103,15 @@ def start(
     priority: int = 0,
     parent_pk: int | None = None,
     detached: bool = False,
+    scheduled: bool = False,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
     Idempotent on ``key``: the first call pins the input and the definition version. A
     different ``version`` for a non-terminal instance raises WorkflowVersionConflictError;
     a key of another workflow, bad input, key or priority raise WorkflowInputError.
-    ``parent_pk`` and ``detached`` are set by a parent's child step. A workflow with
+    ``parent_pk`` and ``detached`` are set by a parent's child step, ``scheduled`` by a
+    schedule's occurrence (its first tick's wake lag counts from the occurrence). A workflow with
     ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until admitted, in order
     of ``priority`` (lower first), then creation; in the same transaction when a slot is
     free.
@@ -121,7 +123,9 @@ def start(
     admission.check_priority(priority)
     if not admission.takes_admission(definition_class, key, input):
         # Instance, event and bell in one statement.
-        created = start_one(name, definition_class.version, entry, priority, parent_pk, detached)
+        created = start_one(
+            name, definition_class.version, entry, priority, parent_pk, detached, scheduled
+        )
     elif WorkflowInstance.objects.filter(key=key).exists():
         created = None
     else:
@@ -202,6 +206,7 @@ def start_one(
     priority: int,
     parent_pk: int | None,
     detached: bool,
+    scheduled: bool = False,
 ) -> WorkflowInstance | None:
     """``start()`` of a definition without a concurrency limit: the new instance, or None
     when its key is taken."""
@@ -213,6 +218,7 @@ def start_one(
         priority=priority,
         parent_pk=parent_pk,
         detached=detached,
+        scheduled=scheduled,
     )
     if not created:
         return None
@@ -228,6 +234,7 @@ def _chosen(
     priority: int,
     parent_pk: int | None,
     detached: bool,
+    scheduled: bool,
 ) -> dict[str, Any]:
     """A new pending instance's values by attribute name, but for its key and input; every
     other column keeps its default. Admitted at once: starts of definitions with a
@@ -240,6 +247,8 @@ def _chosen(
         "input": None,
         "status": WorkflowStatus.PENDING,
         "alarm_at": now,
+        # What the first tick's wake lag counts from: the occurrence (its input) or now.
+        "alarm_cause": WakeCause.SCHEDULE if scheduled else "",
         "bell_at": now if bell else None,
         "created_at": now,
         "updated_at": now,
@@ -267,6 +276,7 @@ def insert_pending(
     priority: int = 0,
     parent_pk: int | None = None,
     detached: bool = False,
+    scheduled: bool = False,
 ) -> list[WorkflowInstance]:
     """Create pending instances (due at ``now``) for ``entries`` whose key is free, with
     their 'created' events and bells; return the created ones (keys taken are left out).
@@ -277,7 +287,7 @@ def insert_pending(
         raise ValueError(f"insert_pending writes at most {BATCH_ROWS} rows at a time.")
     direct_bells = bell_rows.direct_orm_bells()
     layout = _layout()
-    chosen = _chosen(name, version, now, direct_bells, priority, parent_pk, detached)
+    chosen = _chosen(name, version, now, direct_bells, priority, parent_pk, detached, scheduled)
     template = WorkflowInstance(**chosen)
     values = _prepared(template, chosen, layout, now)
     rows = []

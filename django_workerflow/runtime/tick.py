@@ -180,9 +180,8 @@ def _woken_for(instance: WorkflowInstance, now: datetime) -> WokenFor | None:
     cause kept beside the alarm, due at the alarm. None for what the wake lag does not
     count (a lease's expiry, an operator's wake, a wait's timeout, a yield)."""
     if instance.status == WorkflowStatus.PENDING:
-        occurrence = _scheduled_at(instance)
-        if occurrence is not None:
-            return WakeCause.SCHEDULE, occurrence, now
+        if instance.alarm_cause == WakeCause.SCHEDULE:
+            return WakeCause.SCHEDULE, _occurrence(instance) or instance.created_at, now
         return WakeCause.START, instance.admitted_at or instance.created_at, now
     # A cause this release does not know (a newer one set it) is not counted.
     if instance.alarm_cause in WakeCause.values and instance.alarm_at is not None:
@@ -190,15 +189,12 @@ def _woken_for(instance: WorkflowInstance, now: datetime) -> WokenFor | None:
     return None
 
 
-def _scheduled_at(instance: WorkflowInstance) -> datetime | None:
-    """The occurrence a schedule started the instance for, None if none did: a schedule's
-    start has the key ``<name>@<scheduled_at>`` and the input ``{"scheduled_at": ...}``
+def _occurrence(instance: WorkflowInstance) -> datetime | None:
+    """The occurrence a schedule started the instance for: its input's ``scheduled_at``
     (:func:`~django_workerflow.runtime.flow.schedules.occurrence_key`)."""
     given = instance.input.get("scheduled_at") if isinstance(instance.input, dict) else None
-    if not isinstance(given, str) or instance.key != f"{instance.definition_name}@{given}":
-        return None
     try:
-        return datetime.fromisoformat(given)
+        return datetime.fromisoformat(given) if isinstance(given, str) else None
     except ValueError:
         return None
 

@@ -88,9 +88,9 @@ class AttemptOutcome(models.TextChoices):
 
 
 class WakeCause(models.TextChoices):
-    """What a tick was woken for: the ``cause`` of the wake lag metric. ``start`` and
-    ``schedule`` are read off a pending instance when it is claimed; the others are kept
-    beside the alarm (``WorkflowInstance.alarm_cause``) by whatever set it."""
+    """What a tick was woken for: the ``cause`` of the wake lag metric, kept beside the
+    alarm (``WorkflowInstance.alarm_cause``) by whatever set it. A pending instance's first
+    tick counts ``schedule`` when a schedule's occurrence started it, else ``start``."""
 
     START = "start"
     SLEEP = "sleep"

@@ -219,6 +219,7 @@ def _fire(pk: int, now: datetime) -> list[WorkflowInstance]:
                 row.name,
                 key=occurrence_key(row.name, occurrence),
                 input={"scheduled_at": iso_utc(occurrence)},
+                scheduled=True,
             )
             for occurrence in occurrences
         ]
