@@ -72,12 +72,17 @@ def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
         cursor.execute(statement(vendor, name), {key: values[key] for key in _names(name)})
         return
     server_name, prepare, names = prepared(name)
+    _execute_prepared(cursor, server_name, prepare, [values[n] for n in names])
+
+
+def _execute_prepared(cursor: Any, server_name: str, prepare: str, params: Sequence[Any]) -> None:
+    """PostgreSQL: prepare ``server_name`` on this connection the first time, then run it."""
     done = _prepared_on.setdefault(cursor.db.connection, set())
     if server_name not in done:
         cursor.execute(prepare)
         done.add(server_name)
-    placeholders = ", ".join(["%s"] * len(names))
-    cursor.execute(f"EXECUTE {server_name}({placeholders})", [values[n] for n in names])
+    placeholders = ", ".join(["%s"] * len(params))
+    cursor.execute(f"EXECUTE {server_name}({placeholders})", params)
 
 
 @cache
@@ -105,12 +110,7 @@ def execute_composed(cursor: Any, name: str, text: str, values: Sequence[Any]) -
         cursor.execute(text, values)
         return
     server_name, prepare = _positional(name, text)
-    done = _prepared_on.setdefault(cursor.db.connection, set())
-    if server_name not in done:
-        cursor.execute(prepare)
-        done.add(server_name)
-    placeholders = ", ".join(["%s"] * len(values))
-    cursor.execute(f"EXECUTE {server_name}({placeholders})", values)
+    _execute_prepared(cursor, server_name, prepare, values)
 
 
 @cache
@@ -131,9 +131,4 @@ def execute_composed_named(cursor: Any, name: str, text: str, values: dict[str, 
     if cursor.db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
         cursor.execute(text, {key: values[key] for key in names})
         return
-    done = _prepared_on.setdefault(cursor.db.connection, set())
-    if server_name not in done:
-        cursor.execute(prepare)
-        done.add(server_name)
-    placeholders = ", ".join(["%s"] * len(names))
-    cursor.execute(f"EXECUTE {server_name}({placeholders})", [values[n] for n in names])
+    _execute_prepared(cursor, server_name, prepare, [values[n] for n in names])
