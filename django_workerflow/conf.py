@@ -74,10 +74,12 @@ class Settings:
     def SWEEP_IDLE_SECONDS(self) -> float:
         """Seconds to the next sweep when this one found nothing to do and no instance's
         alarm (a lease expiry, a timer) comes due before then; the chain goes back to
-        ``SWEEP_SECONDS`` at the first sweep that finds either. At most ``SWEEP_SECONDS``:
-        no idle backoff. The most a dead worker's instance waits once its lease expired,
-        if the worker started it while the chain was idle."""
-        return _read("SWEEP_IDLE_SECONDS", 15.0)
+        ``SWEEP_SECONDS`` at the first sweep that finds either. Unset: three times
+        ``SWEEP_SECONDS`` (15 s). At most ``SWEEP_SECONDS``: no idle backoff. The most a
+        dead worker's instance waits once its lease expired, if the worker took it while the
+        chain was idle."""
+        value: float | None = _read("SWEEP_IDLE_SECONDS", None)
+        return 3 * self.SWEEP_SECONDS if value is None else value
 
     @property
     def BELL_POLL_SECONDS(self) -> float:

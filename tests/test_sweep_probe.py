@@ -150,3 +150,12 @@ def test_sweep_chain__an_idle_backoff_no_longer_than_the_interval_is_none(settin
     tasks.sweep_and_beat(current)
 
     assert next_link_in() == 5.0
+
+
+def test_sweep_chain__the_idle_backoff_is_three_sweep_intervals_unless_set(settings):
+    settings.WORKERFLOW_SWEEP_SECONDS = 2.0
+    current = link()
+
+    tasks.sweep_and_beat(current)
+
+    assert next_link_in() == 6.0
