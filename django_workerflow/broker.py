@@ -20,7 +20,9 @@ On PostgreSQL it does not poll: an empty claim answers when the queue's next bel
 due, and the broker waits on its connection (``WORKERFLOW_BELL_LISTEN_DATABASE``'s if set)
 for a bell notification
 (:mod:`~django_workerflow.store.bell_channel`) until then, or until the safety-net poll
-``WORKERFLOW_BELL_POLL_SECONDS`` (a lost notification costs at most that). On SQLite, or
+``WORKERFLOW_BELL_POLL_SECONDS`` (a lost notification costs at most that, plus up to a
+second: a poll due just before a bell it knows of waits for that bell, so one claim serves
+both; see :func:`~django_workerflow.store.bell_channel.wake_at`). On SQLite, or
 where notifications do not arrive (another driver, a transaction-pooling proxy), it sleeps
 django-q2's ``poll`` between claims, as django-q2 does.
 
