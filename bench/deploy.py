@@ -23,7 +23,7 @@ from typing import Any
 from .common import Sizes, Stopwatch, distribution, wait_until
 
 #: Removed from the cluster's environment, so that it runs with the defaults.
-TUNING = ("WORKERFLOW_LEASE_SECONDS", "WORKERFLOW_SWEEP_SECONDS")
+TUNING = ("WORKERFLOW_LEASE_SECONDS", "WORKERFLOW_SWEEP_SECONDS", "WORKERFLOW_SWEEP_IDLE_SECONDS")
 
 
 def check_replay(sizes: Sizes, progress: Any) -> dict[str, Any]:

@@ -20,7 +20,9 @@ On PostgreSQL it does not poll: an empty claim answers when the queue's next bel
 due, and the broker waits on its connection (``WORKERFLOW_BELL_LISTEN_DATABASE``'s if set)
 for a bell notification
 (:mod:`~django_workerflow.store.bell_channel`) until then, or until the safety-net poll
-``WORKERFLOW_BELL_POLL_SECONDS`` (a lost notification costs at most that). On SQLite, or
+``WORKERFLOW_BELL_POLL_SECONDS`` (a lost notification costs at most that, plus up to a
+second: a poll due just before a bell it knows of waits for that bell, so one claim serves
+both; see :func:`~django_workerflow.store.bell_channel.wake_at`). On SQLite, or
 where notifications do not arrive (another driver, a transaction-pooling proxy), it sleeps
 django-q2's ``poll`` between claims, as django-q2 does.
 
@@ -50,12 +52,14 @@ QUEUE = OrmQ._meta.db_table
 
 @dataclass(frozen=True, slots=True)
 class _Idle:
-    """The broker's next claim waits until ``until`` (seconds since the epoch), or a bell
-    notification on ``session`` (the connection LISTENing then; after a reconnect the claim
-    runs at once, as a notification may have been missed)."""
+    """The broker's next claim waits for the safety-net ``poll`` or the earliest bell known
+    to be ``due`` (seconds since the epoch; see :func:`.bell_channel.wake_at`), which bell
+    notifications on ``session`` move earlier (the connection LISTENing then; after a
+    reconnect the claim runs at once, as a notification may have been missed)."""
 
     session: Any
-    until: float
+    poll: float
+    due: float | None
 
 
 def _by_due(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -97,7 +101,7 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
         listening = listener.listen(listen_on)
         idle, self._idle = self._idle, None
         if listening and idle is not None and idle.session is listen_on.connection:
-            listener.wait(listen_on, idle.until, self.list_key)
+            listener.wait(listen_on, idle.poll, idle.due, self.list_key)
         if listening:
             listener.drain(listen_on)
         now = timezone.now()
@@ -108,20 +112,11 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
         taken = [(pk, payload) for pk, payload, _due in claimed]
         next_due = next((due for pk, _payload, due in rows if pk is None), None)
         if listening:
-            self._idle = _Idle(listen_on.connection, self._idle_until(next_due))
+            due = None if next_due is None else next_due.timestamp() + DUE_MARGIN
+            self._idle = _Idle(listen_on.connection, time() + settings.BELL_POLL_SECONDS, due)
         elif not taken:
             sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
         return taken or None
-
-    @staticmethod
-    def _idle_until(next_due: datetime | None) -> float:
-        """When to claim next (seconds since the epoch): the next bell's due time (now if
-        one is due already), or the safety-net poll's, whichever is first. Never early:
-        the claim compares with the clock."""
-        until = time() + settings.BELL_POLL_SECONDS
-        if next_due is None:
-            return until
-        return min(until, next_due.timestamp() + DUE_MARGIN)
 
     def _poll(self, connection: Any) -> list[tuple[int, Any]] | None:
         with connection.cursor() as cursor:

@@ -71,10 +71,22 @@ class Settings:
         return _read("SWEEP_SECONDS", 5.0)
 
     @property
+    def SWEEP_IDLE_SECONDS(self) -> float:
+        """Seconds to the next sweep when this one found nothing to do and no instance's
+        alarm (a lease expiry, a timer) comes due before then; the chain goes back to
+        ``SWEEP_SECONDS`` at the first sweep that finds either. Unset: three times
+        ``SWEEP_SECONDS`` (15 s). At most ``SWEEP_SECONDS``: no idle backoff. The most a
+        dead worker's instance waits once its lease expired, if the worker took it while the
+        chain was idle."""
+        value: float | None = _read("SWEEP_IDLE_SECONDS", None)
+        return 3 * self.SWEEP_SECONDS if value is None else value
+
+    @property
     def BELL_POLL_SECONDS(self) -> float:
         """PostgreSQL: seconds between the broker's safety-net polls of the bell queue. A
         cluster otherwise waits for a notification (or its next delayed bell), so this is
-        the most a lost notification delays a bell, and its idle cost."""
+        (plus at most a second, when a bell is known to come due just after the poll, which
+        then waits for it) the most a lost notification delays a bell."""
         return _read("BELL_POLL_SECONDS", 5.0)
 
     @property

@@ -63,7 +63,7 @@ def _beat_and_sweep(link: datetime | None) -> int:
         SweepArea.SCHEDULES: schedules.sweep_backlog(now),
         SweepArea.METRICS: (process_metrics.quiet_rows(),),
     }
-    busy = sweep_chain.beat(link, probes).busy
+    busy = sweep_chain.beat(link, probes, verbs.alarms_by).busy
     rung = 0
     if SweepArea.INSTANCES in busy:
         rung += verbs.sweep()

@@ -168,6 +168,8 @@ if "WORKERFLOW_TICK_BUDGET" in os.environ:
     WORKERFLOW_TICK_BUDGET = float(os.environ["WORKERFLOW_TICK_BUDGET"])
 if "WORKERFLOW_SWEEP_SECONDS" in os.environ:
     WORKERFLOW_SWEEP_SECONDS = float(os.environ["WORKERFLOW_SWEEP_SECONDS"])
+if "WORKERFLOW_SWEEP_IDLE_SECONDS" in os.environ:
+    WORKERFLOW_SWEEP_IDLE_SECONDS = float(os.environ["WORKERFLOW_SWEEP_IDLE_SECONDS"])
 
 # --- Django's tasks framework ---------------------------------------------------------
 

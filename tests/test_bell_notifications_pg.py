@@ -199,6 +199,32 @@ def test_broker__picks_up_a_bell_without_notification_at_its_safety_net_poll(set
     assert [payload for _pk, payload in taken] == ["silent"]
 
 
+def test_broker__claims_once_for_a_bell_due_just_after_its_safety_net_poll(settings):
+    # A sweeper link queued a poll interval after the previous link's claim: the poll and
+    # the link's due time nearly coincide, and one claim serves both.
+    settings.WORKERFLOW_BELL_POLL_SECONDS = 1.0
+    queue = broker()
+    insert_bell("first", timezone.now())
+    dequeue_until_taken(queue)
+    due = timezone.now() + timedelta(seconds=1.3)
+
+    writer = later(0.2, lambda: insert_bell("link", due))
+    taken = queue.dequeue()
+
+    writer.join()
+    assert timezone.now() >= due
+    assert [payload for _pk, payload in taken or []] == ["link"]
+
+
+def test_bell_channel__a_poll_waits_only_for_a_bell_due_just_after_it():
+    from django_workerflow.store.bell_channel import FOLD_SECONDS, wake_at
+
+    assert wake_at(100.0, None) == 100.0
+    assert wake_at(100.0, 90.0) == 90.0
+    assert wake_at(100.0, 100.0 + FOLD_SECONDS) == 100.0 + FOLD_SECONDS
+    assert wake_at(100.0, 100.5 + FOLD_SECONDS) == 100.0
+
+
 def test_broker__listens_again_after_its_connection_was_closed(slow_safety_net):
     from django_q.conf import Conf
 

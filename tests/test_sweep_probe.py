@@ -96,3 +96,66 @@ def test_sweep_probe__a_link_fires_a_due_schedule_whose_bell_was_lost(define_wit
     due_schedule(define_with)
     assert tasks.sweep_and_beat(current) == 1
     assert WorkflowInstance.objects.filter(definition_name="minutely").count() == 1
+
+
+def next_link_in() -> float:
+    """Seconds from the last beat to the chain's next link."""
+    row = WorkerHeartbeat.objects.get()
+    return (row.next_beat_at - row.beat_at).total_seconds()
+
+
+def test_sweep_chain__an_idle_link_queues_the_next_one_after_the_idle_backoff(settings):
+    settings.WORKERFLOW_SWEEP_SECONDS = 5.0
+    settings.WORKERFLOW_SWEEP_IDLE_SECONDS = 15.0
+    current = link()
+    assert next_link_in() == 5.0  # a first beat sweeps everything
+
+    tasks.sweep_and_beat(current)
+
+    assert next_link_in() == 15.0
+
+
+def leased_instance(define) -> None:
+    instance = workerflow.start(define(lambda self: self.sleep("nap", 10)), key="leased")
+    now = timezone.now()
+    # A worker is at work on it: if it dies, the sweep after its lease expiry rings it.
+    WorkflowInstance.objects.filter(pk=instance.pk).update(
+        status="running",
+        lease_token="alive",
+        lease_expires_at=now + timedelta(seconds=12),
+        alarm_at=now + timedelta(seconds=12),
+        bell_at=None,
+    )
+
+
+@pytest.mark.parametrize("backlog", [leased_instance, overdue_instance, due_delivery])
+def test_sweep_chain__a_link_with_work_or_an_alarm_coming_keeps_the_fast_pace(
+    backlog, define, settings
+):
+    settings.WORKERFLOW_SWEEP_SECONDS = 5.0
+    settings.WORKERFLOW_SWEEP_IDLE_SECONDS = 15.0
+    current = link()
+    backlog(define)
+
+    tasks.sweep_and_beat(current)
+
+    assert next_link_in() == 5.0
+
+
+def test_sweep_chain__an_idle_backoff_no_longer_than_the_interval_is_none(settings):
+    settings.WORKERFLOW_SWEEP_SECONDS = 5.0
+    settings.WORKERFLOW_SWEEP_IDLE_SECONDS = 0.0
+    current = link()
+
+    tasks.sweep_and_beat(current)
+
+    assert next_link_in() == 5.0
+
+
+def test_sweep_chain__the_idle_backoff_is_three_sweep_intervals_unless_set(settings):
+    settings.WORKERFLOW_SWEEP_SECONDS = 2.0
+    current = link()
+
+    tasks.sweep_and_beat(current)
+
+    assert next_link_in() == 6.0

@@ -342,6 +342,13 @@ def sweep_backlog(now: datetime) -> tuple[QuerySet[WorkflowInstance], QuerySet[W
     return overdue, upcoming
 
 
+def alarms_by(until: datetime) -> QuerySet[WorkflowInstance]:
+    """The active instances whose alarm (a lease expiry, a timer, a wait's deadline) comes
+    by ``until``: while any exists the sweeper keeps its fast pace, as a worker that dies
+    holding a lease is found by the first sweep after its expiry."""
+    return WorkflowInstance.objects.active().filter(alarm_at__lte=until)
+
+
 # Helpers ------------------------------------------------------------------------------
 
 

@@ -33,6 +33,19 @@ PROBE_SECONDS = 2.0
 #: Seconds past a bell's due time to wake for it: a float's rounding of the time must not
 #: wake a broker a microsecond early, for a claim that finds nothing due yet.
 DUE_MARGIN = 0.0005
+#: Seconds a safety-net poll may wait for a bell known to come due just after it, so that
+#: one claim serves both: a sweeper link queued a poll interval after the previous link's
+#: claim comes due a few milliseconds after the poll, which found nothing and claimed twice.
+FOLD_SECONDS = 1.0
+
+
+def wake_at(poll: float, due: float | None) -> float:
+    """When to claim next (seconds since the epoch), given the safety-net poll's time and
+    the earliest bell known to be due (None: none known): the bell's due time if it comes
+    before the poll or at most :data:`FOLD_SECONDS` after it, else the poll's."""
+    if due is not None and due <= poll + FOLD_SECONDS:
+        return due
+    return poll
 
 
 class BellListener:
@@ -79,18 +92,18 @@ class BellListener:
             for _notify in connection.connection.notifies(timeout=0.0):
                 pass
 
-    def wait(self, connection: Any, until: float, key: str) -> None:
-        """Wait until the time ``until`` (seconds since the epoch) or a bell of the queue
-        ``key`` that is due: a notification of a bell due later moves ``until`` earlier."""
+    def wait(self, connection: Any, poll: float, due: float | None, key: str) -> None:
+        """Wait until :func:`wake_at` (``poll``, ``due``: seconds since the epoch), the
+        earliest due time of the bells of the queue ``key`` moving earlier with each
+        notification."""
         with connection.wrap_database_errors:
-            while (remaining := until - time()) > 0:
+            while (remaining := wake_at(poll, due) - time()) > 0:
                 for notify in connection.connection.notifies(timeout=remaining):
-                    queue, _, due = notify.payload.rpartition(" ")
+                    queue, _, when = notify.payload.rpartition(" ")
                     if queue != key:
                         continue
-                    until = min(until, _seconds(due) + DUE_MARGIN)
-                    if until <= time():
-                        return
+                    notified = _seconds(when) + DUE_MARGIN
+                    due = notified if due is None else min(due, notified)
                     break  # wait again, for the new remaining time
 
     @staticmethod

@@ -13,7 +13,7 @@ every worker as it spawns, reseed a chain that broke (its next link is long over
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 #: The django-q2 task of one link of the chain.
 BEAT_TASK = "django_workerflow.tasks.sweep_and_beat"
+#: The heartbeat read's annotation: whether an alarm comes before an idle link would.
+_SOON = "probe_soon"
 
 
 def queue_name() -> str:
@@ -50,21 +52,30 @@ class Beat:
 
 
 def beat(
-    link: datetime | None, probes: Mapping[str, Sequence[QuerySet[Any]]] | None = None
+    link: datetime | None,
+    probes: Mapping[str, Sequence[QuerySet[Any]]] | None = None,
+    soon: Callable[[datetime], QuerySet[Any]] | None = None,
 ) -> Beat:
     """Record that a worker of this queue runs tasks, and queue the chain's next link if
     ``link`` is the current one (None: a reseed, which continues only a broken chain).
 
     ``probes`` names each area of the sweep with the rows it would work on; the read that
     locks the heartbeat row also asks whether any exist, so an idle link is one transaction.
-    An area is busy if any of its querysets has a row (all are, on the row's first beat)."""
+    An area is busy if any of its querysets has a row (all are, on the row's first beat).
+    ``soon(until)`` names the rows that keep the chain at ``SWEEP_SECONDS`` if any exists
+    (instances whose alarm comes by ``until``); with none and no busy area, the next link
+    is ``SWEEP_IDLE_SECONDS`` ahead (an idle backoff; without ``soon``, none)."""
     now = clock_now()
     interval = timedelta(seconds=settings.SWEEP_SECONDS)
+    idle = timedelta(seconds=settings.SWEEP_IDLE_SECONDS)
     exists = {
         f"probe_{area}_{index}": Exists(rows)
         for area, querysets in (probes or {}).items()
         for index, rows in enumerate(querysets)
     }
+    backs_off = soon is not None and idle > interval
+    if soon is not None and backs_off:
+        exists[_SOON] = Exists(soon(now + idle))
     with transaction.atomic():
         row, created = (
             WorkerHeartbeat.objects.select_for_update()
@@ -82,7 +93,8 @@ def beat(
         chained = bells.uses_delayed_bells() and interval.total_seconds() > 0
         continues = chained and (broken or (link is not None and link == expected))
         if continues:
-            row.next_beat_at = now + interval
+            quiet = backs_off and not created and not busy and not getattr(row, _SOON)
+            row.next_beat_at = now + (idle if quiet else interval)
             _enqueue(row.next_beat_at)
         row.save(update_fields=["beat_at", "next_beat_at"])
     return Beat(continues, busy)
