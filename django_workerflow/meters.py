@@ -265,6 +265,36 @@ def summed(documents: Iterable[Totals]) -> Series:
     )
 
 
+def plus(series: Series, totals: Totals) -> Series:
+    """``series`` with one more document added, without summing the others again. Each
+    value is the correctly rounded sum of the two (one float addition): it never goes down
+    while neither does, as :func:`summed`'s."""
+    counters = {name: dict(values) for name, values in series.counters.items()}
+    histograms = {name: dict(values) for name, values in series.histograms.items()}
+    for name, pairs in totals.get("counters", {}).items():
+        adding = counters.setdefault(name, {})
+        for labels, value in pairs:
+            key = tuple(labels)
+            adding[key] = adding.get(key, 0.0) + value
+    for name, pairs in totals.get("histograms", {}).items():
+        bounds = BUCKETS.get(name)
+        if bounds is None:
+            continue
+        width = len(bounds) + 3
+        stacking = histograms.setdefault(name, {})
+        for labels, values in pairs:
+            if len(values) != width:
+                continue
+            key = tuple(labels)
+            held = stacking.get(key)
+            stacking[key] = (
+                tuple(values)
+                if held is None
+                else tuple(a + b for a, b in zip(held, values, strict=True))
+            )
+    return Series(counters, histograms)
+
+
 def difference(totals: Totals, less: Totals) -> Totals:
     """``totals`` less ``less``, series by series."""
     if less is EMPTY:

@@ -142,6 +142,26 @@ def test_the_scraping_processs_own_row__its_memory_counts_instead():
     assert started() == 4
 
 
+def test_a_scraping_process_that_observed__adds_its_own_to_the_kept_sum_without_summing_again():
+    row(2)
+    row(3)
+    METERS.attempt_started("fleet-def", "run")
+    METERS.attempt_finished("fleet-def", "run", "succeeded", 0.25)
+    first = process_metrics.fleet_series()
+    assert first.counters[STARTED][("fleet-def", "run")] == 6
+    assert (
+        first.histograms[DURATION][("fleet-def",)]
+        == summed([totals(2), totals(3), METERS.totals()]).histograms[DURATION][("fleet-def",)]
+    )
+    # Nothing changed: the same sum, whose rendering is kept (an unchanged text).
+    assert process_metrics.fleet_series() is first
+    text = metrics.text()
+    assert metrics.text() == text
+    METERS.attempt_started("fleet-def", "run")
+    assert process_metrics.fleet_series().counters[STARTED][("fleet-def", "run")] == 7
+    assert started() == 7
+
+
 @pytest.mark.django_db(transaction=True)
 def test_threads_scraping_at_once__each_sees_the_whole_fleet():
     for started_count in (1, 2, 3):

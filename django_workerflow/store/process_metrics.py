@@ -32,7 +32,16 @@ from django.db.models import Case, F, JSONField, Q, QuerySet, When
 from django.utils import timezone
 
 from django_workerflow.conf import settings
-from django_workerflow.meters import EMPTY, METERS, Series, Sums, Totals, difference, summed
+from django_workerflow.meters import (
+    EMPTY,
+    METERS,
+    Series,
+    Sums,
+    Totals,
+    difference,
+    plus,
+    summed,
+)
 from django_workerflow.models import ProcessMetrics
 
 logger = logging.getLogger(__name__)
@@ -127,7 +136,7 @@ def fleet_series() -> Series:
     own = own_totals(fleet.own_row)
     if not any(own["counters"].values()) and not any(own["histograms"].values()):
         return fleet.summed
-    return summed([*fleet.rows, own])
+    return FLEET.with_own(fleet.summed, own)
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,7 @@ class Fleet:
         self._lock = threading.Lock()
         self._rows: dict[uuid.UUID, tuple[datetime, Totals]] = {}
         self._read = FleetRead((), summed([]), own_row=False)
+        self._with_own: tuple[Series, Totals, Series] | None = None
 
     def read(self, own: uuid.UUID) -> FleetRead:
         """Every row but ``own``'s, their sum, and whether ``own``'s row is there."""
@@ -203,11 +213,23 @@ class Fleet:
                 fresh[process] = (at, totals or EMPTY)
         return fresh, own_row
 
+    def with_own(self, others: Series, own: Totals) -> Series:
+        """``others`` (a sum :meth:`read` gave) plus the reading process's ``own`` totals:
+        the same object again while neither changed, so that its rendering is kept too."""
+        with self._lock:
+            kept = self._with_own
+            if kept is not None and kept[0] is others and kept[1] == own:
+                return kept[2]
+            total = plus(others, own)
+            self._with_own = (others, own, total)
+            return total
+
     def forget(self) -> None:
         """Drop every row kept (the next read decodes every row afresh)."""
         with self._lock:
             self._rows = {}
             self._read = FleetRead((), summed([]), own_row=False)
+            self._with_own = None
 
 
 #: The scraping process's fleet.
