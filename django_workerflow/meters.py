@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,15 +241,8 @@ def summed(documents: Iterable[Totals]) -> Series:
             summing = counters.setdefault(name, {})
             for labels, value in series:
                 summing.setdefault(tuple(labels), []).append(value)
-        for name, series in totals.get("histograms", {}).items():
-            bounds = BUCKETS.get(name)
-            if bounds is None:
-                continue
-            width = len(bounds) + 3
-            stacking = histograms.setdefault(name, {})
-            for labels, values in series:
-                if len(values) == width:
-                    stacking.setdefault(tuple(labels), []).append(values)
+        for name, labels, values in _histograms(totals):
+            histograms.setdefault(name, {}).setdefault(labels, []).append(values)
     return Series(
         {
             name: {labels: math.fsum(values) for labels, values in series.items()}
@@ -276,23 +269,27 @@ def plus(series: Series, totals: Totals) -> Series:
         for labels, value in pairs:
             key = tuple(labels)
             adding[key] = adding.get(key, 0.0) + value
-    for name, pairs in totals.get("histograms", {}).items():
+    for name, labels, values in _histograms(totals):
+        stacking = histograms.setdefault(name, {})
+        held = stacking.get(labels)
+        stacking[labels] = (
+            tuple(values)
+            if held is None
+            else tuple(a + b for a, b in zip(held, values, strict=True))
+        )
+    return Series(counters, histograms)
+
+
+def _histograms(totals: Totals) -> Iterator[tuple[str, Labels, list[float]]]:
+    """Each histogram series of ``totals`` as (name, labels, buckets + count + sum), but
+    one flushed with other buckets (by another release), which is left out."""
+    for name, series in totals.get("histograms", {}).items():
         bounds = BUCKETS.get(name)
         if bounds is None:
             continue
-        width = len(bounds) + 3
-        stacking = histograms.setdefault(name, {})
-        for labels, values in pairs:
-            if len(values) != width:
-                continue
-            key = tuple(labels)
-            held = stacking.get(key)
-            stacking[key] = (
-                tuple(values)
-                if held is None
-                else tuple(a + b for a, b in zip(held, values, strict=True))
-            )
-    return Series(counters, histograms)
+        for labels, values in series:
+            if len(values) == len(bounds) + 3:
+                yield name, tuple(labels), values
 
 
 def difference(totals: Totals, less: Totals) -> Totals:

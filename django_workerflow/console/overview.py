@@ -429,9 +429,9 @@ def wake_lags(now: datetime) -> dict[str, WakeLag]:
     """Per definition, the wake lag (``models.WAKE_LAG``) of the sleeps woken in the last
     hour: one grouped query with ``percentile_cont`` on PostgreSQL; elsewhere the newest
     :data:`LAG_SAMPLE` lags of the hour, read in one query and interpolated here."""
-    events = StepEvent.objects.woken_sleeps().filter(recorded_at__gte=now - LAG_WINDOW)
-    if connections[events.db].vendor == "postgresql":
+    if connections[StepEvent.objects.db].vendor == "postgresql":
         return _lags_by_definition(now - LAG_WINDOW)
+    events = StepEvent.objects.woken_sleeps().filter(recorded_at__gte=now - LAG_WINDOW)
     sample = (
         events.annotate(lag=WAKE_LAG)
         .order_by("-recorded_at", "-id")

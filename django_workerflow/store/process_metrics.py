@@ -141,10 +141,9 @@ def fleet_series() -> Series:
 
 @dataclass(frozen=True)
 class FleetRead:
-    """What :meth:`Fleet.read` found: the other processes' totals, their sum, and whether
-    the reading process's own row is there."""
+    """What :meth:`Fleet.read` found: the other processes' totals summed, and whether the
+    reading process's own row is there."""
 
-    rows: tuple[Totals, ...]
     summed: Series
     own_row: bool
 
@@ -164,7 +163,7 @@ class Fleet:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._rows: dict[uuid.UUID, tuple[datetime, Totals]] = {}
-        self._read = FleetRead((), summed([]), own_row=False)
+        self._read = FleetRead(summed([]), own_row=False)
         self._with_own: tuple[Series, Totals, Series] | None = None
 
     def read(self, own: uuid.UUID) -> FleetRead:
@@ -178,10 +177,9 @@ class Fleet:
             if fresh.keys() != self._rows.keys() or any(
                 fresh[process] is not self._rows[process] for process in fresh
             ):
-                documents = tuple(totals for _, totals in fresh.values())
-                self._read = FleetRead(documents, summed(documents), own_row)
+                self._read = FleetRead(summed(totals for _, totals in fresh.values()), own_row)
             elif own_row != self._read.own_row:
-                self._read = FleetRead(self._read.rows, self._read.summed, own_row)
+                self._read = FleetRead(self._read.summed, own_row)
             self._rows = fresh
             return self._read
 
@@ -228,7 +226,7 @@ class Fleet:
         """Drop every row kept (the next read decodes every row afresh)."""
         with self._lock:
             self._rows = {}
-            self._read = FleetRead((), summed([]), own_row=False)
+            self._read = FleetRead(summed([]), own_row=False)
             self._with_own = None
 
 
