@@ -18,6 +18,9 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from django_workerflow.store.bell_channel import CHANNEL, FOLD_SECONDS, BellListener, wake_at
+
+# django-q2 and the broker (which imports it) are imported where used, after this skip.
 pytest.importorskip("django_q")
 
 pytestmark = [
@@ -39,7 +42,6 @@ WITHIN = 30.0
 @pytest.fixture
 def listener() -> Iterator[Any]:
     """A second connection LISTENing on the bell channel."""
-    from django_workerflow.store.bell_channel import CHANNEL
 
     other = connections.create_connection("default")
     other.ensure_connection()
@@ -61,7 +63,6 @@ def received_until_marker(listener: Any) -> list[str]:
     """The queues of the bell notifications ``listener`` receives before a marker sent now
     (a session's notifications arrive in commit order, so anything committed earlier comes
     first); each also names its bells' earliest due time, which must be a time."""
-    from django_workerflow.store.bell_channel import CHANNEL
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, 'marker')", [CHANNEL])
@@ -124,7 +125,6 @@ def later(seconds: float, action: Any) -> threading.Thread:
 
 
 def test_bell_channel__matches_the_migration_that_sends_on_it():
-    from django_workerflow.store.bell_channel import CHANNEL
 
     migration = __import__("django_workerflow.migrations.0014_bell_notify", fromlist=["CHANNEL"])
     assert migration.CHANNEL == CHANNEL
@@ -217,7 +217,6 @@ def test_broker__claims_once_for_a_bell_due_just_after_its_safety_net_poll(setti
 
 
 def test_bell_channel__a_poll_waits_only_for_a_bell_due_just_after_it():
-    from django_workerflow.store.bell_channel import FOLD_SECONDS, wake_at
 
     assert wake_at(100.0, None) == 100.0
     assert wake_at(100.0, 90.0) == 90.0
@@ -227,8 +226,6 @@ def test_bell_channel__a_poll_waits_only_for_a_bell_due_just_after_it():
 
 def test_broker__listens_again_after_its_connection_was_closed(slow_safety_net):
     from django_q.conf import Conf
-
-    from django_workerflow.store.bell_channel import CHANNEL
 
     queue = broker()
     insert_bell("first", timezone.now())
@@ -263,7 +260,6 @@ def test_broker__a_delayed_bell_queued_while_it_waits_comes_out_at_its_due_time(
 
 
 def test_bell_listener__does_not_listen_inside_a_transaction():
-    from django_workerflow.store.bell_channel import BellListener
 
     with transaction.atomic():
         # Notifications would wait for the end of a transaction the broker never ends.
@@ -273,12 +269,8 @@ def test_bell_listener__does_not_listen_inside_a_transaction():
 def test_broker__polls_and_says_so_once_when_its_notifications_never_arrive(
     monkeypatch, caplog, slow_safety_net
 ):
-    from django_workerflow.store import bell_channel
-
     # Behind a transaction-pooling proxy the probe sent after LISTEN never comes back.
-    monkeypatch.setattr(
-        bell_channel.BellListener, "_probe_returns", staticmethod(lambda *_args: False)
-    )
+    monkeypatch.setattr(BellListener, "_probe_returns", staticmethod(lambda *_args: False))
     queue = broker()
 
     with caplog.at_level("WARNING", logger="django_workerflow.store.bell_channel"):
