@@ -9,7 +9,7 @@ import pytest
 
 import django_workerflow as workerflow
 from django_workerflow import WorkflowInputError, WorkflowStateError
-from django_workerflow.models import WorkflowEvent
+from django_workerflow.models import WorkflowEvent, step_events_of
 
 from .runtime_helpers import refreshed, step, workflow_event_types
 
@@ -17,11 +17,11 @@ pytestmark = pytest.mark.django_db
 
 
 def _attempts(instance, step_id):
-    return list(
-        instance.step_events.filter(step__step_id=step_id, type="attempt_started")
-        .order_by("id")
-        .values_list("attempt_number", flat=True)
-    )
+    return [
+        event.attempt_number
+        for event in step_events_of(instance)
+        if event.step.step_id == step_id and event.type == "attempt_started"
+    ]
 
 
 def test_retry__reruns_the_failed_step_with_a_fresh_budget_and_continued_attempt_numbers(

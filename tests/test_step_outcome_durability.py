@@ -13,7 +13,14 @@ from django.test import override_settings
 
 import django_workerflow as workerflow
 from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
-from django_workerflow.models import Step, StepEvent, StepEventType, StepState, WorkflowStatus
+from django_workerflow.models import (
+    Step,
+    StepEvent,
+    StepEventType,
+    StepState,
+    WorkflowStatus,
+    step_events_of,
+)
 from django_workerflow.runtime import verbs
 
 from .runtime_helpers import lease_runs_out
@@ -30,11 +37,7 @@ def states(instance) -> dict[str, str]:
 
 
 def events(instance, step_id: str) -> list[str]:
-    return list(
-        StepEvent.objects.filter(step__instance=instance, step__step_id=step_id)
-        .order_by("id")
-        .values_list("type", flat=True)
-    )
+    return [event.type for event in step_events_of(instance) if event.step.step_id == step_id]
 
 
 def test_crash_right_after_a_callback_returns__re_runs_that_step_only(define, workerflow_harness):

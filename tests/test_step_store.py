@@ -19,7 +19,7 @@ import pytest
 
 import django_workerflow as workerflow
 from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
-from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
+from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus, step_events_of
 from django_workerflow.runtime import verbs
 from django_workerflow.runtime.starting import start
 from django_workerflow.store.records import StepRecord
@@ -64,7 +64,7 @@ def assert_step_events(instance: WorkflowInstance, expected: list[dict[str, Any]
     ``step_id`` is the step's id string (not the foreign key); every event must carry a
     ``recorded_at`` datetime.
     """
-    events = list(instance.step_events.select_related("step"))
+    events = step_events_of(instance)
     actual = [
         {name: event.step.step_id if name == "step_id" else getattr(event, name) for name in keys}
         for event, keys in zip(events, expected, strict=False)

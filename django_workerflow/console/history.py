@@ -21,6 +21,7 @@ from django_workerflow.models import (
     WorkflowEventType,
     WorkflowInstance,
     WorkflowStatus,
+    step_events_of,
 )
 
 # Steps shown on one page; an instance with more says how many it leaves out.
@@ -61,10 +62,11 @@ class History:
     def step_event_groups(self) -> list[StepEventGroup]:
         """The listed step events grouped by step, in the steps table's order: each group
         is folded on the page, so the events do not repeat the steps table at length."""
-        listed = {event.pk for event in self.step_events}
+        # By identity: a derived event has no primary key.
+        listed = {id(event) for event in self.step_events}
         groups = []
         for node in self.nodes:
-            events = [event for event in node.events if event.pk in listed]
+            events = [event for event in node.events if id(event) in listed]
             if events:
                 groups.append(StepEventGroup(node, events))
         return groups
@@ -96,11 +98,7 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
     step_count = len(steps)
     if step_count == MAX_STEPS:
         step_count = Step.objects.filter(instance=instance).count()
-    events = list(
-        StepEvent.objects.filter(instance=instance, step__in=[step.pk for step in steps])
-        .select_related("step")
-        .order_by("recorded_at", "id")
-    )
+    events = step_events_of(instance, steps)
     nodes = step_tree(steps, events)
     if instance.is_terminal:
         for node in nodes:

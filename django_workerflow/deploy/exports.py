@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from django_workerflow.exceptions import WorkflowInputError
-from django_workerflow.models import Step, StepEvent, WorkflowEvent, WorkflowInstance
+from django_workerflow.models import Step, WorkflowEvent, WorkflowInstance, step_events_of
 from django_workerflow.store.records import STEP_FIELDS, StepRecord, name_parents
 
 #: The version of the exported document's layout.
@@ -37,17 +37,13 @@ _EVENT_FIELDS = (
 def export_history(instance: WorkflowInstance) -> dict[str, Any]:
     """The whole history of ``instance``: its steps with outcomes, parents and events, and
     its lifecycle events (a JSON-ready dict)."""
-    steps = list(
-        Step.objects.filter(instance=instance).order_by("created_at", "id").values(*STEP_FIELDS)
-    )
-    step_ids = {row["id"]: row["step_id"] for row in steps}
+    steps = list(Step.objects.filter(instance=instance).order_by("created_at", "id"))
+    rows = [{name: getattr(step, name) for name in STEP_FIELDS} for step in steps]
+    step_ids = {row["id"]: row["step_id"] for row in rows}
     events: dict[int, list[dict[str, Any]]] = {}
-    for event in (
-        StepEvent.objects.filter(instance=instance)
-        .order_by("recorded_at", "id")
-        .values("step_id", *_EVENT_FIELDS)
-    ):
-        events.setdefault(event.pop("step_id"), []).append(_times(event))
+    for event in step_events_of(instance, steps):
+        fields = {name: getattr(event, name) for name in _EVENT_FIELDS}
+        events.setdefault(event.step_id, []).append(_times(fields))
     return {
         "format": HISTORY_FORMAT,
         "name": instance.definition_name,
@@ -58,7 +54,7 @@ def export_history(instance: WorkflowInstance) -> dict[str, Any]:
         "result": instance.result,
         "error_name": instance.error_name,
         "error_message": instance.error_message,
-        "steps": [_step(row, step_ids, events.get(row["id"], [])) for row in steps],
+        "steps": [_step(row, step_ids, events.get(row["id"], [])) for row in rows],
         "events": [
             _times(dict(event))
             for event in WorkflowEvent.objects.filter(instance=instance)

@@ -16,6 +16,9 @@ from django_workerflow.models.history import (
     Step,
     StepEvent,
     WorkflowEvent,
+    derived_step_events,
+    merged_step_events,
+    step_events_of,
 )
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
 from django_workerflow.models.process_metrics import ProcessMetrics
@@ -51,4 +54,7 @@ __all__ = [
     "WorkflowInstanceQuerySet",
     "WorkflowSchedule",
     "WorkflowStatus",
+    "derived_step_events",
+    "merged_step_events",
+    "step_events_of",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from django.db import models
@@ -54,6 +55,12 @@ class Step(models.Model):
         related_name="awaiting_steps",
         db_index=False,
     )
+    # True on the run steps the engine creates: their first attempt's start and their
+    # success are read from this row (created_at; resolved_at and the result), not stored
+    # as step events, which were half of a step's commit. step_history() derives them.
+    # False on the rows written before the column and on a fork's copies (which copy steps
+    # without their events).
+    derived_attempt_events = models.BooleanField(db_default=False)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -175,6 +182,82 @@ class StepEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} of step #{self.step_id}"
+
+
+def step_events_of(
+    instance: WorkflowInstance | int, steps: Sequence[Step] | None = None
+) -> list[StepEvent]:
+    """Every step event of ``instance`` (of ``steps`` only, if given: its steps), stored and
+    derived, oldest first, each with its ``step`` set: the history the console, the export
+    and tests read. Read the step events through it, not through ``StepEvent.objects``,
+    which holds only the stored ones."""
+    instance_pk = instance if isinstance(instance, int) else instance.pk
+    stored_events = StepEvent.objects.filter(instance_id=instance_pk)
+    if steps is None:
+        steps = list(Step.objects.filter(instance_id=instance_pk).order_by("created_at", "id"))
+    else:
+        stored_events = stored_events.filter(step__in=[step.pk for step in steps])
+    by_pk = {step.pk: step for step in steps}
+    stored = list(stored_events.order_by("recorded_at", "id"))
+    for event in stored:
+        event.step = by_pk[event.step_id]
+    return merged_step_events(steps, stored)
+
+
+def merged_step_events(steps: Iterable[Step], stored: Sequence[StepEvent]) -> list[StepEvent]:
+    """``stored`` (ordered by recorded_at, id) with the events the ``steps`` keep on their
+    rows put in their place: by time; at the same time by step (in creation order), a step's
+    derived start before its stored events and its derived success after them. The stored
+    events keep their order."""
+    derived = sorted(
+        (event for step in steps for event in derived_step_events(step)), key=_derived_order
+    )
+    if not derived:
+        return list(stored)
+    merged: list[StepEvent] = []
+    index = 0
+    for event in stored:
+        position = (event.recorded_at, event.step_id, 1)
+        while index < len(derived) and _derived_order(derived[index]) < position:
+            merged.append(derived[index])
+            index += 1
+        merged.append(event)
+    merged.extend(derived[index:])
+    return merged
+
+
+def derived_step_events(step: Step) -> list[StepEvent]:
+    """The events ``step`` keeps on its row (none unless ``derived_attempt_events``): its
+    first attempt started at ``created_at``, and once it succeeded, the success of its last
+    attempt at ``resolved_at`` with its result. Not saved; no primary key."""
+    if not step.derived_attempt_events:
+        return []
+    events = [
+        StepEvent(
+            instance_id=step.instance_id,
+            step=step,
+            type=StepEventType.ATTEMPT_STARTED,
+            attempt_number=1,
+            recorded_at=step.created_at,
+        )
+    ]
+    if step.state == StepState.SUCCEEDED and step.resolved_at is not None:
+        events.append(
+            StepEvent(
+                instance_id=step.instance_id,
+                step=step,
+                type=StepEventType.ATTEMPT_SUCCEEDED,
+                attempt_number=step.attempt_count,
+                result=step.result,
+                recorded_at=step.resolved_at,
+            )
+        )
+    return events
+
+
+def _derived_order(event: StepEvent) -> tuple[datetime, int, int]:
+    rank = 0 if event.type == StepEventType.ATTEMPT_STARTED else 2
+    return (event.recorded_at, event.step_id, rank)
 
 
 class WorkflowEvent(models.Model):

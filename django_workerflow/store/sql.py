@@ -48,7 +48,6 @@ STATE_PARAMS: dict[str, str] = {
     "state_waiting": StepState.WAITING,
     "state_satisfied": StepState.SATISFIED,
     "type_wait": StepType.WAIT,
-    "event_attempt_started": StepEventType.ATTEMPT_STARTED,
     "event_attempt_succeeded": StepEventType.ATTEMPT_SUCCEEDED,
     "event_wait_satisfied": StepEventType.WAIT_SATISFIED,
 }
@@ -88,13 +87,18 @@ _INSERT_STEP_EVENT = f"INSERT INTO {STEP_EVENT} ({', '.join(STEP_EVENT_COLUMNS)}
 
 
 def _event_from(
-    source: str, event_type: str, attempt: str, result: str, payload: str = "NULL"
+    source: str,
+    event_type: str,
+    attempt: str,
+    result: str,
+    payload: str = "NULL",
+    where: str = "",
 ) -> str:
     """A step event selected from the CTE ``source`` (its ``id`` is the step)."""
     return (
         f"{_INSERT_STEP_EVENT} SELECT %(instance)s::bigint, id, {event_type}, "
         f"%(now)s::timestamptz, {attempt}, {result}, '', '', NULL, NULL, '', NULL, {payload} "
-        f"FROM {source}"
+        f"FROM {source}{where}"
     )
 
 
@@ -103,23 +107,27 @@ _STEP_COLUMNS = (
     "error_message, wake_at, event_name, timeout_at, created_at"
 )
 
-_STARTED_EVENT = _event_from("new_step", "%(event_attempt_started)s::varchar", "1", "NULL")
+# A success is stored as an event only on a step written before derived_attempt_events
+# (a run step created by this version has it on its row; see Step).
 _SUCCEEDED_EVENT = _event_from(
-    "done", "%(event_attempt_succeeded)s::varchar", "%(attempt)s::integer", "%(result)s::text"
+    "done",
+    "%(event_attempt_succeeded)s::varchar",
+    "%(attempt)s::integer",
+    "%(result)s::text",
+    where=" WHERE NOT derived_attempt_events",
 )
 
 # The statements ---------------------------------------------------------------------------
 
+# A run step starts with its first attempt started, which its row records (no event).
 _START_NEW_RUN_TAIL = f"""
         new_step AS (
-            INSERT INTO {STEP} ({_STEP_COLUMNS})
+            INSERT INTO {STEP} ({_STEP_COLUMNS}, derived_attempt_events)
             SELECT id, %(step_id)s::varchar, %(type_run)s::varchar, %(state_running)s::varchar,
                 %(parent)s::bigint, 1, %(max_attempts)s::integer, '', '', NULL, '',
-                NULL, %(now)s::timestamptz
+                NULL, %(now)s::timestamptz, true
             FROM fence
             RETURNING id
-        ), started AS (
-            {_STARTED_EVENT}
         )"""
 # The start marker need not wait for its WAL flush: the outcome's synchronous commit hardens
 # it, and only a server crash in between can lose it. set_config(..., true) lasts until the
@@ -154,7 +162,7 @@ _FUSED_SUCCESS = f"""
                 resolved_at = %(now)s::timestamptz
             WHERE id = %(step)s::bigint AND state = %(state_running)s::varchar
                 AND attempt_count = %(attempt)s::integer
-            RETURNING id
+            RETURNING id, derived_attempt_events
         ), succeeded AS (
             {_SUCCEEDED_EVENT}
         ),"""
@@ -250,19 +258,21 @@ _STATEMENTS: dict[str, str] = {
     ),
     # SQLite: create a run step with attempt 1 started if the lease is held and running.
     "start_new_run_sqlite": f"""
-        INSERT INTO {STEP} ({_STEP_COLUMNS})
+        INSERT INTO {STEP} ({_STEP_COLUMNS}, derived_attempt_events)
         SELECT %(instance)s, %(step_id)s, %(type_run)s, %(state_running)s, %(parent)s, 1,
-            %(max_attempts)s, '', '', NULL, '', NULL, %(now)s
+            %(max_attempts)s, '', '', NULL, '', NULL, %(now)s, true
         WHERE EXISTS (SELECT 1 FROM {INSTANCE} WHERE {LEASE_HELD_RUNNING})
         RETURNING id""",
     # PostgreSQL: record the success of a running attempt and its event; fenced by the step
     # row (still running, same attempt), not by the lease. Returns how many rows changed.
     "succeed_run_with_event": _FUSED_SUCCESS.rstrip(",") + " SELECT count(*) FROM done",
-    # SQLite: record the success of a running attempt (its event is a second statement).
+    # SQLite: record the success of a running attempt; returns whether the row keeps it
+    # (derived_attempt_events), else its event is a second statement.
     "succeed_run": f"""
         UPDATE {STEP} SET state = %(state_succeeded)s, result = %(result)s,
             resolved_at = %(now)s
-        WHERE id = %(step)s AND state = %(state_running)s AND attempt_count = %(attempt)s""",
+        WHERE id = %(step)s AND state = %(state_running)s AND attempt_count = %(attempt)s
+        RETURNING derived_attempt_events""",
     # Start the next attempt of a pending run step whose retry time has come.
     "start_attempt": f"""
         UPDATE {STEP} SET state = %(state_running)s, attempt_count = %(attempt)s
@@ -284,13 +294,6 @@ _STATEMENTS: dict[str, str] = {
         VALUES (%(instance)s, %(step_id)s, %(type)s, %(state_waiting)s, %(parent)s, 0, NULL,
             '', '', %(wake_at)s, %(event_name)s, %(timeout_at)s, %(now)s)
         RETURNING id""",
-    # SQLite: the success and attempt-started events of a fused write, in one insert.
-    "insert_two_step_events": f"""
-        {_INSERT_STEP_EVENT} VALUES
-            (%(instance)s, %(step)s, %(event_attempt_succeeded)s, %(now)s, %(attempt)s,
-                %(result)s, '', '', NULL, NULL, '', NULL, NULL),
-            (%(instance)s, %(new_step)s, %(event_attempt_started)s, %(now)s, 1, NULL, '', '',
-                NULL, NULL, '', NULL, NULL)""",
     # Append one step event (with a failed attempt's traceback; the CTEs leave it blank).
     "insert_step_event": f"""
         INSERT INTO {STEP_EVENT} ({", ".join(STEP_EVENT_COLUMNS)}, traceback)

@@ -612,15 +612,6 @@ class StepStore(RecordedSteps):
             row = cursor.fetchone()
             if row is None:
                 raise ExecutionStopped(self.lease.stop_reason(cursor))
-            if connection.vendor != "postgresql":
-                insert_event(
-                    cursor,
-                    self.instance_pk,
-                    row[0],
-                    now,
-                    StepEventType.ATTEMPT_STARTED,
-                    attempt_number=1,
-                )
         return int(row[0])
 
     def _succeed_and_start(
@@ -640,33 +631,40 @@ class StepStore(RecordedSteps):
                 executor.execute(cursor, name, values)
                 recorded, new_pk = cursor.fetchone()
             else:
-                executor.execute(cursor, "succeed_run", values)
-                recorded, new_pk = cursor.rowcount, None
+                recorded = self._succeed_sqlite(cursor, values, pending.record.pk, now)
+                new_pk = None
             if recorded != 1:
                 self._refused(cursor, pending.record.step_id, pending.attempt, now)
             if not postgresql:
                 executor.execute(cursor, "start_new_run_sqlite", values)
                 row = cursor.fetchone()
                 new_pk = row[0] if row else None
-                if new_pk is None:
-                    insert_event(
-                        cursor,
-                        self.instance_pk,
-                        pending.record.pk,
-                        now,
-                        StepEventType.ATTEMPT_SUCCEEDED,
-                        attempt_number=pending.attempt,
-                        result=pending.result_json,
-                    )
-                else:
-                    executor.execute(
-                        cursor, "insert_two_step_events", {**values, "new_step": new_pk}
-                    )
             if new_pk is None:
                 stopped = self.lease.stop_reason(cursor)
         if stopped is not None:
             raise ExecutionStopped(stopped)
         return int(new_pk)
+
+    def _succeed_sqlite(
+        self, cursor: Any, values: dict[str, Any], step_pk: int, now: datetime
+    ) -> int:
+        """SQLite: record the success ``values`` bind, and its event unless its row keeps
+        it (derived_attempt_events); return how many steps it changed (0 or 1)."""
+        executor.execute(cursor, "succeed_run", values)
+        row = cursor.fetchone()
+        if row is None:
+            return 0
+        if not row[0]:
+            insert_event(
+                cursor,
+                self.instance_pk,
+                step_pk,
+                now,
+                StepEventType.ATTEMPT_SUCCEEDED,
+                attempt_number=values["attempt"],
+                result=values["result"],
+            )
+        return 1
 
     def _refused(self, cursor: object, step_id: str, attempt: int, now: datetime) -> None:
         """A success matched no row: the lease was taken over (and the attempt recorded as
@@ -707,22 +705,13 @@ class StepStore(RecordedSteps):
         values.update(step=record.pk, attempt=attempt, result=result_json, now=adapt(now))
         postgresql = connection.vendor == "postgresql"
         with self._hot_write(values) as cursor:
-            executor.execute(
-                cursor, "succeed_run_with_event" if postgresql else "succeed_run", values
-            )
-            recorded = cursor.fetchone()[0] if postgresql else cursor.rowcount
+            if postgresql:
+                executor.execute(cursor, "succeed_run_with_event", values)
+                recorded = cursor.fetchone()[0]
+            else:
+                recorded = self._succeed_sqlite(cursor, values, record.pk, now)
             if recorded != 1:
                 self._refused(cursor, step_id, attempt, now)
-            if not postgresql:
-                insert_event(
-                    cursor,
-                    self.instance_pk,
-                    record.pk,
-                    now,
-                    StepEventType.ATTEMPT_SUCCEEDED,
-                    attempt_number=attempt,
-                    result=result_json,
-                )
         record.state = StepState.SUCCEEDED
         record.result = jsonvalue.loads(result_json)
         record.resolved_at = now

@@ -4,13 +4,11 @@ WITH fence AS (
             RETURNING id
         ),
         new_step AS (
-            INSERT INTO workerflow_step (instance_id, step_id, type, state, parent_id, attempt_count, max_attempts, error_name, error_message, wake_at, event_name, timeout_at, created_at)
+            INSERT INTO workerflow_step (instance_id, step_id, type, state, parent_id, attempt_count, max_attempts, error_name, error_message, wake_at, event_name, timeout_at, created_at, derived_attempt_events)
             SELECT id, %(step_id)s, %(type_run)s, %(state_running)s,
                 %(parent)s, 1, %(max_attempts)s, '', '', NULL, '',
-                NULL, %(now)s
+                NULL, %(now)s, true
             FROM fence
             RETURNING id
-        ), started AS (
-            INSERT INTO workerflow_stepevent (instance_id, step_id, type, recorded_at, attempt_number, result, error_name, error_message, next_attempt_at, wake_at, event_name, timeout_at, payload) SELECT %(instance)s, id, %(event_attempt_started)s, %(now)s, 1, NULL, '', '', NULL, NULL, '', NULL, NULL FROM new_step
         )
         SELECT id FROM new_step

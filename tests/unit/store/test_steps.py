@@ -11,7 +11,12 @@ from datetime import timedelta
 
 import pytest
 
-from django_workerflow.models import Step, StepEvent, WorkflowInstance, WorkflowStatus
+from django_workerflow.models import (
+    Step,
+    WorkflowInstance,
+    WorkflowStatus,
+    step_events_of,
+)
 from django_workerflow.runtime.starting import start
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values import jsonvalue
@@ -25,11 +30,7 @@ pytestmark = pytest.mark.django_db
 
 
 def events(instance: WorkflowInstance, step_id: str) -> list[str]:
-    return list(
-        StepEvent.objects.filter(instance=instance, step__step_id=step_id)
-        .order_by("id")
-        .values_list("type", flat=True)
-    )
+    return [event.type for event in step_events_of(instance) if event.step.step_id == step_id]
 
 
 def test_create_started_run_step__writes_a_running_row_and_its_attempt_started_event(
