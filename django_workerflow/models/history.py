@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
@@ -205,24 +206,39 @@ def step_events_of(
 
 
 def merged_step_events(steps: Iterable[Step], stored: Sequence[StepEvent]) -> list[StepEvent]:
-    """``stored`` (ordered by recorded_at, id) with the events the ``steps`` keep on their
-    rows put in their place: by time; at the same time by step (in creation order), a step's
-    derived start before its stored events and its derived success after them. The stored
-    events keep their order."""
-    derived = sorted(
-        (event for step in steps for event in derived_step_events(step)), key=_derived_order
-    )
+    """``stored`` (ordered by recorded_at, id; their order is kept) with the events the
+    ``steps`` keep on their rows put in their place: by time, a step's derived start before
+    its stored events and its derived success after them; at one instant, after the stored
+    events of the steps created before it."""
+    derived = [event for step in steps for event in derived_step_events(step)]
     if not derived:
         return list(stored)
+    times = [event.recorded_at for event in stored]
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for index, event in enumerate(stored):
+        first.setdefault(event.step_id, index)
+        last[event.step_id] = index
+    placed: list[tuple[int, datetime, int, int, StepEvent]] = []
+    for event in derived:
+        # The first stored event after this instant, or at it and of a later step.
+        at = bisect_left(times, event.recorded_at)
+        end = bisect_right(times, event.recorded_at)
+        while at < end and stored[at].step_id <= event.step_id:
+            at += 1
+        if event.type == StepEventType.ATTEMPT_STARTED:
+            rank, index = 0, min(at, first.get(event.step_id, at))
+        else:
+            rank, index = 1, max(at, last.get(event.step_id, -1) + 1)
+        placed.append((index, event.recorded_at, event.step_id, rank, event))
+    placed.sort(key=lambda entry: entry[:4])
     merged: list[StepEvent] = []
-    index = 0
-    for event in stored:
-        position = (event.recorded_at, event.step_id, 1)
-        while index < len(derived) and _derived_order(derived[index]) < position:
-            merged.append(derived[index])
-            index += 1
+    position = 0
+    for index, *_, event in placed:
+        merged.extend(stored[position:index])
+        position = max(position, index)
         merged.append(event)
-    merged.extend(derived[index:])
+    merged.extend(stored[position:])
     return merged
 
 
@@ -230,7 +246,8 @@ def derived_step_events(step: Step) -> list[StepEvent]:
     """The events ``step`` keeps on its row (none unless ``derived_attempt_events``): its
     first attempt started at ``created_at``, and once it succeeded, the success of its last
     attempt at ``resolved_at`` with its result. Not saved; no primary key."""
-    if not step.derived_attempt_events:
+    # "is not True": an unsaved row holds the column's DatabaseDefault, which is truthy.
+    if step.derived_attempt_events is not True:
         return []
     events = [
         StepEvent(
@@ -239,6 +256,7 @@ def derived_step_events(step: Step) -> list[StepEvent]:
             type=StepEventType.ATTEMPT_STARTED,
             attempt_number=1,
             recorded_at=step.created_at,
+            traceback="",
         )
     ]
     if step.state == StepState.SUCCEEDED and step.resolved_at is not None:
@@ -250,14 +268,10 @@ def derived_step_events(step: Step) -> list[StepEvent]:
                 attempt_number=step.attempt_count,
                 result=step.result,
                 recorded_at=step.resolved_at,
+                traceback="",
             )
         )
     return events
-
-
-def _derived_order(event: StepEvent) -> tuple[datetime, int, int]:
-    rank = 0 if event.type == StepEventType.ATTEMPT_STARTED else 2
-    return (event.recorded_at, event.step_id, rank)
 
 
 class WorkflowEvent(models.Model):
