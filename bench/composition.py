@@ -14,7 +14,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .cluster import running_cluster, seconds_between, wait_finished, warm_up
+from .cluster import (
+    attempts_started_at,
+    running_cluster,
+    seconds_between,
+    wait_finished,
+    warm_up,
+)
 from .common import Sizes, distribution, wait_until
 
 
@@ -83,7 +89,7 @@ def finish_to_return(run: str, sizes: Sizes) -> list[float]:
 def child_finish_to_parent_resume(run: str, sizes: Sizes) -> list[float]:
     """From the child's ``finished_at`` to the parent's next step starting."""
     from django_workerflow import send_event, start
-    from django_workerflow.models import StepEvent, StepEventType, WorkflowInstance
+    from django_workerflow.models import Step, WorkflowInstance
 
     parents = [f"{run}-parent-{index}" for index in range(sizes.events)]
     for key in parents:
@@ -102,11 +108,7 @@ def child_finish_to_parent_resume(run: str, sizes: Sizes) -> list[float]:
     finished = dict(
         WorkflowInstance.objects.filter(key__in=children).values_list("key", "finished_at")
     )
-    resumed = dict(
-        StepEvent.objects.filter(
-            instance__key__in=parents,
-            step__step_id="after-child",
-            type=StepEventType.ATTEMPT_STARTED,
-        ).values_list("instance__key", "recorded_at")
+    resumed = attempts_started_at(
+        Step.objects.filter(instance__key__in=parents, step_id="after-child"), 1
     )
     return [seconds_between(resumed[key], finished[f"{key}/child"]) for key in parents]

@@ -72,8 +72,10 @@ def kill_to_retry(sizes: Sizes, workdir: Path, progress: Any) -> dict[str, Any]:
 
 def _one_kill(index: int, workdir: Path, progress: Any) -> float:
     from django_workerflow import start
-    from django_workerflow.models import StepEvent, StepEventType
+    from django_workerflow.models import Step
     from django_workerflow.values.clock import now
+
+    from .cluster import attempts_started_at
 
     pidfile = workdir / f"crash-{index}.pid"
     instance = start("bench-crash", key=f"crash-{index}", input={"pidfile": str(pidfile)})
@@ -85,13 +87,7 @@ def _one_kill(index: int, workdir: Path, progress: Any) -> float:
     killed = now()
     os.kill(pid, signal.SIGKILL)
     retried = wait_until(
-        lambda: (
-            StepEvent.objects.filter(
-                instance=instance, type=StepEventType.ATTEMPT_STARTED, attempt_number=2
-            )
-            .values_list("recorded_at", flat=True)
-            .first()
-        ),
+        lambda: attempts_started_at(Step.objects.filter(instance=instance), 2).get(instance.key),
         timeout=120,
         what=f"the retry of crash-{index}",
     )

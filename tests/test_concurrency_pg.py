@@ -18,10 +18,10 @@ import django_workerflow as workerflow
 from django_workerflow.models import (
     InboundEvent,
     Step,
-    StepEvent,
     WorkflowEvent,
     WorkflowInstance,
     WorkflowStatus,
+    step_events_of,
 )
 from django_workerflow.runtime import verbs
 from tests.threads import in_threads
@@ -54,13 +54,11 @@ def workflow_event_types(instance: WorkflowInstance) -> list[str]:
 
 
 def step_history(instance: WorkflowInstance) -> dict[str, list[str]]:
+    """Each step's event types, stored and derived (a run step's first start and its
+    success are read from its row)."""
     history: dict[str, list[str]] = {}
-    for step_id, event_type in (
-        StepEvent.objects.filter(instance=instance)
-        .order_by("id")
-        .values_list("step__step_id", "type")
-    ):
-        history.setdefault(step_id, []).append(event_type)
+    for event in step_events_of(instance):
+        history.setdefault(event.step.step_id, []).append(event.type)
     return history
 
 

@@ -53,6 +53,7 @@ from django_workerflow.models import (
     StepType,
     WorkflowEvent,
     WorkflowInstance,
+    step_events_of,
 )
 from django_workerflow.runtime import verbs
 from django_workerflow.values import clock
@@ -164,6 +165,15 @@ def stopped_stretches(events: list[Any]) -> list[tuple[datetime, datetime | None
     return stretches
 
 
+def attempt_starts(key: str) -> list[StepEvent]:
+    """The ``attempt_started`` events of instance ``key``, stored and derived (a run step's
+    first start is read from its row)."""
+    instance = WorkflowInstance.objects.get(key=key)
+    return [
+        event for event in step_events_of(instance) if event.type == StepEventType.ATTEMPT_STARTED
+    ]
+
+
 def check_no_step_started_while_stopped(key: str, events: list[Any]) -> None:
     """No attempt started while the instance was paused, or after it finished.
 
@@ -176,9 +186,10 @@ def check_no_step_started_while_stopped(key: str, events: list[Any]) -> None:
     the resume committed) therefore started while the instance was stopped.
     """
     stretches = stopped_stretches(events)
-    starts = StepEvent.objects.filter(
-        instance__key=key, type=StepEventType.ATTEMPT_STARTED
-    ).values_list("step__step_id", "attempt_number", "recorded_at")
+    starts = [
+        (event.step.step_id, event.attempt_number, event.recorded_at)
+        for event in attempt_starts(key)
+    ]
     with _calls_lock:
         began = {step: list(times) for (k, step), times in CALLS.items() if k == key}
     for step_id, attempt, stamped_at in starts:
@@ -201,11 +212,7 @@ def check_no_step_started_while_stopped(key: str, events: list[Any]) -> None:
 
 def check_callbacks_match_attempts(key: str) -> None:
     """Every callback execution has its attempt_started event, and no more."""
-    attempts = Counter(
-        StepEvent.objects.filter(instance__key=key, type=StepEventType.ATTEMPT_STARTED).values_list(
-            "step__step_id", flat=True
-        )
-    )
+    attempts = Counter(event.step.step_id for event in attempt_starts(key))
     with _calls_lock:
         calls = Counter({step: len(times) for (k, step), times in CALLS.items() if k == key})
     assert calls == attempts, f"instance {key}: callbacks {dict(calls)} != attempts {attempts}"

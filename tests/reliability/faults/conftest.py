@@ -31,11 +31,11 @@ from django.db import connection
 from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import (
     Step,
-    StepEvent,
     StepEventType,
     StepState,
     StepType,
     WorkflowInstance,
+    step_events_of,
 )
 from django_workerflow.runtime import verbs
 from tests.cluster.conftest import (  # noqa: F401 - the fixture and the hook, by name
@@ -223,20 +223,16 @@ def attempt_histories(definition_name: str) -> dict[StepKey, History]:
     """``(type, attempt number, error name, error message)`` of every attempt event, per
     run step."""
     histories: dict[StepKey, History] = defaultdict(list)
-    events = (
-        StepEvent.objects.filter(instance__definition_name=definition_name, step__type=StepType.RUN)
-        .order_by("recorded_at", "id")
-        .values_list(
-            "instance__key",
-            "step__step_id",
-            "type",
-            "attempt_number",
-            "error_name",
-            "error_message",
+    instances = WorkflowInstance.objects.filter(definition_name=definition_name).order_by("id")
+    for instance in instances:
+        # Stored and derived: a run step's first start and its success are read from its row.
+        steps = list(
+            Step.objects.filter(instance=instance, type=StepType.RUN).order_by("created_at", "id")
         )
-    )
-    for key, step_id, *event in events:
-        histories[(key, step_id)].append(tuple(event))  # type: ignore[arg-type]
+        for event in step_events_of(instance, steps):
+            histories[(instance.key, event.step.step_id)].append(
+                (event.type, event.attempt_number, event.error_name, event.error_message)
+            )
     return dict(histories)
 
 

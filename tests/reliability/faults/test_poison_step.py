@@ -23,6 +23,7 @@ from django_workerflow.models import (
     StepState,
     WorkflowInstance,
     WorkflowStatus,
+    step_events_of,
 )
 from django_workerflow.runtime import verbs
 from tests.reliability.conftest import print_figures
@@ -96,9 +97,10 @@ def test_poison_step__fails_after_max_attempts_with_every_crash_recorded_and_nev
     )
 
 
-def poison_history(instance_pk: int) -> list[tuple[str, int, str]]:
-    return list(
-        StepEvent.objects.filter(step__instance_id=instance_pk, step__step_id="poison")
-        .order_by("recorded_at", "id")
-        .values_list("type", "attempt_number", "error_message")
-    )
+def poison_history(instance_pk: int) -> list[tuple[str, int | None, str]]:
+    """The poison step's events, stored and derived (its first start is read from its row)."""
+    step = Step.objects.get(instance_id=instance_pk, step_id="poison")
+    return [
+        (event.type, event.attempt_number, event.error_message)
+        for event in step_events_of(instance_pk, [step])
+    ]

@@ -20,7 +20,7 @@ from django.db import transaction
 
 from django_workerflow import start
 from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
-from django_workerflow.models import Step, StepEvent, StepEventType, StepState
+from django_workerflow.models import Step, StepEventType, StepState, step_events_of
 from tests.reliability.conftest import print_figures
 
 from .conftest import (
@@ -165,12 +165,15 @@ def group_alive(pid: int) -> bool:
 def outcome_of(callback: Callback, trace: Trace) -> str | tuple[str, str]:
     """How the attempt that ``callback`` executed ended."""
     key, step_id = callback.step
-    event = StepEvent.objects.get(
-        step__instance__key=key,
-        step__step_id=step_id,
-        attempt_number=trace.attempt_of(callback),
-        type__in=[StepEventType.ATTEMPT_SUCCEEDED, StepEventType.ATTEMPT_FAILED],
-    )
+    step = Step.objects.get(instance__key=key, step_id=step_id)
+    attempt = trace.attempt_of(callback)
+    outcomes = {StepEventType.ATTEMPT_SUCCEEDED, StepEventType.ATTEMPT_FAILED}
+    # Stored and derived: a step's success is read from its row. Exactly one outcome.
+    (event,) = [
+        event
+        for event in step_events_of(step.instance_id, [step])
+        if event.attempt_number == attempt and event.type in outcomes
+    ]
     if event.type == StepEventType.ATTEMPT_SUCCEEDED:
         return event.type
     return (event.type, event.error_name)
