@@ -58,7 +58,7 @@ class Step(models.Model):
     )
     # True on the run steps the engine creates: their first attempt's start and their
     # success are read from this row (created_at; resolved_at and the result), not stored
-    # as step events, which were half of a step's commit. step_history() derives them.
+    # as step events, which were half of a step's commit. step_events_of() derives them.
     # False on the rows written before the column and on a fork's copies (which copy steps
     # without their events).
     derived_attempt_events = models.BooleanField(db_default=False)
