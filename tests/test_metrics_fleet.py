@@ -99,6 +99,32 @@ def test_another_processs_new_row_appears():
     assert started() == 5
 
 
+def test_a_row_with_float_counts__as_an_earlier_release_flushed_it__still_counts():
+    """Releases before integer counts wrote every count as a float (``1.0``); during a
+    deploy their rows and the new ones share the table."""
+    written = totals(2)
+    floats = {
+        "counters": {
+            name: [[labels, float(count)] for labels, count in series]
+            for name, series in written["counters"].items()
+        },
+        "histograms": {
+            name: [[labels, [float(number) for number in values]] for labels, values in series]
+            for name, series in written["histograms"].items()
+        },
+    }
+    ProcessMetrics.objects.create(
+        process=uuid.uuid4(), host="old", pid=2, flushed_at=timezone.now(), totals=floats
+    )
+    row(3)
+    families = scrape()
+    assert value(families, STARTED, **LABELS) == 5
+    labels = (("definition", "fleet-def"),)
+    assert families[DURATION][(f"{DURATION}_count", labels)] == 5
+    assert families[DURATION][(f"{DURATION}_bucket", (*labels, ("le", "0.5")))] == 5
+    assert families[DURATION][(f"{DURATION}_sum", labels)] == 2.5
+
+
 def test_a_row_gone_is_forgotten():
     row(2)
     gone = row(3)
