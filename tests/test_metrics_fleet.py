@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import JSONField
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -215,3 +216,16 @@ def test_summed__is_exactly_rounded_whatever_the_order():
         return fleet.histograms[DURATION][("fleet-def",)][-1]
 
     assert duration_sum(summed(parts)) == duration_sum(summed(reversed(parts))) == 0.6
+
+
+def test_a_rows_totals__are_decoded_without_jsonfields_converter(monkeypatch):
+    """The fleet reads each document as text and decodes it with json.loads: JSONField's
+    converter cost a scrape after every row was flushed again about 1 ms at 50 rows."""
+    row(2)
+    row(3)
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("JSONField.from_db_value was called")
+
+    monkeypatch.setattr(JSONField, "from_db_value", refuse)
+    assert started() == 5
