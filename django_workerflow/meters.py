@@ -76,6 +76,9 @@ class Meters:
 
     A histogram's value per label set is a list: the observations in each bucket (not
     cumulative; the last one past the largest bound), then their count, then their sum.
+    The counts are ints, as a counter's value is: a flushed document then holds them as
+    JSON integers, which a scrape decodes in well under half the time of floats (``0.0``)
+    and which every release reads alike.
     """
 
     def __init__(self) -> None:
@@ -143,7 +146,8 @@ class Meters:
         bounds = BUCKETS[name]
         counts = series.get(labels)
         if counts is None:
-            counts = series[labels] = [0.0] * (len(bounds) + 3)
+            # The buckets and the count as ints, the sum as a float (see the class).
+            counts = series[labels] = [0] * (len(bounds) + 2) + [0.0]
         counts[bisect.bisect_left(bounds, value)] += 1
         counts[-2] += 1
         counts[-1] += value
@@ -181,13 +185,14 @@ EMPTY: Totals = {"counters": {}, "histograms": {}}
 class Sums:
     """Totals documents added (and subtracted) series by series: counters by name and
     labels, histograms by name and labels, their buckets, count and sum added one by one.
-    A histogram flushed with other buckets (by another release) is left out."""
+    A histogram flushed with other buckets (by another release) is left out. Integer
+    counts stay integers (see :class:`Meters`)."""
 
     def __init__(self) -> None:
         self.counters: dict[str, dict[Labels, float]] = {}
         self.histograms: dict[str, dict[Labels, list[float]]] = {}
 
-    def add(self, totals: Totals, sign: float = 1.0) -> Sums:
+    def add(self, totals: Totals, sign: int = 1) -> Sums:
         for name, series in totals.get("counters", {}).items():
             summed = self.counters.setdefault(name, {})
             for labels, value in series:
@@ -199,7 +204,7 @@ class Sums:
             for labels, values in series:
                 if bounds is None or len(values) != len(bounds) + 3:
                     continue
-                current = summed_histogram.setdefault(tuple(labels), [0.0] * len(values))
+                current = summed_histogram.setdefault(tuple(labels), [0] * len(values))
                 for index, value in enumerate(values):
                     current[index] += sign * value
         return self
@@ -296,7 +301,7 @@ def difference(totals: Totals, less: Totals) -> Totals:
     """``totals`` less ``less``, series by series."""
     if less is EMPTY:
         return totals
-    return Sums().add(totals).add(less, -1.0).totals()
+    return Sums().add(totals).add(less, -1).totals()
 
 
 #: This process's meters.

@@ -293,6 +293,42 @@ def test_retire__a_live_process_whose_row_was_retired__counts_nothing_twice(defi
     assert started[(definition.name, "run")] == 2
 
 
+# The numbers a row holds ------------------------------------------------------------------
+
+
+def counts_and_sums(totals: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """Every count of a totals document (counter values, histogram buckets and counts), and
+    every histogram's sum."""
+    counts = [count for series in totals["counters"].values() for _, count in series]
+    sums = []
+    for series in totals["histograms"].values():
+        for _, values in series:
+            counts.extend(values[:-1])
+            sums.append(values[-1])
+    return counts, sums
+
+
+def test_rows__hold_counts_as_integers_and_sums_as_floats(define_with):
+    """A scrape decodes every row a live worker flushed again since the last one: integers
+    decode in well under half the time of floats (``0.0``). A process's own row, the
+    retired row (merged) and a row flushed after its retirement (a difference) alike."""
+    with ran_two_steps(define_with, "integral") as (definition, _labels, harness):
+        process_metrics.flush()
+        age_rows(process=METERS.process)
+        assert process_metrics.retire() == 1
+        workerflow.start(definition, key="integral-after")
+        harness.drain()
+        process_metrics.flush()
+        rows = list(ProcessMetrics.objects.all())
+    assert len(rows) == 2
+    for row in rows:
+        counts, sums = counts_and_sums(row.totals)
+        assert counts
+        assert all(type(count) is int for count in counts), row.totals
+        assert sums
+        assert all(type(total) is float for total in sums), row.totals
+
+
 def test_wake_lag__a_start_with_a_schedules_key_and_input__counts_as_start(define_with):
     # Only a schedule's own start counts `schedule`: a key and input shaped like an
     # occurrence's do not make a user's start one.

@@ -19,6 +19,7 @@ whichever of the flush and the merge takes the row lock first.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -28,7 +29,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import Case, F, JSONField, Q, QuerySet, When
+from django.db.models import Case, Q, QuerySet, TextField, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from django_workerflow.conf import settings
@@ -196,7 +198,9 @@ class Fleet:
         rows = ProcessMetrics.objects.values_list(
             "process",
             "flushed_at",
-            Case(When(left_out, then=None), default=F("totals"), output_field=JSONField()),
+            # The document as text, decoded below: through JSONField's converter, a scrape
+            # after every row was flushed again cost about 1 ms more at 50 rows.
+            Case(When(left_out, then=None), default=Cast("totals", TextField())),
         )
         fresh: dict[uuid.UUID, tuple[datetime, Totals]] = {}
         own_row = False
@@ -208,7 +212,7 @@ class Fleet:
             elif totals is None and skip:
                 return None
             else:
-                fresh[process] = (at, totals or EMPTY)
+                fresh[process] = (at, json.loads(totals) or EMPTY)
         return fresh, own_row
 
     def with_own(self, others: Series, own: Totals) -> Series:
