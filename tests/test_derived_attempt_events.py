@@ -5,10 +5,11 @@ Everything else a step records (later starts, failures, sleeps, waits) stays sto
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 
 import django_workerflow as workerflow
 from django_workerflow.console.history import load_history
@@ -108,8 +109,6 @@ def test_a_step_written_before_the_column__keeps_its_stored_events_and_stores_it
     store, instance = claimed_store()
     record = store.create_started_run_step("old", parent_step_id=None, max_attempts=1)
     Step.objects.filter(pk=record.pk).update(derived_attempt_events=False)
-    from django.db import connection
-
     with connection.cursor() as cursor:
         transactions.insert_event(
             cursor, instance.pk, record.pk, record.created_at, STARTED, attempt_number=1
@@ -139,45 +138,32 @@ def test_a_step_written_before_the_column__stores_its_success_in_the_fused_write
     assert history(instance) == [("old", SUCCEEDED, 1), ("new", STARTED, 1)]
 
 
+def unsaved_step(pk: int, step_id: str, state: str, at: datetime, **fields: Any) -> Step:
+    """A step row as read back (never saved): a run step keeping its events unless told."""
+    values: dict[str, Any] = {"type": "run", "attempt_count": 1, "derived_attempt_events": True}
+    values.update(fields)
+    return Step(pk=pk, instance_id=9, step_id=step_id, state=state, created_at=at, **values)
+
+
+def stored_event(pk: int, step: Step, type: str, at: datetime, attempt: int | None) -> StepEvent:
+    return StepEvent(
+        pk=pk, instance_id=9, step=step, type=type, attempt_number=attempt, recorded_at=at
+    )
+
+
 def test_merge__at_one_instant__a_start_first_then_by_step_and_the_stored_order_kept():
     at = now()
-    first = Step(
-        pk=1,
-        instance_id=9,
-        step_id="first",
-        type="run",
-        state=StepState.SUCCEEDED,
-        attempt_count=2,
-        created_at=at,
-        resolved_at=at,
-        derived_attempt_events=True,
-    )
-    second = Step(
-        pk=2,
-        instance_id=9,
-        step_id="second",
-        type="run",
-        state=StepState.RUNNING,
-        attempt_count=1,
-        created_at=at,
-        derived_attempt_events=True,
-    )
-    old = Step(
-        pk=3,
-        instance_id=9,
-        step_id="old",
-        type="run",
-        state=StepState.SUCCEEDED,
-        attempt_count=1,
-        created_at=at,
-        resolved_at=at,
+    first = unsaved_step(1, "first", StepState.SUCCEEDED, at, attempt_count=2, resolved_at=at)
+    second = unsaved_step(2, "second", StepState.RUNNING, at)
+    old = unsaved_step(
+        3, "old", StepState.SUCCEEDED, at, resolved_at=at, derived_attempt_events=False
     )
     # Stored at one instant, deliberately out of step order: the merge must not reorder them.
     stored = [
-        StepEvent(pk=10, instance_id=9, step=old, type=STARTED, attempt_number=1, recorded_at=at),
-        StepEvent(pk=11, instance_id=9, step=first, type=FAILED, attempt_number=1, recorded_at=at),
-        StepEvent(pk=12, instance_id=9, step=first, type=STARTED, attempt_number=2, recorded_at=at),
-        StepEvent(pk=13, instance_id=9, step=old, type=SUCCEEDED, attempt_number=1, recorded_at=at),
+        stored_event(10, old, STARTED, at, 1),
+        stored_event(11, first, FAILED, at, 1),
+        stored_event(12, first, STARTED, at, 2),
+        stored_event(13, old, SUCCEEDED, at, 1),
     ]
 
     merged = merged_step_events([first, second, old], stored)
@@ -195,45 +181,23 @@ def test_merge__at_one_instant__a_start_first_then_by_step_and_the_stored_order_
 
 def test_merge__by_time_first():
     at = now()
-    later = at + timedelta(seconds=1)
-    step = Step(
-        pk=5,
-        instance_id=9,
-        step_id="s",
-        type="run",
-        state=StepState.SUCCEEDED,
-        attempt_count=1,
-        created_at=at,
-        resolved_at=later,
-        derived_attempt_events=True,
-    )
-    sleep = Step(
-        pk=1,
-        instance_id=9,
-        step_id="nap",
+    second = timedelta(seconds=1)
+    step = unsaved_step(5, "s", StepState.SUCCEEDED, at, resolved_at=at + second)
+    nap = unsaved_step(
+        1,
+        "nap",
+        StepState.ELAPSED,
+        at - second,
         type="sleep",
-        state=StepState.ELAPSED,
-        created_at=at - timedelta(seconds=1),
-        resolved_at=later + timedelta(seconds=1),
+        resolved_at=at + 2 * second,
+        derived_attempt_events=False,
     )
     stored = [
-        StepEvent(
-            pk=1,
-            instance_id=9,
-            step=sleep,
-            type=StepEventType.SLEEP_WAITING,
-            recorded_at=sleep.created_at,
-        ),
-        StepEvent(
-            pk=2,
-            instance_id=9,
-            step=sleep,
-            type=StepEventType.SLEEP_ELAPSED,
-            recorded_at=sleep.resolved_at,
-        ),
+        stored_event(1, nap, StepEventType.SLEEP_WAITING, nap.created_at, None),
+        stored_event(2, nap, StepEventType.SLEEP_ELAPSED, nap.resolved_at, None),
     ]
 
-    merged = merged_step_events([sleep, step], stored)
+    merged = merged_step_events([nap, step], stored)
 
     assert [(e.step.step_id, e.type) for e in merged] == [
         ("nap", StepEventType.SLEEP_WAITING),
