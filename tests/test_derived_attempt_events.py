@@ -179,6 +179,27 @@ def test_merge__at_one_instant__a_start_first_then_by_step_and_the_stored_order_
     ]
 
 
+def test_merge__derives_no_event_an_earlier_release_also_stored():
+    # A rolling deploy: this release started the step (nothing stored), an earlier one took
+    # it over, retried it and stored the retry's start and its success.
+    at = now()
+    step = unsaved_step(1, "s", StepState.SUCCEEDED, at, attempt_count=2, resolved_at=at)
+    stored = [
+        stored_event(10, step, FAILED, at, 1),
+        stored_event(11, step, STARTED, at, 2),
+        stored_event(12, step, SUCCEEDED, at, 2),
+    ]
+
+    merged = merged_step_events([step], stored)
+
+    assert [(e.type, e.attempt_number, e.pk) for e in merged] == [
+        (STARTED, 1, None),
+        (FAILED, 1, 10),
+        (STARTED, 2, 11),
+        (SUCCEEDED, 2, 12),
+    ]
+
+
 def test_merge__by_time_first():
     at = now()
     second = timedelta(seconds=1)

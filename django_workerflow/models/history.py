@@ -209,18 +209,23 @@ def merged_step_events(steps: Iterable[Step], stored: Sequence[StepEvent]) -> li
     """``stored`` (ordered by recorded_at, id; their order is kept) with the events the
     ``steps`` keep on their rows put in their place: by time, a step's derived start before
     its stored events and its derived success after them; at one instant, after the stored
-    events of the steps created before it."""
+    events of the steps created before it. An event also stored is not derived again (an
+    earlier release, during a rolling deploy, may finish a step this one started)."""
     derived = [event for step in steps for event in derived_step_events(step)]
     if not derived:
         return list(stored)
     times = [event.recorded_at for event in stored]
     first: dict[int, int] = {}
     last: dict[int, int] = {}
+    kept = set()
     for index, event in enumerate(stored):
         first.setdefault(event.step_id, index)
         last[event.step_id] = index
+        kept.add((event.step_id, event.type, event.attempt_number))
     placed: list[tuple[int, datetime, int, int, StepEvent]] = []
     for event in derived:
+        if (event.step_id, event.type, event.attempt_number) in kept:
+            continue
         # The first stored event after this instant, or at it and of a later step.
         at = bisect_left(times, event.recorded_at)
         end = bisect_right(times, event.recorded_at)
