@@ -263,8 +263,9 @@ _STATEMENTS: dict[str, str] = {
             %(max_attempts)s, '', '', NULL, '', NULL, %(now)s, true
         WHERE EXISTS (SELECT 1 FROM {INSTANCE} WHERE {LEASE_HELD_RUNNING})
         RETURNING id""",
-    # PostgreSQL: record the success of a running attempt and its event; fenced by the step
-    # row (still running, same attempt), not by the lease. Returns how many rows changed.
+    # PostgreSQL: record the success of a running attempt (and its event, for a row written
+    # before derived_attempt_events); fenced by the step row (still running, same attempt),
+    # not by the lease. Returns how many rows changed.
     "succeed_run_with_event": _FUSED_SUCCESS.rstrip(",") + " SELECT count(*) FROM done",
     # SQLite: record the success of a running attempt; returns whether the row keeps it
     # (derived_attempt_events), else its event is a second statement.

@@ -648,8 +648,8 @@ class StepStore(RecordedSteps):
     def _succeed_sqlite(
         self, cursor: Any, values: dict[str, Any], step_pk: int, now: datetime
     ) -> int:
-        """SQLite: record the success ``values`` bind, and its event unless its row keeps
-        it (derived_attempt_events); return how many steps it changed (0 or 1)."""
+        """SQLite: record the success whose parameters are ``values``, and its event unless
+        its row keeps it (derived_attempt_events); return how many steps changed (0 or 1)."""
         executor.execute(cursor, "succeed_run", values)
         row = cursor.fetchone()
         if row is None:
