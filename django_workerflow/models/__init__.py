@@ -16,7 +16,6 @@ from django_workerflow.models.history import (
     Step,
     StepEvent,
     WorkflowEvent,
-    derived_step_events,
     merged_step_events,
     step_events_of,
 )
@@ -54,7 +53,6 @@ __all__ = [
     "WorkflowInstanceQuerySet",
     "WorkflowSchedule",
     "WorkflowStatus",
-    "derived_step_events",
     "merged_step_events",
     "step_events_of",
 ]

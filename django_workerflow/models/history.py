@@ -211,7 +211,7 @@ def merged_step_events(steps: Iterable[Step], stored: Sequence[StepEvent]) -> li
     its stored events and its derived success after them; at one instant, after the stored
     events of the steps created before it. An event also stored is not derived again (an
     earlier release, during a rolling deploy, may finish a step this one started)."""
-    derived = [event for step in steps for event in derived_step_events(step)]
+    derived = [event for step in steps for event in _derived_step_events(step)]
     if not derived:
         return list(stored)
     times = [event.recorded_at for event in stored]
@@ -247,7 +247,7 @@ def merged_step_events(steps: Iterable[Step], stored: Sequence[StepEvent]) -> li
     return merged
 
 
-def derived_step_events(step: Step) -> list[StepEvent]:
+def _derived_step_events(step: Step) -> list[StepEvent]:
     """The events ``step`` keeps on its row (none unless ``derived_attempt_events``): its
     first attempt started at ``created_at``, and once it succeeded, the success of its last
     attempt at ``resolved_at`` with its result. Not saved; no primary key."""
