@@ -1247,6 +1247,27 @@ def test_status_signal__is_sent_after_commit(define, status_signals):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_status_signal__outside_a_transaction_reports_the_instance_start_returns(define):
+    definition = define(lambda self: None)
+    received = []
+
+    def receiver(sender, instance, status, **kwargs):
+        received.append((instance, instance.pk, status))
+
+    workflow_status_changed.connect(receiver, weak=False)
+    try:
+        instance = workerflow.start(definition, key="autocommit")
+    finally:
+        workflow_status_changed.disconnect(receiver)
+
+    # Committed when start() returns: the signal was sent with the very object, its id set.
+    assert [(id(sent), pk, status) for sent, pk, status in received] == [
+        (id(instance), instance.pk, "pending")
+    ]
+    assert WorkflowInstance.objects.filter(pk=instance.pk, status="pending").exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_status_signal__is_not_sent_for_a_rolled_back_transaction(define, status_signals):
     definition = define(lambda self: None)
 
