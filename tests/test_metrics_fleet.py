@@ -4,6 +4,7 @@ changed, and the counters and histograms rendered again only then (docs/metrics.
 
 from __future__ import annotations
 
+import gc
 import threading
 import uuid
 from datetime import datetime, timedelta
@@ -15,7 +16,7 @@ from django.db.models import JSONField
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_workerflow import metrics
+from django_workerflow import meters, metrics
 from django_workerflow.meters import METERS, Meters, Series, summed
 from django_workerflow.models import ProcessMetrics
 from django_workerflow.store import process_metrics
@@ -229,3 +230,29 @@ def test_a_rows_totals__are_decoded_without_jsonfields_converter(monkeypatch):
 
     monkeypatch.setattr(JSONField, "from_db_value", refuse)
     assert started() == 5
+
+
+def test_kept_rows__are_tuples_the_garbage_collector_stops_tracking():
+    """A scrape keeps each row's totals in tuples of strings and numbers only: once they
+    survived a collection the collector no longer tracks them, so a fleet flushed again
+    before each scrape adds no work to its full collections (a decoded document's lists
+    did, and those collections made a scrape's p99)."""
+    row(2)
+    row(3)
+    assert started() == 5
+    for _ in range(3):  # a tuple is untracked once what it holds is
+        gc.collect()
+    kept = [flat for _, flat in FLEET._rows.values()]  # noqa: SLF001 - what it keeps is the subject
+    assert len(kept) == 2
+    # One object a row (a named tuple stays tracked), none a series.
+    assert all(type(part) is tuple and not gc.is_tracked(part) for flat in kept for part in flat)
+
+
+def test_summed__adds_flattened_documents_as_it_adds_the_documents():
+    other_buckets = {"histograms": {DURATION: [[["fleet-def"], [1, 1, 0.5]]]}}
+    documents = [totals(2, 0.25), totals(3), other_buckets, meters.EMPTY]
+    flat = meters.summed_flat(map(meters.flattened, documents))
+    assert flat.counters == summed(documents).counters
+    assert flat.counters[STARTED] == {("fleet-def", "run"): 5.0}
+    assert flat.histograms == summed(documents).histograms
+    assert flat.histograms[DURATION][("fleet-def",)][-2:] == (5.0, 2.0)
