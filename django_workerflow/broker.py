@@ -8,7 +8,8 @@ by the ``(key, lock)`` index our migration 0006 adds to django-q2's queue table.
 
 It claims and acknowledges bells with named statements (:mod:`.sql`) instead of the ORM's
 query compiler, which cost more than the statements themselves: on PostgreSQL one
-statement claims the earliest-due rows (skipping rows another cluster is claiming), on
+statement claims the earliest-due rows (skipping rows another cluster is claiming) without
+waiting for its WAL flush (a claim lost in a server crash only hands its bells out again), on
 SQLite a read (an empty queue's poll takes no write lock) then one claiming update.
 
 It also keeps its connection between calls: django-q2's broker closes "old" connections on
@@ -76,6 +77,12 @@ def _reset_if_broken(connection: Any) -> None:
             connection.errors_occurred = False
 
 
+def _claim_statement(connection: Any) -> str:
+    """The PostgreSQL claim: without its WAL flush in autocommit (the broker's own loop), not
+    inside a caller's transaction, whose commit the setting would otherwise weaken."""
+    return "claim_due_bells" if connection.in_atomic_block else "claim_due_bells_no_flush"
+
+
 class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
     """django-q2's ORM broker, dequeuing the earliest-due rows first."""
 
@@ -106,7 +113,9 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
             listener.drain(listen_on)
         now = timezone.now()
         with connection.cursor() as cursor:
-            cursor.execute(sql.queue_statement("claim_due_bells", QUEUE), self._values(now))
+            cursor.execute(
+                sql.queue_statement(_claim_statement(connection), QUEUE), self._values(now)
+            )
             rows = cursor.fetchall()
         claimed = sorted((row for row in rows if row[0] is not None), key=_by_due)
         taken = [(pk, payload) for pk, payload, _due in claimed]

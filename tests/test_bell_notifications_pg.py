@@ -282,3 +282,49 @@ def test_broker__polls_and_says_so_once_when_its_notifications_never_arrive(
     assert [payload for _pk, payload in taken] == ["polled"]
     warnings = [r for r in caplog.records if "do not reach database alias" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def claims_sent(queue: Any) -> list[str]:
+    """The bell claims ``queue.dequeue()`` sends, with a due bell queued."""
+    insert_bell("due", timezone.now())
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        if "FOR UPDATE SKIP LOCKED" in sql:
+            sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        assert [payload for _pk, payload in queue.dequeue() or []] == ["due"]
+    return sent
+
+
+def test_broker__claims_bells_without_waiting_for_the_wal_flush():
+    # A claim a server crash loses leaves its bells due, and a tick is safe to repeat.
+    [claim] = claims_sent(broker())
+
+    assert "set_config('synchronous_commit', 'off', true)" in claim
+
+
+def test_broker__claiming_inside_a_transaction_keeps_its_synchronous_commit():
+    with transaction.atomic():
+        [claim] = claims_sent(broker())
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+
+    assert "synchronous_commit" not in claim
+
+
+def test_broker__the_claim_without_flush_turns_it_off_for_its_own_transaction_only():
+    from django_workerflow.store import sql
+
+    statement = sql.queue_statement("claim_due_bells_no_flush", "django_q_ormq")
+    values = {"key": queue_key(), "now": timezone.now(), "until": timezone.now(), "limit": 1}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement, values)
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "off"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
