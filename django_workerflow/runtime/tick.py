@@ -93,6 +93,8 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     # The tick's duration, as the metric counts it, on the engine's clock (the harness's).
     started = clock_now()
     token = uuid.uuid4().hex
+    # Before the claim: the step writes' first lease renewal is due a quarter lease later.
+    taken_at = time.monotonic()
     claimed = _claim(instance_pk, token)
     # A queued instance's rate-limit bell rang: admission runs with its row released.
     if (
@@ -116,7 +118,7 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     )
     try:
         with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
-            return _execute(instance, definition_class, token, recovering, traced)
+            return _execute(instance, definition_class, token, taken_at, recovering, traced)
     finally:
         METERS.tick_finished(instance.definition_name, (clock_now() - started).total_seconds())
 
@@ -203,6 +205,7 @@ def _execute(
     instance: WorkflowInstance,
     definition_class: type[WorkflowDefinition],
     token: str,
+    taken_at: float,
     recovering: bool,
     traced: tracing.TickTrace,
 ) -> TickResult:
@@ -214,7 +217,11 @@ def _execute(
     while True:
         replays += 1
         store = StepStore(
-            instance.pk, lease_token=token, start_child=starting.start, progress=progress
+            instance.pk,
+            lease_token=token,
+            start_child=starting.start,
+            progress=progress,
+            lease_taken_at=taken_at,
         )
         steps = store.load()
         if suspects is None:

@@ -76,11 +76,14 @@ def claim(instance: WorkflowInstance, token: str, now: datetime) -> bool:
 class Lease:
     """A tick's lease on one instance, as the step store's writes check and renew it."""
 
-    def __init__(self, instance_pk: int, token: str) -> None:
+    def __init__(self, instance_pk: int, token: str, *, taken_at: float | None = None) -> None:
+        """``taken_at``: when (``time.monotonic()``) the tick took the lease, if it just did:
+        the claim set a fresh expiry, so the first renewal is due a quarter lease later (a
+        first step write that renewed at once rewrote the instance row for nothing)."""
         self.instance_pk = instance_pk
         self.token = token
         # The hot path renews every quarter lease, not on every write.
-        self._renew_due = 0.0
+        self._renew_due = 0.0 if taken_at is None else taken_at + settings.LEASE_SECONDS / 4
 
     def params(self, adapt: Any, now: datetime) -> dict[str, Any]:
         """The fence's statement parameters; ``renew`` says whether this write renews."""

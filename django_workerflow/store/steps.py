@@ -185,7 +185,8 @@ class StepStore(RecordedSteps):
     """Reads and writes the steps of one instance, for the tick holding ``lease_token``
     (fenced as :mod:`django_workerflow.store.lease` states): run, sleep, wait and child
     steps. ``start_child`` is how the runtime starts an instance (``start()``): the tick
-    hands it over, so the store never imports the runtime."""
+    hands it over, so the store never imports the runtime. ``lease_taken_at``: see
+    :class:`~django_workerflow.store.lease.Lease`."""
 
     _outcomes: dict[int, Outcome] | None = None
 
@@ -196,9 +197,10 @@ class StepStore(RecordedSteps):
         lease_token: str,
         start_child: ChildStarter,
         progress: PendingProgress | None = None,
+        lease_taken_at: float | None = None,
     ) -> None:
         super().__init__(instance_pk)
-        self.lease = Lease(instance_pk, lease_token)
+        self.lease = Lease(instance_pk, lease_token, taken_at=lease_taken_at)
         self.pending_success: PendingSuccess | None = None
         self._start_child = start_child
         # Shared by the passes of one tick: what the row holds, and what to write next.

@@ -99,6 +99,26 @@ def test_tick__takes_over_an_expired_lease_and_finishes_the_work(workerflow_harn
     assert refreshed(instance).result == "done"
 
 
+def test_tick__its_first_step_write_keeps_the_lease_the_claim_just_took(
+    workerflow_harness, define, settings
+):
+    settings.WORKERFLOW_LEASE_SECONDS = 60.0
+    claimed_at = workerflow_harness.now()
+    seen: list[Any] = []
+
+    def execute(self):
+        # Engine time passes between the claim and the first step's start.
+        workerflow_harness.clock.advance(timedelta(seconds=10))
+        self.run("a", lambda: seen.append(refreshed(instance).lease_expires_at))
+
+    instance = started(define, execute)
+
+    assert tick(instance.pk).outcome == TickOutcome.COMPLETED
+    # The claim's expiry: the start of step "a" did not renew it (it is not due for a
+    # quarter lease).
+    assert seen == [claimed_at + timedelta(seconds=60)]
+
+
 # Settling -------------------------------------------------------------------------------
 
 
