@@ -11,13 +11,23 @@ SCRAPE_SECONDS = 0.05
 
 
 def scrape(r: dict[str, Any]) -> str:
+    """Both medians: with the process rows unchanged since the last scrape, and with every
+    row flushed again before each (a fleet of live workers, what most scrapes see)."""
     scraped = dig(r, "metrics")
-    figure = f"{ms(scraped['median'])} ms at {scraped['instances']:,}"
-    return check(figure, scraped["median"] <= SCRAPE_SECONDS and scraped["instances"] >= 1_000_000)
+    slowest = max(scraped["median"], scraped["reflushed_median"])
+    figure = (
+        f"{ms(scraped['median'])} / {ms(scraped['reflushed_median'])} ms "
+        f"at {scraped['instances']:,}"
+    )
+    return check(figure, slowest <= SCRAPE_SECONDS and scraped["instances"] >= 1_000_000)
 
 
 def targets_table(results: Results) -> Table:
     table = Table(results)
     table.header("Targets (issue 22)")
-    table.row("scrape at 1,000,000 instances <= 50 ms", scrape, "metrics")
+    table.row(
+        "scrape at 1,000,000: median <= 50 ms, rows kept / reflushed",
+        scrape,
+        "metrics",
+    )
     return table
