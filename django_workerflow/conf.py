@@ -52,10 +52,10 @@ class Settings:
 
     @property
     def PREPARED_STATEMENTS(self) -> bool:
-        """PostgreSQL: run the hot statements as server-side prepared statements.
+        """PostgreSQL: run the hot statements as prepared statements bound on the server.
 
         Turn it off behind PgBouncer in transaction mode older than 1.21 (no prepared
-        statement support)."""
+        statement support; 1.21 and newer need ``max_prepared_statements``)."""
         return _read("PREPARED_STATEMENTS", True)
 
     @property

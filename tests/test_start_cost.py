@@ -12,7 +12,7 @@ from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import instance_ids
 from django_workerflow.workers import bells
 
-from .test_statements import TRANSACTION_CONTROL
+from .test_statements import TRANSACTION_CONTROL, label, prepared_on_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,7 +37,8 @@ def test_start__of_a_new_instance_costs_at_most_three_statements_and_one_commit(
         # Autocommit: instance, event and bell in one statement, its own transaction and the
         # only commit; prepared by the first start on this connection (issue 24).
         assert control == []
-        assert [s.startswith("EXECUTE workerflow_start_one_") for s in statements] == [True]
+        assert [s.startswith(label("start_one")) for s in statements] == [True]
+        assert any(sql.startswith(label("start_one")) for sql in prepared_on_server())
     else:
         assert control == ["BEGIN IMMEDIATE", "COMMIT"]
     stored = WorkflowInstance.objects.get(pk=instance.pk)
@@ -72,18 +73,24 @@ def test_start__is_prepared_once_per_connection_and_sent_whole_when_preparing_is
     executed: list[str] = []
 
     def record(execute, sql, params, many, context):
-        executed.append(sql.strip().split()[0].upper())
+        executed.append(sql)
         return execute(sql, params, many, context)
 
     connection.close()  # a new session: nothing prepared on it yet
     with connection.execute_wrapper(record):
         workerflow.start(workflow, key="first")
         workerflow.start(workflow, key="second")
+        prepared = prepared_on_server()
         settings.WORKERFLOW_PREPARED_STATEMENTS = False
         workerflow.start(workflow, key="third")
 
-    # The first start draws a block of ids, prepares and executes; the second only executes.
-    assert [s for s in executed if s != "SELECT"] == ["PREPARE", "EXECUTE", "EXECUTE", "WITH"]
+    # The first start draws a block of ids; each start sends the one statement, the first
+    # two prepared (one preparation, run twice), the third as it is, its parameters in it.
+    starts = [sql for sql in executed if not sql.startswith("SELECT")]
+    assert [sql.startswith(label("start_one")) for sql in starts] == [True, True, False]
+    assert starts[2].startswith("WITH new AS (INSERT INTO")
+    assert [runs for sql, runs in prepared.items() if sql.startswith(label("start_one"))] == [2]
+    assert prepared_on_server() == prepared  # nothing prepared, nor run prepared, when off
     assert set(WorkflowInstance.objects.values_list("key", flat=True)) == {
         "first",
         "second",

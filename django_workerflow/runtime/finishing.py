@@ -95,8 +95,7 @@ def look_around(instance_pk: int) -> Followups:
     else:
         name = "finish_followups"
     with connection.cursor() as cursor:
-        executor.execute(cursor, name, sql.params(**values))
-        row = cursor.fetchone()
+        row = executor.execute(cursor, name, sql.params(**values)).fetchone()
     return Followups(has_children=bool(row[0]), has_waiting=bool(row[1]))
 
 

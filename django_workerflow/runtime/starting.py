@@ -440,8 +440,9 @@ def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any
         pk = id_block.take(cursor)
         params = [pk, *row, WorkflowEventType.CREATED, when]
         params += [bell_rows.list_key(), bell_rows.payload(pk), when, key]
-        executor.execute_composed(cursor, "start_one", text, params)
-        created_pk, existed = cursor.fetchone()
+        created_pk, existed = executor.execute_composed(
+            cursor, "start_one", text, params
+        ).fetchone()
         if created_pk is not None:
             return {key: created_pk}
         if existed:
@@ -453,7 +454,6 @@ def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any
     )
 
 
-@functools.cache
 @functools.cache
 def _db_types(vendor: str) -> dict[str, str | None]:
     """The instance table's column types (``vendor`` keys the cache: the types are the

@@ -1,134 +1,110 @@
 """Running the named statements of :mod:`.sql`, the one place that does: the hot path's on
-PostgreSQL as server-side prepared statements (``PREPARE`` once per connection, then
-``EXECUTE``; their parameters carry casts), elsewhere and off the hot path as they are.
+PostgreSQL bound and prepared on the server, elsewhere and off the hot path as they are.
 
-Django opens psycopg connections with ``prepare_threshold=None``, which disables the
-driver's own preparing; SQL-level ``PREPARE`` works through Django's cursor all the same.
-PgBouncer in transaction mode needs ``max_prepared_statements``; or turn this off with
-``WORKERFLOW_PREPARED_STATEMENTS = False``.
+Django's psycopg cursors bind on the client: every parameter is quoted into the text in
+Python and the server parses the whole text again. The hot statements instead go through
+a psycopg ``Cursor`` (binding on the server) that prepares each statement the first time a
+connection runs it and then only binds its parameters: planned once per connection, and
+no quoting in Python. The cursor is wrapped by Django as its own are, so
+``connection.execute_wrapper`` and the translation of database errors apply as to any
+query; while Django logs queries (``DEBUG``, a test capturing them) the statements are
+bound on the client instead, so that the log shows them.
+
+psycopg prepares nothing while the connection's ``prepare_threshold`` is None, which is how
+Django opens it; the first prepared statement sets it to a count no query reaches, so the
+statements of any other cursor are still never prepared. Protocol-level prepared statements
+are what PgBouncer (1.21 and newer, ``max_prepared_statements``) keeps across transaction
+pooling; turn them off with ``WORKERFLOW_PREPARED_STATEMENTS = False`` behind an older one.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-import weakref
-import zlib
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django_workerflow.conf import settings
 from django_workerflow.store.sql import statement
 
-
-@cache
-def _names(name: str) -> tuple[str, ...]:
-    """The parameters the statement ``name`` names, each once."""
-    return tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement("postgresql", name))))
+#: ``prepare_threshold`` set on a connection Django opened with None (see the module's
+#: docstring): only the statements run with ``prepare=True`` are prepared.
+NO_AUTOMATIC_PREPARING = 2**31 - 1
 
 
-@cache
-def prepared(name: str) -> tuple[str, str, tuple[str, ...]]:
-    """PostgreSQL: (statement name, PREPARE text, parameter names in $n order).
-
-    Parameters carry explicit casts, so the server knows every type when preparing.
-    """
-    body, names = _numbered(statement("postgresql", name))
-    name_in_server = f"workerflow_{name}"
-    return name_in_server, f"PREPARE {name_in_server} AS {body}", names
+@functools.cache
+def _names(text: str) -> tuple[str, ...]:
+    """The parameters ``text`` names (``%(name)s``), each once."""
+    return tuple(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
 
 
-def _numbered(text: str) -> tuple[str, tuple[str, ...]]:
-    """``text`` with its ``%(name)s`` parameters as ``$n``, and the names in ``$n`` order."""
-    names: list[str] = []
-
-    def positional(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    return re.sub(r"%\((\w+)\)s", positional, text), tuple(names)
-
-
-# The statements already prepared on each PostgreSQL connection (they live as long as the
-# server session, and survive rollbacks).
-_prepared_on: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
-
-
-def execute_plain(cursor: Any, name: str, values: dict[str, Any]) -> None:
-    """Run the statement ``name`` as it is, never prepared (its parameters need not carry
-    casts): the statements off the hot path."""
+def _bound(text: str, values: Mapping[str, Any]) -> dict[str, Any]:
     # Only the parameters the statement names: the driver binds (and Django's SQLite
     # wrapper rewrites) every key it is given.
-    cursor.execute(statement(cursor.db.vendor, name), {key: values[key] for key in _names(name)})
+    return {key: values[key] for key in _names(text)}
 
 
-def execute(cursor: Any, name: str, values: dict[str, Any]) -> None:
-    """Run the statement ``name``; on PostgreSQL as a server-side prepared statement
-    (planned once per connection) unless WORKERFLOW_PREPARED_STATEMENTS is off."""
-    vendor = cursor.db.vendor
-    if vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
-        # execute_plain's line, not a call to it: every step's statements come this way.
-        cursor.execute(statement(vendor, name), {key: values[key] for key in _names(name)})
-        return
-    server_name, prepare, names = prepared(name)
-    _execute_prepared(cursor, server_name, prepare, [values[n] for n in names])
+def execute_plain(cursor: Any, name: str, values: Mapping[str, Any]) -> None:
+    """Run the statement ``name`` on ``cursor`` as it is, never prepared: the statements
+    off the hot path."""
+    text = statement(cursor.db.vendor, name)
+    cursor.execute(text, _bound(text, values))
 
 
-def _execute_prepared(cursor: Any, server_name: str, prepare: str, params: Sequence[Any]) -> None:
-    """PostgreSQL: prepare ``server_name`` on this connection the first time, then run it."""
-    done = _prepared_on.setdefault(cursor.db.connection, set())
-    if server_name not in done:
-        cursor.execute(prepare)
-        done.add(server_name)
-    placeholders = ", ".join(["%s"] * len(params))
-    cursor.execute(f"EXECUTE {server_name}({placeholders})", params)
+def execute(cursor: Any, name: str, values: Mapping[str, Any]) -> Any:
+    """Run the statement ``name`` (prepared on PostgreSQL, unless
+    WORKERFLOW_PREPARED_STATEMENTS is off) and return the cursor that holds its rows."""
+    text = statement(cursor.db.vendor, name)
+    return execute_composed(cursor, name, text, _bound(text, values))
 
 
-@cache
-def _positional(name: str, text: str) -> tuple[str, str]:
-    """PostgreSQL: (statement name, PREPARE text) of ``text``, whose parameters are ``%s``."""
-    count = 0
-
-    def numbered(_match: re.Match[str]) -> str:
-        nonlocal count
-        count += 1
-        return f"${count}"
-
-    body = re.sub(r"%s", numbered, text)
-    # The text's checksum in the name: a text composed differently (other settings) is
-    # prepared apart instead of running as the one prepared first.
-    server_name = f"workerflow_{name}_{zlib.crc32(text.encode()):08x}"
-    return server_name, f"PREPARE {server_name} AS {body}"
-
-
-def execute_composed(cursor: Any, name: str, text: str, values: Sequence[Any]) -> None:
-    """Run ``text``, a statement composed at run time (its parameters ``%s``, in order),
-    named ``name``: on PostgreSQL prepared like :func:`execute`'s, so that it is planned
-    once per connection."""
-    if cursor.db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
-        cursor.execute(text, values)
-        return
-    server_name, prepare = _positional(name, text)
-    _execute_prepared(cursor, server_name, prepare, values)
+def execute_composed(
+    cursor: Any, name: str, text: str, values: Sequence[Any] | Mapping[str, Any]
+) -> Any:
+    """Run ``text``, a statement composed at run time (its parameters ``%s`` in the order of
+    ``values``, or ``%(name)s`` of a mapping that may hold more), prepared as
+    :func:`execute`'s; return the cursor that holds its rows. ``name`` labels it."""
+    params = _bound(text, values) if isinstance(values, Mapping) else values
+    db = cursor.db
+    if db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
+        cursor.execute(text, params)
+        return cursor
+    if db.queries_logged:
+        # DEBUG, or a test capturing queries: Django logs the text psycopg sent, and of a
+        # prepared run psycopg keeps none. Bound on the client, the log shows the statement.
+        cursor.execute(_labelled(name, text), params)
+        return cursor
+    preparing = _preparing_cursor(db)
+    preparing.execute(_labelled(name, text), params)
+    return preparing
 
 
-@cache
-def _composed_named(name: str, text: str) -> tuple[str, str, tuple[str, ...]]:
-    """PostgreSQL: (statement name, PREPARE text, parameter names in $n order) of ``text``,
-    whose parameters are ``%(name)s``; named with the text's checksum, as
-    :func:`_positional`'s."""
-    body, names = _numbered(text)
-    server_name = f"workerflow_{name}_{zlib.crc32(text.encode()):08x}"
-    return server_name, f"PREPARE {server_name} AS {body}", names
+@functools.cache
+def _labelled(name: str, text: str) -> str:
+    """``text`` behind a comment naming it: sent once per connection (preparing), it names
+    the statement in ``pg_prepared_statements``, the server's log and query wrappers."""
+    return f"/* workerflow_{name} */ {text}"
 
 
-def execute_composed_named(cursor: Any, name: str, text: str, values: dict[str, Any]) -> None:
-    """Run ``text``, a statement composed at run time whose parameters are ``%(name)s``
-    (``values`` may hold more), named ``name``: on PostgreSQL prepared like
-    :func:`execute`'s."""
-    server_name, prepare, names = _composed_named(name, text)
-    if cursor.db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
-        cursor.execute(text, {key: values[key] for key in names})
-        return
-    _execute_prepared(cursor, server_name, prepare, [values[n] for n in names])
+def _preparing_cursor(db: Any) -> Any:
+    """A cursor of ``db``'s connection that binds on the server and prepares what it runs,
+    wrapped as Django wraps its own (execute wrappers, database errors)."""
+    raw = db.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = NO_AUTOMATIC_PREPARING
+    return db.make_cursor(_preparing_class()(raw))
+
+
+@functools.cache
+def _preparing_class() -> type:
+    # Late: psycopg is only there on PostgreSQL.
+    import psycopg
+
+    class PreparingCursor(psycopg.Cursor[Any]):
+        """Binds parameters on the server and prepares every statement it runs (Django's
+        cursor wrapper calls ``execute`` without psycopg's ``prepare``)."""
+
+        def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
+            return super().execute(query, params, **{**options, "prepare": True})
+
+    return PreparingCursor

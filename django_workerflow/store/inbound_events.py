@@ -69,7 +69,7 @@ def deliver(
         bell_payload=bell.package if bell is not None else None,
     )
     text = sql.deliver_event_statement(queue_table)
-    executor.execute_composed_named(cursor, "deliver_event", text, values)
-    event_pk, claimed_by_id, woken, names = cursor.fetchone()
+    row = executor.execute_composed(cursor, "deliver_event", text, values).fetchone()
+    event_pk, claimed_by_id, woken, names = row
     waiting_for = None if names is None else list(dict.fromkeys(names))
     return Delivery(event_pk, claimed_by_id, woken, waiting_for)

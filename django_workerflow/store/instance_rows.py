@@ -82,8 +82,7 @@ def lock_of(instance: WorkflowInstance | str) -> WorkflowInstance | None:
 
 def _read(name: str, values: dict[str, Any]) -> WorkflowInstance | None:
     with connection.cursor() as cursor:
-        executor.execute(cursor, name, values)
-        row = cursor.fetchone()
+        row = executor.execute(cursor, name, values).fetchone()
     if row is None:
         return None
     fields = converted(WorkflowInstance, sql.INSTANCE_COLUMNS, row)

@@ -85,8 +85,7 @@ def read_step(pk: int, parent_step_id: str | None) -> StepRecord:
 def read_steps(instance_pk: int) -> list[StepRecord]:
     """Every step of an instance, oldest first, with their parents' step ids."""
     with connection.cursor() as cursor:
-        executor.execute(cursor, "read_steps", {"instance": instance_pk})
-        rows = cursor.fetchall()
+        rows = executor.execute(cursor, "read_steps", {"instance": instance_pk}).fetchall()
     return name_parents([StepRecord(*converted(Step, STEP_FIELDS, row)) for row in rows])
 
 
@@ -610,8 +609,8 @@ class StepStore(RecordedSteps):
 
     def _start_new_run(self, values: dict[str, Any], now: datetime) -> int:
         with self._hot_write(values) as cursor:
-            executor.execute(cursor, start_new_run_statement(values["renew"]), values)
-            row = cursor.fetchone()
+            name = start_new_run_statement(values["renew"])
+            row = executor.execute(cursor, name, values).fetchone()
             if row is None:
                 raise ExecutionStopped(self.lease.stop_reason(cursor))
         return int(row[0])
@@ -630,16 +629,14 @@ class StepStore(RecordedSteps):
                 name = (
                     "succeed_and_start_renewing" if values["renew"] else "succeed_and_start_checked"
                 )
-                executor.execute(cursor, name, values)
-                recorded, new_pk = cursor.fetchone()
+                recorded, new_pk = executor.execute(cursor, name, values).fetchone()
             else:
                 recorded = self._succeed_sqlite(cursor, values, pending.record.pk, now)
                 new_pk = None
             if recorded != 1:
                 self._refused(cursor, pending.record.step_id, pending.attempt, now)
             if not postgresql:
-                executor.execute(cursor, "start_new_run_sqlite", values)
-                row = cursor.fetchone()
+                row = executor.execute(cursor, "start_new_run_sqlite", values).fetchone()
                 new_pk = row[0] if row else None
             if new_pk is None:
                 stopped = self.lease.stop_reason(cursor)
@@ -652,8 +649,7 @@ class StepStore(RecordedSteps):
     ) -> int:
         """SQLite: record the success whose parameters are ``values``, and its event unless
         its row keeps it (derived_attempt_events); return how many steps changed (0 or 1)."""
-        executor.execute(cursor, "succeed_run", values)
-        row = cursor.fetchone()
+        row = executor.execute(cursor, "succeed_run", values).fetchone()
         if row is None:
             return 0
         if not row[0]:
@@ -708,8 +704,7 @@ class StepStore(RecordedSteps):
         postgresql = connection.vendor == "postgresql"
         with self._hot_write(values) as cursor:
             if postgresql:
-                executor.execute(cursor, "succeed_run_with_event", values)
-                recorded = cursor.fetchone()[0]
+                recorded = executor.execute(cursor, "succeed_run_with_event", values).fetchone()[0]
             else:
                 recorded = self._succeed_sqlite(cursor, values, record.pk, now)
             if recorded != 1:
