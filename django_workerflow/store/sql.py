@@ -504,17 +504,19 @@ DRAW_INSTANCE_IDS = (
 )
 
 
+@cache
 def start_one_statement(columns: tuple[str, ...], queue_table: str) -> str:
     """PostgreSQL: one instance (its id given), its 'created' event and its bell in one
-    statement; answers (the new id or NULL, whether the key existed)."""
+    statement; answers (the new id or NULL, whether the key existed before). The key is
+    looked up only when nothing was created: a CASE evaluates its subqueries lazily."""
     marks = ", ".join(["%s"] * (len(columns) + 1))
     return (
         f"WITH new AS (INSERT INTO {INSTANCE} (id, {', '.join(columns)}) VALUES ({marks}) "
         f"ON CONFLICT DO NOTHING RETURNING id), created AS (INSERT INTO {WORKFLOW_EVENT} "
         f"{_EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new), bells AS (INSERT INTO "
         f"{queue_table} {_QUEUE_COLUMNS} SELECT %s, %s, %s::timestamptz FROM new) "
-        f"SELECT (SELECT id FROM new), EXISTS (SELECT 1 FROM {INSTANCE} WHERE "
-        f"{_QUOTED_KEY} = %s)"
+        f"SELECT (SELECT id FROM new), CASE WHEN EXISTS (SELECT 1 FROM new) THEN false "
+        f"ELSE EXISTS (SELECT 1 FROM {INSTANCE} WHERE {_QUOTED_KEY} = %s) END"
     )
 
 
