@@ -18,8 +18,7 @@ def test_payload__is_a_package_django_q2_reads_signed_with_its_current_prefix(mo
         False,
     )
 
-    # The signer is built once per key and prefix, not once per process: a site whose
-    # PREFIX differs signs with its own.
+    # Signed with django-q2's current PREFIX: a site whose PREFIX differs signs with its own.
     monkeypatch.setattr(Conf, "PREFIX", "another-site")
     other = bell_rows.payload(8)
     assert SignedPackage.loads(other)["args"] == (8,)

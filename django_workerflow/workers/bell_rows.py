@@ -8,13 +8,11 @@ instance's id (never user data), whose ``lock`` is the due time.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.core import signing
 from django.db import connection
 from django.utils import timezone
 
@@ -57,7 +55,7 @@ def payload(instance_pk: int) -> str:
     # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
     from django_q.conf import Conf
     from django_q.signals import pre_enqueue
-    from django_q.signing import PickleSerializer
+    from django_q.signing import SignedPackage
 
     task: dict[str, Any] = {
         # django-q2's humanhash.uuid()[1]; its other half, a human-readable name built at a
@@ -75,19 +73,8 @@ def payload(instance_pk: int) -> str:
     task["kwargs"] = {}
     task["started"] = timezone.now()
     pre_enqueue.send(sender="django_q", task=task)
-    # SignedPackage.dumps(task), with the signer built once: what it writes is Django's
-    # signing.dumps, which builds a TimestampSigner on every call.
-    package: str = _signer(Conf.SECRET_KEY, Conf.PREFIX).sign_object(
-        task, serializer=PickleSerializer, compress=Conf.COMPRESSED
-    )
+    package: str = SignedPackage.dumps(task)  # django-q2 ships no types
     return package
-
-
-@functools.lru_cache(maxsize=4)
-def _signer(key: str | None, salt: str) -> signing.TimestampSigner:
-    """The signer of django-q2's packages for ``key`` and ``salt`` (its SECRET_KEY and
-    PREFIX, which a test may change)."""
-    return signing.TimestampSigner(key=key, salt=salt)
 
 
 def due(when: datetime) -> Any:
