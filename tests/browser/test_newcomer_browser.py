@@ -364,8 +364,16 @@ def demo_seeded(demo_tour, monkeypatch):
     """What `make demo` seeds, and its worker's first minute, run by the harness: the
     example orders; the invoice failed (its partner is down for a minute), two handovers
     (one showing its progress, one queued); the minute schedule fired once. Yields the
-    harness and the tour's keys."""
-    with Harness(schedules=[demo.SCHEDULE]) as harness:
+    harness and the tour's keys.
+
+    The clock starts 10 s past a minute, so that the 61 s walked cross one minute
+    boundary: from the wall clock's second 59 they crossed two, and the schedule fired
+    twice."""
+    now = datetime.now(UTC)
+    start = now.replace(second=10, microsecond=0)
+    if start > now:
+        start -= timedelta(minutes=1)
+    with Harness(start=start, schedules=[demo.SCHEDULE]) as harness:
         # The partner's clock is the wall clock (user code); here, the harness's.
         monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
         demo.place_example_orders()
