@@ -1,6 +1,7 @@
 """The instance row's own writes: one ``UPDATE`` by primary key, one workflow event insert.
 
-Every transition of :class:`~.instance.WorkflowInstance` saves through these two. They send
+Every transition of :class:`~.instance.WorkflowInstance` saves through these two; one that
+changes the status writes only while the row has the status it was read with. They send
 the statements Django would build, without its query compiler (0.3 to 0.5 ms a statement
 on our machines, more than the statement itself), and convert each value with the field's
 own ``get_db_prep_save``. While any ``pre_save`` or ``post_save`` receiver is connected for
