@@ -557,7 +557,8 @@ class WorkflowInstance(models.Model):
         previous = self.status
         transitions.check(self.key, previous, target)
         changes = {"status": target, **fields}
-        kept = {name: getattr(self, name) for name in changes}
+        # What the object had, put back if nothing is written (_write may clear the cause).
+        kept = {name: getattr(self, name) for name in (*changes, "alarm_cause")}
         if not self._write(changes, status_was=previous):
             for name, value in kept.items():
                 setattr(self, name, value)

@@ -98,7 +98,7 @@ def test_transition__a_move_on_a_stale_object_writes_nothing(
     """An object read running, whose row a pause changed since: completing it would
     overwrite the pause and announce 'running' as the previous status."""
     instance: WorkflowInstance = WorkflowInstanceFactory(
-        key="order-stale", status=WorkflowStatus.RUNNING
+        key="order-stale", status=WorkflowStatus.RUNNING, alarm_cause="sleep"
     )
     WorkflowInstance.objects.get(pk=instance.pk).set_paused(now())
 
@@ -115,7 +115,7 @@ def test_transition__a_move_on_a_stale_object_writes_nothing(
     )
     assert WorkflowInstance.objects.get(pk=instance.pk).status == WorkflowStatus.PAUSED
     assert instance.status == WorkflowStatus.RUNNING  # the object is left as it was read
-    assert instance.result is None
+    assert (instance.result, instance.alarm_cause) == (None, "sleep")
     assert _events(instance) == ["paused"]
     assert status_changes.changes == []
 
