@@ -20,6 +20,16 @@ class WorkflowStateError(WorkerflowError):
     """The operation is not allowed in the instance's current status."""
 
 
+class InstanceTransitionError(WorkflowStateError):
+    """A change of an instance's status that the state machine does not allow
+    (``values/transitions.py``), or one written on a row whose status changed since it was
+    read. Nothing was written.
+
+    The runtime's verbs check the status first and raise their own ``WorkflowStateError``
+    (or return False); seeing this one means a caller skipped that check or the row lock.
+    """
+
+
 class WorkflowNotRegisteredError(WorkerflowError, LookupError):
     """No definition is registered under the requested name (and version)."""
 

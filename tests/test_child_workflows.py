@@ -691,3 +691,38 @@ def test_retry__takes_back_a_paused_child_as_paused(define, shipment, workerflow
     workerflow.retry(parent)
     ship = WorkflowInstance.objects.get(key="pp/ship")
     assert (ship.status, ship.alarm_at) == ("paused", None)
+
+
+def test_retry__takes_back_a_paused_child_as_paused_every_time(
+    define, shipment, workerflow_harness
+):
+    """A paused child taken back paused, then cancelled again by its parent's next failure,
+    goes back paused again: the status it had when cancelled, not 'running' because the
+    last thing before that cancel was the take-back."""
+
+    def broken(self):
+        self.sleep("nap", 60)
+        raise RuntimeError("no")
+
+    broken_definition = define(broken)
+
+    def execute(self):
+        return self.all(
+            lambda: self.child("ship", shipment, input={"parcel": 1}),
+            lambda: self.child("bad", broken_definition),
+        )
+
+    parent = workerflow.start(define(execute), key="pp2")
+    workerflow_harness.drain()
+    workerflow.pause("pp2/ship")
+    workerflow_harness.advance(61)
+    workerflow.retry(parent)
+    assert WorkflowInstance.objects.get(key="pp2/ship").status == "paused"
+    workerflow_harness.drain()
+    assert (refreshed(parent).status, parent.error_step_id) == ("failed", "bad")
+    assert WorkflowInstance.objects.get(key="pp2/ship").status == "cancelled"
+
+    workerflow.retry(parent)
+
+    ship = WorkflowInstance.objects.get(key="pp2/ship")
+    assert (ship.status, ship.alarm_at) == ("paused", None)

@@ -33,7 +33,11 @@ def texts() -> dict[str, str]:
         found[f"queue/{name}.sql"] = sql.queue_statement(name, QUEUE, ids=1)
     table = WorkflowInstance._meta.db_table
     found["model/update_instance.sql"] = model_rows.update_statement(
-        table, ("status", "alarm_at", "updated_at")
+        table, ("alarm_at", "updated_at")
+    )
+    # A change of status: written only while the row has the status it was read with.
+    found["model/move_instance.sql"] = model_rows.update_statement(
+        table, ("status", "alarm_at", "updated_at"), "status"
     )
     found["model/insert_workflow_event.sql"] = model_rows.insert_event_statement(
         WorkflowInstance.workflow_events.rel.related_model._meta.db_table

@@ -57,6 +57,11 @@ class WorkflowSchedule(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.cron}, {self.timezone})"
 
+    def note_bell(self) -> None:
+        """Record that the bell of ``next_run_at`` is queued."""
+        self.bell_at = self.next_run_at
+        self.save(update_fields=["bell_at"])
+
 
 class AdmissionGate(models.Model):
     """The row an admission locks: one per workflow name and concurrency key.

@@ -1,14 +1,21 @@
 """An instance of a workflow definition, and its transitions.
 
-A transition checks nothing and calls nothing: it assigns its fields, saves exactly those
-(:meth:`WorkflowInstance._update`) and records its workflow event. The caller holds the
-row lock and does what follows in the open, by name: finishing an instance is
-:func:`django_workerflow.runtime.finishing.instance_finished`, called right after
-``set_completed``, ``set_failed`` or ``set_cancelled``.
+A transition calls nothing: it assigns its fields, saves exactly those and records its
+workflow event. One that changes the status moves through :meth:`WorkflowInstance._move`,
+which checks the move against the state machine (:mod:`django_workerflow.values.transitions`),
+writes it only if the row still has the status it was read with, and announces that status
+as the previous one. The caller holds the row lock and does what follows in the open, by
+name: finishing an instance is :func:`django_workerflow.runtime.finishing.instance_finished`,
+called right after ``set_completed``, ``set_failed`` or ``set_cancelled``.
+
+The fields admission and the bells write on rows they do not load (``admitted_at``,
+``alarm_at``, ``bell_at``) are written by the queryset's named methods
+(:meth:`WorkflowInstanceQuerySet.admit` and its neighbours), never by a bare ``update()``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +27,7 @@ from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
 from django_workerflow.models.rows import record_event, save_fields
 from django_workerflow.signals import workflow_status_changed
-from django_workerflow.values import progress
+from django_workerflow.values import progress, transitions
 from django_workerflow.values.progress import Progress
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
@@ -71,7 +78,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
             definition_name=definition_name,
             definition_version=definition_version,
             input=input,
-            status=WorkflowStatus.PENDING,
+            status=transitions.CREATED,
             alarm_at=None if queued else now,
             admitted_at=None if queued else now,
             priority=priority,
@@ -100,7 +107,7 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
             definition_name=source.definition_name,
             definition_version=version,
             input=input,
-            status=WorkflowStatus.PENDING,
+            status=transitions.CREATED,
             alarm_at=now,
             created_at=now,
             updated_at=now,
@@ -113,6 +120,30 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         text = f"forked from '{source.key}'" + (f": {reason}" if reason else "")
         fork._record(WorkflowEventType.FORKED, now, previous=None, reason=text)  # noqa: SLF001 - the model's manager records the model's event
         return fork
+
+    # Admission and the bells: fields of rows the caller has not loaded, each written here,
+    # in the transaction that made the change (the caller holds or skipped the row locks).
+
+    def admit(self, pks: Collection[int], now: datetime) -> None:
+        """Admit the queued instances ``pks``: each holds a slot from ``now`` and is due."""
+        self.filter(pk__in=pks).update(admitted_at=now, alarm_at=now, updated_at=now)
+
+    def schedule_queue_head(self, pk: int, slot: datetime) -> None:
+        """Set the alarm of the head of a rate-limited queue to its rate-limit ``slot``."""
+        self.filter(pk=pk).update(alarm_at=slot)
+
+    def wake_queued(self, pk: int, now: datetime) -> None:
+        """Make the queued instance ``pk`` due at ``now``: its tick asks for admission."""
+        self.filter(pk=pk).update(alarm_at=now, updated_at=now)
+
+    def unschedule_queued(self, pk: int, now: datetime) -> None:
+        """Clear the alarm of ``pk`` if it is still queued and the alarm has come: it then
+        waits, with no alarm, for a freed slot to admit it."""
+        self.filter(pk=pk, admitted_at__isnull=True, alarm_at__lte=now).update(alarm_at=None)
+
+    def note_bell(self, pk: int, when: datetime) -> None:
+        """Record that a bell for ``when`` is queued for the instance ``pk``."""
+        self.filter(pk=pk).update(bell_at=when)
 
 
 class WorkflowInstance(models.Model):
@@ -342,39 +373,51 @@ class WorkflowInstance(models.Model):
 
     def start_running(self, token: str, expires: datetime, now: datetime) -> None:
         """pending -> running, under the lease of the tick that starts it."""
-        self._update(
-            status=WorkflowStatus.RUNNING,
+        self._move(
+            WorkflowStatus.RUNNING,
+            WorkflowEventType.STARTED,
+            now,
             lease_token=token,
             lease_expires_at=expires,
             alarm_at=expires,
             wake_requested=False,
             updated_at=now,
         )
-        self._record(WorkflowEventType.STARTED, now, previous=WorkflowStatus.PENDING)
 
     def set_paused(self, now: datetime) -> None:
         """running -> paused: no step starts until it is resumed; no alarm meanwhile."""
-        self._update(status=WorkflowStatus.PAUSED, alarm_at=None, updated_at=now)
-        self._record(WorkflowEventType.PAUSED, now, previous=WorkflowStatus.RUNNING)
+        self._move(
+            WorkflowStatus.PAUSED, WorkflowEventType.PAUSED, now, alarm_at=None, updated_at=now
+        )
 
     def set_resumed(self, now: datetime) -> None:
         """paused -> running, due at once."""
-        self._update(status=WorkflowStatus.RUNNING, alarm_at=now, updated_at=now)
-        self._record(WorkflowEventType.RESUMED, now, previous=WorkflowStatus.PAUSED)
+        self._move(
+            WorkflowStatus.RUNNING, WorkflowEventType.RESUMED, now, alarm_at=now, updated_at=now
+        )
 
     def set_cancelled(self, now: datetime, reason: str | None) -> None:
         """Any unfinished status -> cancelled. The lease stays: a tick still executing
         records its step in flight, then finds the status and ends."""
-        previous = self.status
-        self._update(
-            status=WorkflowStatus.CANCELLED, alarm_at=None, updated_at=now, finished_at=now
+        self._move(
+            WorkflowStatus.CANCELLED,
+            WorkflowEventType.CANCELLED,
+            now,
+            reason=reason,
+            alarm_at=None,
+            updated_at=now,
+            finished_at=now,
         )
-        self._record(WorkflowEventType.CANCELLED, now, previous=previous, reason=reason)
 
     def set_completed(self, result: Any, now: datetime) -> None:
         """running -> completed with ``result``, releasing the tick's lease."""
-        self._update(status=WorkflowStatus.COMPLETED, result=result, **_tick_finished(now))
-        self._record(WorkflowEventType.COMPLETED, now, previous=WorkflowStatus.RUNNING)
+        self._move(
+            WorkflowStatus.COMPLETED,
+            WorkflowEventType.COMPLETED,
+            now,
+            result=result,
+            **_tick_finished(now),
+        )
 
     def set_failed(
         self,
@@ -388,8 +431,10 @@ class WorkflowInstance(models.Model):
     ) -> None:
         """running -> failed with the error (its traceback, and the steps whose failure it
         is, if any: ``step_id`` first), releasing the tick's lease."""
-        self._update(
-            status=WorkflowStatus.FAILED,
+        self._move(
+            WorkflowStatus.FAILED,
+            WorkflowEventType.FAILED,
+            now,
             error_name=error_name,
             error_message=error_message,
             error_traceback=traceback,
@@ -397,13 +442,15 @@ class WorkflowInstance(models.Model):
             other_error_step_ids=other_step_ids or None,
             **_tick_finished(now),
         )
-        self._record(WorkflowEventType.FAILED, now, previous=WorkflowStatus.RUNNING)
 
     def set_retried(self, now: datetime, reason: str | None) -> None:
         """failed -> running, due at once; the failure's fields are cleared (its attempts
         keep their tracebacks)."""
-        self._update(
-            status=WorkflowStatus.RUNNING,
+        self._move(
+            WorkflowStatus.RUNNING,
+            WorkflowEventType.RETRIED,
+            now,
+            reason=reason,
             error_name="",
             error_message="",
             error_traceback="",
@@ -413,20 +460,19 @@ class WorkflowInstance(models.Model):
             updated_at=now,
             finished_at=None,
         )
-        self._record(WorkflowEventType.RETRIED, now, previous=WorkflowStatus.FAILED, reason=reason)
 
     def set_revived(self, status: str, now: datetime, reason: str) -> None:
         """cancelled -> ``status`` (running, pending or paused: what it was when its parent's
         finish cancelled it), due at once unless paused. A retry of that parent takes the
         cancellation back: the instance goes on from its recorded steps."""
-        self._update(
-            status=status,
+        self._move(
+            WorkflowStatus(status),
+            WorkflowEventType.RETRIED,
+            now,
+            reason=reason,
             alarm_at=None if status == WorkflowStatus.PAUSED else now,
             updated_at=now,
             finished_at=None,
-        )
-        self._record(
-            WorkflowEventType.RETRIED, now, previous=WorkflowStatus.CANCELLED, reason=reason
         )
 
     def note_forked(self, fork: WorkflowInstance, now: datetime, reason: str | None) -> None:
@@ -490,13 +536,46 @@ class WorkflowInstance(models.Model):
         self._update(unreached_step_ids=step_ids)
 
     def _update(self, **fields: Any) -> None:
-        """Assign ``fields`` and save exactly those: the one way a transition writes. An
-        alarm set without a cause has none (the cause of the alarm it replaces is void)."""
+        """Assign ``fields`` and save exactly those: the one way a transition writes
+        anything but the status (which moves through :meth:`_move`)."""
+        self._write(fields)
+
+    def _move(
+        self,
+        target: WorkflowStatus,
+        event_type: str,
+        now: datetime,
+        *,
+        reason: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """Move to the status ``target`` with ``fields`` and record ``event_type``: the one
+        way the status changes. The move must be one the state machine allows
+        (:func:`~django_workerflow.values.transitions.check`), and is written only if the
+        row still has the status this object was read with, which is announced as the
+        previous one; otherwise :class:`InstanceTransitionError` and nothing written."""
+        previous = self.status
+        transitions.check(self.key, previous, target)
+        changes = {"status": target, **fields}
+        # What the object had, put back if nothing is written (_write may clear the cause).
+        kept = {name: getattr(self, name) for name in (*changes, "alarm_cause")}
+        if not self._write(changes, status_was=previous):
+            for name, value in kept.items():
+                setattr(self, name, value)
+            rows = type(self)._default_manager.filter(pk=self.pk)
+            found = rows.values_list("status", flat=True).first()
+            raise transitions.changed_under(self.key, previous, found, target)
+        self._record(event_type, now, previous=previous, reason=reason)
+
+    def _write(self, fields: dict[str, Any], status_was: str | None = None) -> bool:
+        """Assign ``fields`` and save exactly those (with ``status_was``, only if the row's
+        status still is that: False if not). An alarm set without a cause has none (the
+        cause of the alarm it replaces is void)."""
         if "alarm_at" in fields and "alarm_cause" not in fields:
             fields["alarm_cause"] = ""
         for name, value in fields.items():
             setattr(self, name, value)
-        save_fields(self, list(fields))
+        return save_fields(self, list(fields), status_was=status_was)
 
     def _record(
         self, event_type: str, now: datetime, *, previous: str | None, reason: str | None = None

@@ -30,7 +30,7 @@ from django_workerflow.runtime.finishing import PARENT_CANCELLED, PARENT_FINISHE
 
 # The verbs' shared helpers: resolve a key, lock the row, refresh the caller's object.
 from django_workerflow.store import instance_rows
-from django_workerflow.values import jsonvalue, storable
+from django_workerflow.values import jsonvalue, storable, transitions
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -285,14 +285,30 @@ def _is_cascade(reason: str) -> bool:
     return reason == PARENT_FINISHED or reason.startswith(PARENT_CANCELLED)
 
 
+#: The status each workflow event leaves an instance in (a cancel and a retry: see below).
+_STATUS_AFTER = {
+    WorkflowEventType.STARTED: WorkflowStatus.RUNNING,
+    WorkflowEventType.PAUSED: WorkflowStatus.PAUSED,
+    WorkflowEventType.RESUMED: WorkflowStatus.RUNNING,
+    WorkflowEventType.COMPLETED: WorkflowStatus.COMPLETED,
+    WorkflowEventType.FAILED: WorkflowStatus.FAILED,
+}
+
+
 def _status_before_cancel(events: list[tuple[str, str | None]]) -> str:
-    """What a cancelled instance was before its last cancellation, from its events."""
-    skipped = (WorkflowEventType.FORKED, WorkflowEventType.CANCELLED)
-    last = [event_type for event_type, _ in events if event_type not in skipped]
-    if last and last[-1] == WorkflowEventType.PAUSED:
-        return WorkflowStatus.PAUSED
-    started = any(event_type == WorkflowEventType.STARTED for event_type, _ in events)
-    return WorkflowStatus.RUNNING if started else WorkflowStatus.PENDING
+    """What a cancelled instance was before its last cancellation: its events replayed in
+    order, from the status it was created with. A retry after a cancel is a take-back,
+    which returns to the status that cancel ended; any other retry is of a failure."""
+    status = before_cancel = transitions.CREATED
+    for event_type, _ in events:
+        if event_type == WorkflowEventType.CANCELLED:
+            before_cancel, status = status, WorkflowStatus.CANCELLED
+        elif event_type == WorkflowEventType.RETRIED:
+            cancelled = status == WorkflowStatus.CANCELLED
+            status = before_cancel if cancelled else WorkflowStatus.RUNNING
+        else:
+            status = _STATUS_AFTER.get(WorkflowEventType(event_type), status)
+    return before_cancel
 
 
 # Fork ---------------------------------------------------------------------------------

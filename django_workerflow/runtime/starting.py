@@ -31,13 +31,13 @@ from django.db import IntegrityError, connection, models, transaction
 from django_workerflow import registry, tracing
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
-from django_workerflow.models import WorkflowInstance, WorkflowStatus
+from django_workerflow.models import WorkflowInstance
 from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store import executor, sql
 from django_workerflow.store.instance_ids import draw_ids, id_block
 from django_workerflow.store.transactions import WriteTransaction
-from django_workerflow.values import jsonvalue
+from django_workerflow.values import jsonvalue, transitions
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.states import WakeCause, WorkflowEventType
 from django_workerflow.workers import bell_rows, bells
@@ -245,7 +245,7 @@ def _chosen(
         "definition_name": name,
         "definition_version": version,
         "input": None,
-        "status": WorkflowStatus.PENDING,
+        "status": transitions.CREATED,
         "alarm_at": now,
         # What the first tick's wake lag counts from: the occurrence (its input) or now.
         "alarm_cause": WakeCause.SCHEDULE if scheduled else "",
@@ -499,7 +499,7 @@ def _announce(instances: list[WorkflowInstance]) -> None:
             workflow_status_changed.send(
                 sender=sender,
                 instance=instance,
-                status=WorkflowStatus.PENDING,
+                status=transitions.CREATED,
                 previous_status=None,
             )
 

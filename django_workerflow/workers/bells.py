@@ -52,7 +52,7 @@ def is_suppressed() -> bool:
 def arm(instance_pk: int, when: datetime) -> None:
     """Ring for ``instance_pk`` at ``when``; call inside the transaction that set the alarm."""
     if ring(instance_pk, when):
-        WorkflowInstance.objects.filter(pk=instance_pk).update(bell_at=when)
+        WorkflowInstance.objects.note_bell(instance_pk, when)
 
 
 def ring(instance_pk: int, when: datetime) -> bool:

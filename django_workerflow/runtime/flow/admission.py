@@ -188,9 +188,7 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
         pks = list(queue.select_for_update(skip_locked=True).values_list("pk", flat=True)[:free])
         if not pks:
             return admitted
-        WorkflowInstance.objects.filter(pk__in=pks).update(
-            admitted_at=now, alarm_at=now, updated_at=now
-        )
+        WorkflowInstance.objects.admit(pks, now)
         for pk in pks:
             bells.arm(pk, now)
         admitted.extend(pks)
@@ -199,7 +197,7 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     if next_slot is not None:
         head = queue.select_for_update(skip_locked=True).values_list("pk", "alarm_at").first()
         if head is not None and head[1] != next_slot:
-            WorkflowInstance.objects.filter(pk=head[0]).update(alarm_at=next_slot)
+            WorkflowInstance.objects.schedule_queue_head(head[0], next_slot)
             bells.arm(head[0], next_slot)
     if admitted:
         logger.debug(
@@ -240,7 +238,7 @@ def pass_on_the_alarm(instance: WorkflowInstance, now: datetime) -> None:
     pk = queue.select_for_update(skip_locked=True).values_list("pk", flat=True).first()
     if pk is None:
         return
-    WorkflowInstance.objects.filter(pk=pk).update(alarm_at=now, updated_at=now)
+    WorkflowInstance.objects.wake_queued(pk, now)
     bells.arm(pk, now)
 
 
@@ -259,9 +257,7 @@ def admit_queued_instance(instance_pk: int, now: datetime) -> bool:
             return True
         # Still queued and not the rate-limit head (whose alarm moved ahead): no alarm
         # until a freed slot admits it (a fork is created due, for one look).
-        WorkflowInstance.objects.filter(
-            pk=instance_pk, admitted_at__isnull=True, alarm_at__lte=now
-        ).update(alarm_at=None)
+        WorkflowInstance.objects.unschedule_queued(instance_pk, now)
         return False
 
 

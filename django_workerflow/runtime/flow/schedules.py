@@ -303,4 +303,4 @@ def _arm(row: WorkflowSchedule) -> None:
     if row.next_run_at is None or not row.enabled:
         return
     if bells.ring_task(SCHEDULE_TASK, when=row.next_run_at, name=f"workerflow schedule {row.name}"):
-        WorkflowSchedule.objects.filter(pk=row.pk).update(bell_at=row.next_run_at)
+        row.note_bell()

@@ -1,1 +1,1 @@
-UPDATE workerflow_workflowinstance SET status = %s, alarm_at = %s, updated_at = %s WHERE id = %s
+UPDATE workerflow_workflowinstance SET alarm_at = %s, updated_at = %s WHERE id = %s
