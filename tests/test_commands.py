@@ -157,6 +157,13 @@ def test_send_event__refuses_invalid_json_and_sends_nothing(waiting):
     assert not InboundEvent.objects.exists()
 
 
+def test_send_event__refuses_a_payload_nested_deeper_than_python_parses(waiting):
+    nested = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(CommandError, match="^--payload is nested 100000 levels deep, more than"):
+        run("send-event", "w-1", "payment.received", "--payload", nested)
+    assert not InboundEvent.objects.exists()
+
+
 def test_send_event__to_a_finished_instance_is_an_error(waiting):
     workerflow.cancel("w-1")
 
