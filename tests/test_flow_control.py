@@ -153,9 +153,7 @@ def test_concurrency_key__limits_per_key(define_with):
 
 
 @pytest.mark.parametrize("how", ["name and version", "class", "start_many"])
-def test_start__of_an_older_version__counts_against_the_highest_versions_limits(
-    define_with, how
-):
+def test_start__of_an_older_version__counts_against_the_highest_versions_limits(define_with, how):
     older = define_with(version="1")
     newest = define_with(name=older.name, version="2", max_concurrency=1)
     with Harness(start=T0) as harness:
