@@ -1,11 +1,18 @@
-"""PostgreSQL: every insert into django-q2's queue table notifies ``workerflow_bell``.
+"""PostgreSQL: every transaction that inserts into django-q2's queue table notifies
+``workerflow_bell``, once per queue.
 
-A statement-level trigger sends one notification per queue key the statement inserted rows
+A statement-level trigger sends a notification per queue key the statement inserted rows
 for, its payload the key and the earliest of those rows' due times (``lock``, as seconds
 since the epoch: a listener waiting for an earlier bell need not wake), inside the inserting
-transaction: PostgreSQL delivers it at commit, so a rolled-back bell wakes nobody, and it
-collapses duplicates within a transaction. A trigger rather than a call beside each insert: every path that queues a row
-(a start's one statement, ``start_many``, a bell armed through django-q2, django-q2's own
+transaction: PostgreSQL delivers it at commit, so a rolled-back bell wakes nobody. A
+transaction announces a queue once: the due time it announced is kept in a setting local to
+the transaction (``workerflow.bell_<the key in hex>``), and a later insert notifies again
+only for a bell due earlier than that (five starts in one ``atomic()`` send one). A
+savepoint rolled back takes its notification and its setting with it. PostgreSQL's own
+folding of duplicates would not do it: each payload names a different time.
+
+A trigger rather than a call beside each insert: every path that queues a row (a start's
+one statement, ``start_many``, a bell armed through django-q2, django-q2's own
 ``async_task`` and scheduler) notifies without a statement of its own. The due-first broker
 (``django_workerflow.broker``) listens. django-q2 owns the table, so the trigger is created
 only when django-q2 is installed and its table exists, and dropped on the way back.
@@ -20,11 +27,20 @@ from django.db import migrations
 CHANNEL = "workerflow_bell"
 FUNCTION = "workerflow_notify_bell"
 TRIGGER = "workerflow_notify_bell"
-# One notification per queue key: the key and its earliest new due time, in seconds.
+# Per queue key: the key and its earliest new due time, in seconds, unless the transaction
+# already announced a time no later (a GUC name allows identifier characters only: the key
+# goes in hex). One statement, not a loop: the trigger runs in every start's transaction.
 BODY = f"""
 BEGIN
-    PERFORM pg_notify('{CHANNEL}', "key" || ' ' || extract(epoch FROM min("lock")))
-    FROM new_bells GROUP BY "key";
+    PERFORM pg_notify('{CHANNEL}', "key" || ' ' || due),
+        set_config(setting, coalesce(due::text, ''), true)
+    FROM (
+        SELECT "key", extract(epoch FROM min("lock")) AS due,
+            'workerflow.bell_' || encode(convert_to("key", 'UTF8'), 'hex') AS setting
+        FROM new_bells GROUP BY "key"
+    ) AS queues
+    -- NULL: nothing announced yet in this transaction (or a bell with no due time).
+    WHERE coalesce(due < nullif(current_setting(setting, true), '')::numeric, true);
     RETURN NULL;
 END
 """
