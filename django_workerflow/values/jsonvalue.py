@@ -97,10 +97,13 @@ def to_timedelta(value: Any, *, what: str) -> timedelta:
         raise WorkflowInputError(
             f"{what} must be a number of seconds or a timedelta, not {type(value).__name__}."
         )
-    if isinstance(value, int | float):
+    seconds: float
+    if isinstance(value, int):
+        seconds = value  # compared as it is: float() of one beyond a float's range overflows
+    elif isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             raise WorkflowInputError(f"{what} must be a finite number of seconds, not {value}.")
-        seconds = float(value)
+        seconds = value
     else:
         seconds = value.total_seconds()
     if seconds < 0:
@@ -111,7 +114,7 @@ def to_timedelta(value: Any, *, what: str) -> timedelta:
             f"{what} of {seconds} seconds is longer than the limit of {max_days} days "
             "(setting WORKERFLOW_MAX_DURATION_DAYS)."
         )
-    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+    return value if isinstance(value, timedelta) else timedelta(seconds=float(seconds))
 
 
 def check_aware(value: Any, *, what: str) -> datetime:
