@@ -23,10 +23,8 @@ from django.test import TestCase
 
 from django_workerflow import registry
 from django_workerflow.exceptions import NondeterminismError, WorkflowInputError
-from django_workerflow.runtime.composition.results import set_drainer
 from django_workerflow.values.clock import SystemClock, VirtualClock, set_clock
 from django_workerflow.values.jsonvalue import check_aware, to_timedelta
-from django_workerflow.workers import bells
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -53,6 +51,9 @@ class Harness:
         max_ticks: int = 10_000,
         schedules: bool | Iterable[str] = False,
     ) -> None:
+        # Models need the app registry; the pytest plugin imports this before Django's setup.
+        from django_workerflow.workers import bells
+
         self.clock = VirtualClock(start)
         # Scheduled workflows run only when asked (True: all; or these names): a project's
         # nightly schedule would otherwise start in every test that walks past 03:00.
@@ -68,6 +69,9 @@ class Harness:
         self._schedules_synced = False
 
     def __enter__(self) -> Harness:
+        # Models need the app registry; the pytest plugin imports this before Django's setup.
+        from django_workerflow.runtime.composition.results import set_drainer
+
         self._previous_clock = set_clock(self.clock)
         self._suppression.__enter__()
         self._start_capture()
@@ -80,6 +84,9 @@ class Harness:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # Models need the app registry; the pytest plugin imports this before Django's setup.
+        from django_workerflow.runtime.composition.results import set_drainer
+
         try:
             if exc_type is None:
                 self.run_on_commit_callbacks()

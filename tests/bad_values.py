@@ -74,6 +74,8 @@ DURATIONS = [
         id="over-the-setting",
     ),
     pytest.param(10**12, "longer than the limit", id="absurd-seconds"),
+    pytest.param(10**400, "longer than the limit", id="beyond-a-float"),
+    pytest.param(-(10**400), "must not be negative", id="beyond-a-float-negative"),
     pytest.param(timedelta(days=100_000), "longer than the limit", id="absurd-timedelta"),
     pytest.param(timedelta.max, "longer than the limit", id="timedelta-max"),
     pytest.param("60", "must be a number of seconds or a timedelta, not str", id="str"),

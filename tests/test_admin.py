@@ -33,6 +33,7 @@ from django_workerflow.models import (
 from django_workerflow.runtime import verbs
 from django_workerflow.testing import Harness
 from django_workerflow.values import clock
+from django_workerflow.values.jsonvalue import MAX_NESTING
 
 from .admin_helpers import ATTEMPTS, change_url, changelist_url, shop_execute, staff_client, text
 from .runtime_helpers import status_of
@@ -500,6 +501,33 @@ def test_change_page_send_event__bad_payload_then_good(admin_client, scenario, w
     ]
     workerflow_harness.drain()
     assert WorkflowInstance.objects.get(pk=instance.pk).result == {"paid": {"ok": True}}
+
+
+@pytest.mark.parametrize("depth", [MAX_NESTING + 1, 100_000])
+def test_send_event__a_payload_nested_beyond_the_limit_is_a_form_error(
+    admin_client, scenario, depth
+):
+    nested = "[" * depth + "]" * depth
+    instance = scenario["waiting-1"]
+    on_the_list = admin_client.post(
+        changelist_url(),
+        {
+            "action": "send_event",
+            "_selected_action": [instance.pk],
+            "apply": "1",
+            "event_name": "payment.received",
+            "payload": nested,
+        },
+    )
+    on_the_page = admin_client.post(
+        change_url(instance, "send_event"), {"event_name": "payment.received", "payload": nested}
+    )
+
+    for response in (on_the_list, on_the_page):
+        assert response.status_code == 200
+        assert f"more than the JSON nesting limit of {MAX_NESTING} levels" in text(response)
+    assert not sent_events()
+    assert not LogEntry.objects.exists()
 
 
 def test_change_page_send_event__rejects_a_blank_event_name(admin_client, scenario):

@@ -63,16 +63,21 @@ def received_until_marker(listener: Any) -> list[str]:
     """The queues of the bell notifications ``listener`` receives before a marker sent now
     (a session's notifications arrive in commit order, so anything committed earlier comes
     first); each also names its bells' earliest due time, which must be a time."""
+    return [queue for queue, _due in notifications_until_marker(listener)]
+
+
+def notifications_until_marker(listener: Any) -> list[tuple[str, float]]:
+    """The (queue, earliest due time) of each bell notification before a marker sent now."""
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, 'marker')", [CHANNEL])
-    payloads = []
+    received = []
     for notify in listener.connection.notifies(timeout=WITHIN):
         if notify.payload == "marker":
-            return payloads
+            return received
         queue, _, due = notify.payload.rpartition(" ")
         assert abs(float(due) - time.time()) < WITHIN, notify.payload
-        payloads.append(queue)
+        received.append((queue, float(due)))
     raise AssertionError(f"The marker notification did not arrive within {WITHIN} s.")
 
 
@@ -150,6 +155,46 @@ def test_start__rolled_back_notifies_nobody(listener, define):
         transaction.set_rollback(True)
 
     assert received_until_marker(listener) == []
+
+
+def test_starts__in_one_transaction_notify_once(listener, define):
+    import django_workerflow as workerflow
+
+    workflow = define(lambda self: None)
+
+    with transaction.atomic():
+        for number in range(5):
+            workerflow.start(workflow, key=f"together-{number}")
+
+    assert received_until_marker(listener) == [queue_key()]
+
+
+def test_bells__in_one_transaction_notify_again_only_for_an_earlier_due_time(listener):
+    now = timezone.now()
+    with transaction.atomic():
+        insert_bell("in 10 s", now + timedelta(seconds=10))
+        insert_bell("in 20 s", now + timedelta(seconds=20))  # later: nothing to announce
+        insert_bell("in 5 s", now + timedelta(seconds=5))  # earlier: wakes a listener sooner
+        insert_bell("in 7 s", now + timedelta(seconds=7))
+
+    received = notifications_until_marker(listener)
+
+    assert [queue for queue, _due in received] == [queue_key(), queue_key()]
+    dues = [due - now.timestamp() for _queue, due in received]
+    assert [round(due, 3) for due in dues] == [10.0, 5.0]
+
+
+def test_bells__a_rolled_back_savepoint_takes_its_announcement_with_it(listener):
+    now = timezone.now()
+    with transaction.atomic():
+        with transaction.atomic():
+            insert_bell("rolled back", now)
+            transaction.set_rollback(True)
+        insert_bell("kept", now + timedelta(seconds=1))
+
+    received = notifications_until_marker(listener)
+
+    assert [round(due - now.timestamp(), 3) for _queue, due in received] == [1.0]
 
 
 def test_bell_row__committed_notifies_and_rolled_back_does_not(listener):

@@ -16,6 +16,7 @@ from django.core.management import call_command, load_command_class
 from django.core.management.base import CommandError
 
 import django_workerflow as workerflow
+from django_workerflow.console.terminal import MAX_PROGRESS_MESSAGE
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -154,6 +155,13 @@ def test_send_event__is_queued_when_no_step_waits(sleeping):
 def test_send_event__refuses_invalid_json_and_sends_nothing(waiting):
     with pytest.raises(CommandError, match="--payload is not valid JSON"):
         run("send-event", "w-1", "payment.received", "--payload", "[1,")
+    assert not InboundEvent.objects.exists()
+
+
+def test_send_event__refuses_a_payload_nested_deeper_than_python_parses(waiting):
+    nested = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(CommandError, match=r"^--payload is nested 100000 levels deep, more than"):
+        run("send-event", "w-1", "payment.received", "--payload", nested)
     assert not InboundEvent.objects.exists()
 
 
@@ -606,8 +614,29 @@ def test_show_and_list__print_the_progress(define, workerflow_harness):
     assert "Progress: [###############.....] 75% (3 of 4): copying\\x1b[2J" in run("show", "p-1")
     assert "Progress" not in run("show", "p-2")
     lines = {line.split()[0]: line.split() for line in run("list").splitlines()[1:]}
-    assert lines["p-1"][4] == "75%"  # after the key, the name, its version, the status
+    # after the key, the name, its version, the status
+    assert lines["p-1"][4:6] == ["75%:", "copying\\x1b[2J"]
     assert lines["p-2"][4] == "-"
+
+
+def test_list__cuts_a_long_progress_message_and_shows_a_count_without_a_total(
+    define, workerflow_harness
+):
+    message = "importing the rows of " + "x" * 60
+    workerflow.start(
+        define(lambda self: (self.set_progress(3, 4, message=message), self.wait("go", "go"))),
+        key="long",
+    )
+    workerflow.start(
+        define(lambda self: (self.set_progress(17, message="rows"), self.wait("go", "go"))),
+        key="count",
+    )
+    workerflow_harness.drain()
+
+    listed = run("list")
+    assert f"75%: {message[: MAX_PROGRESS_MESSAGE - 1]}…" in listed
+    assert message[:MAX_PROGRESS_MESSAGE] not in listed
+    assert "17: rows" in listed
 
 
 def options_of_subcommands(parser: argparse.ArgumentParser) -> dict[str, list[list[str]]]:

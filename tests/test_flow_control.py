@@ -152,6 +152,41 @@ def test_concurrency_key__limits_per_key(define_with):
     assert AdmissionGate.objects.filter(definition_name=definition.name).count() == 2
 
 
+@pytest.mark.parametrize("how", ["name and version", "class", "start_many"])
+def test_start__of_an_older_version__counts_against_the_highest_versions_limits(define_with, how):
+    older = define_with(version="1")
+    newest = define_with(name=older.name, version="2", max_concurrency=1)
+    with Harness(start=T0) as harness:
+        workerflow.start(newest, key="new")
+        if how == "class":
+            workerflow.start(older, key="old")
+        elif how == "start_many":
+            workerflow.start_many(older.name, [("old", None)], version="1")
+        else:
+            workerflow.start(older.name, key="old", version="1")
+        harness.drain()
+        assert admitted_keys(older.name) == ["new"]
+        assert queued_keys(older.name) == ["old"]
+        assert WorkflowInstance.objects.get(key="old").definition_version == "1"
+        finish("new", harness)
+        assert admitted_keys(older.name) == ["old"]
+        assert refreshed(WorkflowInstance.objects.get(key="old")).status == WorkflowStatus.RUNNING
+
+
+def test_start__of_an_older_limited_version__is_not_limited_when_the_highest_has_no_limits(
+    define_with,
+):
+    older = define_with(version="1", max_concurrency=1)
+    define_with(name=older.name, version="2")
+    with Harness(start=T0) as harness:
+        for index in range(2):
+            workerflow.start(older, key=f"old-{index}")
+        harness.drain()
+        statuses = dict(WorkflowInstance.objects.values_list("key", "status"))
+    assert statuses == {"old-0": WorkflowStatus.RUNNING, "old-1": WorkflowStatus.RUNNING}
+    assert queued_keys(older.name) == []
+
+
 def test_priority__has_no_effect_without_a_limit(define_with):
     definition = define_with()
     with Harness(start=T0) as harness:

@@ -101,6 +101,13 @@ def test_set_progress__inside_a_step_callback_is_stored(define, workerflow_harne
         ((1,), {"message": "\ud800"}, "surrogate"),
         ((1,), {"message": "x" * (MAX_MESSAGE_LENGTH + 1)}, "limit"),
         ((1,), {"message": 5}, "must be a string"),
+        ((2**53 + 1,), {}, "more than the limit of 9007199254740992"),
+        ((1, 2**53 + 1), {}, "more than the limit of 9007199254740992"),
+        ((2**1024,), {}, "more than the limit of 9007199254740992"),
+        ((1, 2**1024), {}, "more than the limit of 9007199254740992"),
+        ((-(2**1024),), {}, "must not be negative"),
+        ((1, -(2**1024)), {}, "must not be negative"),
+        ((10**400, 10**401), {}, "more than the limit of 9007199254740992"),
     ],
 )
 def test_set_progress__refuses_bad_values_at_the_call_keeping_the_last_good_one(

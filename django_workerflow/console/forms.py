@@ -50,6 +50,10 @@ class SendEventForm(forms.Form):
         if not text:
             return None
         try:
+            jsonvalue.check_nesting(text, what="The payload")
+        except WorkflowInputError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        try:
             value = json.loads(text)
         except ValueError as exc:
             raise forms.ValidationError(f"This is not valid JSON: {exc}.") from exc

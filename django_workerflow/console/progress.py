@@ -25,13 +25,19 @@ def progress_text(progress: Progress | None) -> str:
     return f"{numbers}: {progress.message}" if progress.message else numbers
 
 
-def progress_figure(progress: Progress | None) -> str:
-    """ "42%", or the count without a total ("3"); "" for none (the list's column)."""
+def progress_figure(progress: Progress | None, *, limit: int | None = None) -> str:
+    """ "42%: importing rows", or the count without a total ("3: started"), the message
+    cut at ``limit`` characters; "" for none (the list's column)."""
     if progress is None:
         return ""
     if progress.fraction is None:
-        return _count(progress.current)
-    return f"{int(progress.fraction * 100)}%"
+        figure = _count(progress.current)
+    else:
+        figure = f"{int(progress.fraction * 100)}%"
+    message = progress.message
+    if limit is not None and len(message) > limit:
+        message = message[: limit - 1].rstrip() + "…"
+    return f"{figure}: {message}" if message else figure
 
 
 def progress_line(progress: Progress) -> str:

@@ -24,6 +24,8 @@ from django_workerflow.models import StepState, WorkflowInstance, WorkflowStatus
 
 MAX_VALUE = 120
 MAX_ID_WIDTH = 40
+# The list's progress message is cut here (``show`` prints it whole), as the admin's list is.
+MAX_PROGRESS_MESSAGE = 40
 
 
 def render_show(history: History, now: datetime, *, tracebacks: bool = False) -> str:
@@ -119,14 +121,14 @@ def _step_lines(history: History) -> list[str]:
 
 def render_list(instances: Iterable[WorkflowInstance], now: datetime) -> str:
     """One line per instance: key, definition, status, progress (a percentage, or the count
-    without a total), last update and what it waits on."""
+    without a total, and its message), last update and what it waits on."""
     header = ("KEY", "DEFINITION", "STATUS", "PROGRESS", "UPDATED", "WAITING ON")
     rows = [
         (
             safe(instance.key),
             f"{safe(instance.definition_name)} v{safe(instance.definition_version)}",
             instance.status,
-            progress_figure(instance.progress) or "-",
+            safe(progress_figure(instance.progress, limit=MAX_PROGRESS_MESSAGE)) or "-",
             format_when(instance.updated_at, now, relative=False),
             safe(
                 waiting_on(

@@ -35,8 +35,7 @@ def dumps(value: Any, *, what: str) -> str:
         raise WorkflowInputError(
             f"{what} is not JSON-serializable: {storable.describe(exc)}"
         ) from exc
-    if text.count("[") + text.count("{") > MAX_NESTING:
-        _check_nesting(text, what)
+    check_nesting(text, what=what)
     if not text.isascii():
         # ensure_ascii=False keeps lone surrogates as they are, and UTF-8 cannot hold them.
         storable.check_text(text, what=what)
@@ -49,7 +48,12 @@ def dumps(value: Any, *, what: str) -> str:
     return text
 
 
-def _check_nesting(text: str, what: str) -> None:
+def check_nesting(text: str, *, what: str) -> None:
+    """Raise WorkflowInputError naming ``what`` if the JSON ``text`` nests deeper than
+    ``MAX_NESTING``. Call it before parsing text a user typed: Python's parser raises
+    RecursionError, not ValueError, for text nested deeper than the stack allows."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return
     depth = deepest = 0
     for bracket in _BRACKET.findall(_STRING.sub("", text)):
         depth += 1 if bracket in "[{" else -1
@@ -93,10 +97,13 @@ def to_timedelta(value: Any, *, what: str) -> timedelta:
         raise WorkflowInputError(
             f"{what} must be a number of seconds or a timedelta, not {type(value).__name__}."
         )
-    if isinstance(value, int | float):
+    seconds: float
+    if isinstance(value, int):
+        seconds = value  # compared as it is: float() of one beyond a float's range overflows
+    elif isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
             raise WorkflowInputError(f"{what} must be a finite number of seconds, not {value}.")
-        seconds = float(value)
+        seconds = value
     else:
         seconds = value.total_seconds()
     if seconds < 0:
@@ -107,7 +114,7 @@ def to_timedelta(value: Any, *, what: str) -> timedelta:
             f"{what} of {seconds} seconds is longer than the limit of {max_days} days "
             "(setting WORKERFLOW_MAX_DURATION_DAYS)."
         )
-    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+    return value if isinstance(value, timedelta) else timedelta(seconds=float(seconds))
 
 
 def check_aware(value: Any, *, what: str) -> datetime:

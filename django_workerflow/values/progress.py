@@ -87,7 +87,8 @@ def _number(value: object, *, what: str) -> Number:
         raise WorkflowInputError(
             f"The progress {what} must be a number, not {type(value).__name__}."
         )
-    if math.isnan(value) or math.isinf(value):
+    # An int is compared as it is: math.isnan() of one beyond a float's range overflows.
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         raise WorkflowInputError(f"The progress {what} must be a finite number, not {value!r}.")
     if value < 0:
         raise WorkflowInputError(f"The progress {what} must not be negative, not {value!r}.")

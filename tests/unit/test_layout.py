@@ -2,14 +2,18 @@
 
 import-linter (``make lint``) holds the layers; these tests hold the two rules it cannot
 see: a function-level import says why it must be late, and the imports that run (at
-module level or when a function is called) form no cycle of more than two modules.
+module level or when a function is called) form no cycle of more than two modules; and
+the modules Django or pytest load before Django is set up import without it.
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import os
 import re
+import subprocess
+import sys
 import tokenize
 import tomllib
 from collections.abc import Iterator
@@ -228,6 +232,37 @@ def test_layout__the_graph_sees_function_level_imports_and_the_conveniences() ->
     for importer, imported in convenience_edges():
         graph[importer].add(imported)
     assert any(f"{PACKAGE}.models.instance" in c and len(c) > 2 for c in strongly_connected(graph))
+
+
+#: Loaded before Django's settings and app registry are ready (docs/architecture.md).
+BEFORE_SETUP = ["", ".apps", ".pytest_plugin", ".testing"]
+
+
+def test_layout__the_modules_loaded_before_django_setup_import_without_settings(
+    tmp_path: Path,
+) -> None:
+    modules = [PACKAGE + suffix for suffix in BEFORE_SETUP]
+    program = "\n".join(
+        [
+            "import importlib",
+            f"for name in {modules!r}:",
+            "    importlib.import_module(name)",
+            "from django.apps import apps",
+            "from django.conf import settings",
+            "assert not settings.configured and not apps.ready",
+            "from django_workerflow.testing import Harness, registered, replay",
+        ]
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=tmp_path,  # not the repository: nothing to find a settings module in
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def test_layout__components_of_a_small_graph() -> None:

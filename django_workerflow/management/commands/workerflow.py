@@ -20,12 +20,12 @@ from django_workerflow.console import describe, documents, rerun_commands
 from django_workerflow.console.composition import load_composition, render_lines
 from django_workerflow.console.history import load_history
 from django_workerflow.console.terminal import render_list, render_show, safe
-from django_workerflow.exceptions import WorkerflowError, WorkflowStateError
+from django_workerflow.exceptions import WorkerflowError, WorkflowInputError, WorkflowStateError
 from django_workerflow.management import deploy
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import purge as purging
 from django_workerflow.runtime import verbs
-from django_workerflow.values import storable
+from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -289,6 +289,10 @@ class Command(BaseCommand):
 
 
 def _json(text: str, option: str) -> Any:
+    try:
+        jsonvalue.check_nesting(text, what=option)
+    except WorkflowInputError as exc:
+        raise CommandError(str(exc)) from None
     try:
         return json.loads(text)
     except ValueError as exc:

@@ -86,9 +86,10 @@ def share_gate(concurrency_key: str, limits: Limits) -> None:
 
 def takes_admission(definition: type[WorkflowDefinition], key: str, input: Any) -> bool:
     """True when the start of instance ``key`` of ``definition`` goes through admission:
-    the definition has limits of its own, or the instance counts on a shared gate (only a
-    definition that sets ``shares_gates`` is asked for its concurrency key)."""
-    if limits_of(definition) is not None:
+    its name has limits (those of the highest registered version, whichever version
+    starts), or the instance counts on a shared gate (only a definition that sets
+    ``shares_gates`` is asked for its concurrency key)."""
+    if limits_for_name(definition.name) is not None:
         return True
     if not getattr(definition, "shares_gates", False):
         return False
