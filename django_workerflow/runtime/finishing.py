@@ -28,7 +28,7 @@ from django_workerflow import registry
 from django_workerflow.models import Step, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries, results
 from django_workerflow.runtime.flow import admission
-from django_workerflow.store import executor, lease, sql
+from django_workerflow.store import executor, lease, locks, sql
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -64,11 +64,10 @@ def lock_waiters(instance_pk: int) -> Followups:
     it; call before locking the instance itself (rule 1 of the lock order)."""
     followups = look_around(instance_pk)
     if followups.has_waiting:
-        list(
-            WorkflowInstance.objects.select_for_update()
-            .filter(pk__in=_waiting_pks(instance_pk), status__in=ACTIVE_STATUSES)
-            .order_by("pk")
-            .values_list("pk", flat=True)
+        locks.lock_instance_pks(
+            WorkflowInstance.objects.filter(
+                pk__in=_waiting_pks(instance_pk), status__in=ACTIVE_STATUSES
+            )
         )
     return followups
 
@@ -124,11 +123,10 @@ def _cancel_children(
 ) -> None:
     """Cancel the unfinished, non-detached children, locked in primary-key order, and
     follow each one's finish up in turn (recursively: a family is cancelled top-down)."""
-    children = list(
-        WorkflowInstance.objects.select_for_update()
-        .filter(parent_id=instance.pk, detached=False)
-        .exclude(status__in=TERMINAL_STATUSES)
-        .order_by("pk")
+    children = locks.lock_instances(
+        WorkflowInstance.objects.filter(parent_id=instance.pk, detached=False).exclude(
+            status__in=TERMINAL_STATUSES
+        )
     )
     if not children:
         return
@@ -160,8 +158,8 @@ def _wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
     pks = _waiting_pks(instance.pk)
     if not pks:
         return
-    for waiting in WorkflowInstance.objects.select_for_update().filter(
-        pk__in=pks, status__in=ACTIVE_STATUSES
+    for waiting in locks.lock_instances(
+        WorkflowInstance.objects.filter(pk__in=pks, status__in=ACTIVE_STATUSES)
     ):
         leased = lease.is_live(waiting, now)
         rang = not leased and bells.ring(waiting.pk, now)

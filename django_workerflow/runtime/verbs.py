@@ -37,7 +37,7 @@ from django_workerflow.runtime.tick import (
     TickResult,
     tick,
 )
-from django_workerflow.store import inbound_events, instance_rows, lease
+from django_workerflow.store import inbound_events, instance_rows, lease, locks
 from django_workerflow.store.transactions import satisfy_wait
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
@@ -219,7 +219,7 @@ def _deliver_in_steps(
 def pause(instance: WorkflowInstance | str) -> bool:
     """Pause a running instance; it stops at its next step boundary. False: nothing to do."""
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.RUNNING:
             return False
         locked.set_paused(clock_now())
@@ -230,7 +230,7 @@ def pause(instance: WorkflowInstance | str) -> bool:
 def resume(instance: WorkflowInstance | str) -> None:
     """Resume a paused instance at once; WorkflowStateError if it is not paused."""
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.PAUSED:
             raise WorkflowStateError(
                 f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'."
@@ -248,7 +248,7 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     with transaction.atomic():
         # The lock order (runtime/finishing.py): whoever waits for this instance first.
         followups = finishing.lock_waiters(pk)
-        locked = instance_rows.lock(pk)
+        locked = locks.lock_instance(pk)
         if locked.is_terminal:
             return False
         now = clock_now()
@@ -265,7 +265,7 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
 def wake(instance: WorkflowInstance | str) -> bool:
     """Ring the instance's alarm now (re-drive it). False if it is not pending or running."""
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return False
         _wake(locked, clock_now())
@@ -279,7 +279,7 @@ def retry_now(instance: WorkflowInstance | str) -> list[str]:
     of the workflow. Call :func:`wake` afterwards so that a worker picks the retry up.
     """
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return []
         now = clock_now()

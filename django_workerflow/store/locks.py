@@ -159,9 +159,7 @@ def take_purgeable(finished: QuerySet[WorkflowInstance], pks: Iterable[int]) -> 
             taken -= {parent_pk, forked_from_pk}
     if not taken:
         return []
-    Step.objects.filter(pk__in=held_steps, child_instance_id__in=taken).update(
-        child_instance=None
-    )
+    Step.objects.filter(pk__in=held_steps, child_instance_id__in=taken).update(child_instance=None)
     held_staying = WorkflowInstance.objects.filter(pk__in=held)
     held_staying.filter(parent_id__in=taken).update(parent=None)
     held_staying.filter(forked_from_id__in=taken).update(forked_from=None)
