@@ -301,28 +301,42 @@ def sweep(*, limit: int = 1000) -> int:
 
     Overdue active instances (a lost bell, or a worker that died holding the lease: its
     lease expiry is the alarm) are rung now; alarms coming due within the bell horizon get
-    their precise bell if none is queued for that time yet.
+    their precise bell if none is queued for that time yet. The earliest ``limit`` of each
+    are rung, :data:`~django_workerflow.store.locks.HOUSEKEEPING_BATCH` per short
+    transaction: each takes its rows in primary-key order and skips those another
+    transaction holds (their tick or verb is at work on them; the next sweep sees them).
     """
     now = clock_now()
     overdue_rows, upcoming_rows = sweep_backlog(now)
     overdue = list(overdue_rows.order_by("alarm_at").values_list("pk", flat=True)[:limit])
-    upcoming = list(upcoming_rows.order_by("alarm_at").values_list("pk", "alarm_at")[:limit])
-    with transaction.atomic():
-        for pk in overdue:
-            bells.arm(pk, now)
-        for pk, alarm_at in upcoming:
-            if alarm_at is not None:  # always set (filtered above); this tells mypy
-                bells.arm(pk, alarm_at)
+    upcoming = list(upcoming_rows.order_by("alarm_at").values_list("pk", flat=True)[:limit])
+    rang_overdue = _ring_in_batches(overdue_rows, overdue, now)
+    rang_upcoming = _ring_in_batches(upcoming_rows, upcoming, None)
     # Overdue instances mean a lost bell or a dead worker: worth a line. Bells queued for
     # alarms coming near are routine (every long sleep gets one), so DEBUG.
-    if overdue or upcoming:
+    if rang_overdue or rang_upcoming:
         logger.log(
-            logging.INFO if overdue else logging.DEBUG,
+            logging.INFO if rang_overdue else logging.DEBUG,
             "sweep overdue=%s upcoming=%s",
-            len(overdue),
-            len(upcoming),
+            rang_overdue,
+            rang_upcoming,
         )
-    return len(overdue) + len(upcoming)
+    return rang_overdue + rang_upcoming
+
+
+def _ring_in_batches(
+    rows: QuerySet[WorkflowInstance], pks: list[int], when: datetime | None
+) -> int:
+    """Ring the bell of each of ``pks`` still in ``rows`` (at ``when``, or at its alarm
+    when None), a short transaction per batch; how many rang."""
+    rang = 0
+    for first in range(0, len(pks), locks.HOUSEKEEPING_BATCH):
+        with transaction.atomic():
+            taken = locks.take_unlocked(rows, pks[first : first + locks.HOUSEKEEPING_BATCH])
+            for pk, alarm_at in taken:
+                bells.arm(pk, when or alarm_at)
+        rang += len(taken)
+    return rang
 
 
 def sweep_backlog(now: datetime) -> tuple[QuerySet[WorkflowInstance], QuerySet[WorkflowInstance]]:
