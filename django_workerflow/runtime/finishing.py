@@ -8,12 +8,9 @@ for it, creates the ``on_finish`` delivery and, last, admits what waits for the
 concurrency slots the finish freed. Before the finishing instance's row is locked, the
 caller takes :func:`lock_waiters`.
 
-Lock order (docs/concepts.md#the-lock-order), followed by every transaction:
-
-1. The instances that wait for an instance (normally its parent) before the instance
-   itself; down a family, a parent before its children, children in primary-key order.
-2. Admission gates after every instance row, in (definition name, concurrency key) order.
-3. Queued instance rows after their gate, taken with ``SKIP LOCKED``: never waited for.
+Every lock here is taken through :mod:`django_workerflow.store.locks`, whose docstring is
+the lock order: the waiters before the instance, a parent before its children (in
+primary-key order), and the gates whose slots the finishes freed last.
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     reason = storable.check_reason(reason, verb="cancel")
     pk = instance_rows.pk_of(instance)
     with transaction.atomic():
-        # The lock order (runtime/finishing.py): whoever waits for this instance first.
+        # The lock order (store/locks.py): whoever waits for this instance first.
         followups = finishing.lock_waiters(pk)
         locked = locks.lock_instance(pk)
         if locked.is_terminal:
