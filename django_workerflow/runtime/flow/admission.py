@@ -13,11 +13,11 @@ admits last, once every instance row of its transaction is locked), or the tick 
 queue head whose rate-limit bell rang. Counting the slots in use and taking one are
 therefore atomic under any number of workers, and nothing polls.
 
-The lock order is the engine's (docs/concepts.md#the-lock-order): a gate after every
-instance row its transaction locks, and the queued rows after their gate, taken with
-``SKIP LOCKED``. A queued row that another transaction holds is left for the next
-admission: whoever holds it is cancelling it, or is its own tick or an event, which asks
-for admission again once it lets the row go.
+The lock order is the engine's (:mod:`django_workerflow.store.locks`, which takes the gate
+and the queued rows): a gate after every instance row its transaction locks, and the
+queued rows after their gate, taken with ``SKIP LOCKED``. A queued row that another
+transaction holds is left for the next admission: whoever holds it is cancelling it, or is
+its own tick or an event, which asks for admission again once it lets the row go.
 
 A *shared gate* (:func:`share_gate`) is a concurrency key whose limits hold across every
 definition: its instances are counted, queued and admitted together whatever their
