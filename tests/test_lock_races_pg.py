@@ -261,6 +261,38 @@ def test_purge__racing_fork_of_the_instance__never_rolls_back_or_deletes_the_for
     print(f"\npurge vs fork: {outcomes}")
 
 
+def test_purge__a_family_whose_child_a_held_fork_points_at__takes_the_parent_only(
+    transactional_db, define
+):
+    """The child stays (a fork of it is held elsewhere), so its link to the parent is cut
+    before the parent goes; the batch does not roll back."""
+    child = define(wait_for_go, name="held-fork-child")
+
+    def parent(self):
+        return self.child("only-child", child, key=f"{self.key}/child")
+
+    workerflow.start(define(parent, name="held-fork-parent"), key="p")
+    verbs.tick(WorkflowInstance.objects.get(key="p").pk)
+    verbs.tick(WorkflowInstance.objects.get(key="p/child").pk)
+    workerflow.send_event("p/child", "go", {})
+    verbs.tick(WorkflowInstance.objects.get(key="p/child").pk)
+    verbs.tick(WorkflowInstance.objects.get(key="p").pk)
+    assert status("p") == status("p/child") == WorkflowStatus.COMPLETED
+    fork = workerflow.fork("p/child", from_step="go")
+
+    report, waited = while_held(
+        lambda: locks.lock_instance(fork.pk), lambda: purge.purge(timedelta(0))
+    )
+
+    assert not waited
+    assert report.instances == 1
+    assert not WorkflowInstance.objects.filter(key="p").exists()
+    assert WorkflowInstance.objects.get(key="p/child").parent_id is None
+    assert WorkflowInstance.objects.get(pk=fork.pk).forked_from_id is not None
+    assert purge.purge(timedelta(0)).instances == 1  # the child, now no one holds its fork
+    assert WorkflowInstance.objects.get(pk=fork.pk).forked_from_id is None
+
+
 # the sweeper against cancel() --------------------------------------------------------
 
 

@@ -334,7 +334,9 @@ def _ring_in_batches(
         with transaction.atomic():
             taken = locks.take_unlocked(rows, pks[first : first + locks.HOUSEKEEPING_BATCH])
             for pk, alarm_at in taken:
-                bells.arm(pk, when or alarm_at)
+                due = when or alarm_at
+                if due is not None:  # an upcoming alarm is set (filtered): this tells mypy
+                    bells.arm(pk, due)
         rang += len(taken)
     return rang
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
@@ -104,7 +103,9 @@ def queue_head(queue: QuerySet[WorkflowInstance]) -> tuple[int, datetime | None]
 # Rule 4: housekeeping. ------------------------------------------------------------------
 
 
-def take_unlocked(rows: QuerySet[WorkflowInstance], pks: Iterable[int]) -> list[tuple[int, Any]]:
+def take_unlocked(
+    rows: QuerySet[WorkflowInstance], pks: Iterable[int]
+) -> list[tuple[int, datetime | None]]:
     """The (pk, alarm) of the ``rows`` among ``pks`` that no one else holds, locked, in
     primary-key order; the others are skipped, not waited for."""
     return list(
@@ -140,27 +141,37 @@ def take_purgeable(finished: QuerySet[WorkflowInstance], pks: Iterable[int]) -> 
         .select_for_update(skip_locked=True)
         .values_list("pk", flat=True)
     )
+    # An instance left out stays behind too, and may point at another: until none is.
+    while busy := _pointed_at_by_held_rows(taken):
+        taken -= busy
     if not taken:
         return []
-    pointing = Step.objects.filter(child_instance_id__in=taken).exclude(instance_id__in=taken)
-    steps = dict(pointing.values_list("pk", "child_instance_id"))
-    held_steps = set(
-        pointing.select_for_update(skip_locked=True).order_by("pk").values_list("pk", flat=True)
+    Step.objects.filter(child_instance_id__in=taken).exclude(instance_id__in=taken).update(
+        child_instance=None
     )
-    taken -= {child for step, child in steps.items() if step not in held_steps}
-    linked = Q(parent_id__in=taken) | Q(forked_from_id__in=taken)
-    staying = WorkflowInstance.objects.filter(linked).exclude(pk__in=taken)
-    links = list(staying.values_list("pk", "parent_id", "forked_from_id"))
+    staying = WorkflowInstance.objects.exclude(pk__in=taken)
+    staying.filter(parent_id__in=taken).update(parent=None)
+    staying.filter(forked_from_id__in=taken).update(forked_from=None)
+    return sorted(taken)
+
+
+def _pointed_at_by_held_rows(taken: set[int]) -> set[int]:
+    """The instances of ``taken`` that a row staying behind points at and another
+    transaction holds; the other such rows are locked, in primary-key order."""
+    steps = Step.objects.filter(child_instance_id__in=taken).exclude(instance_id__in=taken)
+    step_links = dict(steps.values_list("pk", "child_instance_id"))
+    held_steps = set(
+        steps.select_for_update(skip_locked=True).order_by("pk").values_list("pk", flat=True)
+    )
+    busy = {child for step, child in step_links.items() if step not in held_steps}
+    instances = WorkflowInstance.objects.filter(
+        Q(parent_id__in=taken) | Q(forked_from_id__in=taken)
+    ).exclude(pk__in=taken)
+    links = list(instances.values_list("pk", "parent_id", "forked_from_id"))
     held = set(
-        staying.select_for_update(skip_locked=True).order_by("pk").values_list("pk", flat=True)
+        instances.select_for_update(skip_locked=True).order_by("pk").values_list("pk", flat=True)
     )
     for pk, parent_pk, forked_from_pk in links:
         if pk not in held:
-            taken -= {parent_pk, forked_from_pk}
-    if not taken:
-        return []
-    Step.objects.filter(pk__in=held_steps, child_instance_id__in=taken).update(child_instance=None)
-    held_staying = WorkflowInstance.objects.filter(pk__in=held)
-    held_staying.filter(parent_id__in=taken).update(parent=None)
-    held_staying.filter(forked_from_id__in=taken).update(forked_from=None)
-    return sorted(taken)
+            busy |= {parent_pk, forked_from_pk}
+    return busy & taken
