@@ -8,12 +8,9 @@ for it, creates the ``on_finish`` delivery and, last, admits what waits for the
 concurrency slots the finish freed. Before the finishing instance's row is locked, the
 caller takes :func:`lock_waiters`.
 
-Lock order (docs/concepts.md#the-lock-order), followed by every transaction:
-
-1. The instances that wait for an instance (normally its parent) before the instance
-   itself; down a family, a parent before its children, children in primary-key order.
-2. Admission gates after every instance row, in (definition name, concurrency key) order.
-3. Queued instance rows after their gate, taken with ``SKIP LOCKED``: never waited for.
+Every lock here is taken through :mod:`django_workerflow.store.locks`, whose docstring is
+the lock order: the waiters before the instance, a parent before its children (in
+primary-key order), and the gates whose slots the finishes freed last.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from django_workerflow import registry
 from django_workerflow.models import Step, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries, results
 from django_workerflow.runtime.flow import admission
-from django_workerflow.store import executor, lease, sql
+from django_workerflow.store import executor, lease, locks, sql
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -64,11 +61,10 @@ def lock_waiters(instance_pk: int) -> Followups:
     it; call before locking the instance itself (rule 1 of the lock order)."""
     followups = look_around(instance_pk)
     if followups.has_waiting:
-        list(
-            WorkflowInstance.objects.select_for_update()
-            .filter(pk__in=_waiting_pks(instance_pk), status__in=ACTIVE_STATUSES)
-            .order_by("pk")
-            .values_list("pk", flat=True)
+        locks.lock_instance_pks(
+            WorkflowInstance.objects.filter(
+                pk__in=_waiting_pks(instance_pk), status__in=ACTIVE_STATUSES
+            )
         )
     return followups
 
@@ -124,11 +120,10 @@ def _cancel_children(
 ) -> None:
     """Cancel the unfinished, non-detached children, locked in primary-key order, and
     follow each one's finish up in turn (recursively: a family is cancelled top-down)."""
-    children = list(
-        WorkflowInstance.objects.select_for_update()
-        .filter(parent_id=instance.pk, detached=False)
-        .exclude(status__in=TERMINAL_STATUSES)
-        .order_by("pk")
+    children = locks.lock_instances(
+        WorkflowInstance.objects.filter(parent_id=instance.pk, detached=False).exclude(
+            status__in=TERMINAL_STATUSES
+        )
     )
     if not children:
         return
@@ -160,8 +155,8 @@ def _wake_waiting_instances(instance: WorkflowInstance, now: datetime) -> None:
     pks = _waiting_pks(instance.pk)
     if not pks:
         return
-    for waiting in WorkflowInstance.objects.select_for_update().filter(
-        pk__in=pks, status__in=ACTIVE_STATUSES
+    for waiting in locks.lock_instances(
+        WorkflowInstance.objects.filter(pk__in=pks, status__in=ACTIVE_STATUSES)
     ):
         leased = lease.is_live(waiting, now)
         rang = not leased and bells.ring(waiting.pk, now)

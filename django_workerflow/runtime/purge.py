@@ -26,7 +26,7 @@ from django_workerflow.models import (
     WorkflowEvent,
     WorkflowInstance,
 )
-from django_workerflow.store import sql
+from django_workerflow.store import locks, sql
 from django_workerflow.values.clock import now as clock_now
 
 DEFAULT_BATCH_SIZE = 500
@@ -100,7 +100,7 @@ def purge(
         )
         if not batch:
             return report
-        report.add(_delete_batch(batch, queryset))
+        report.add(delete_batch(batch, queryset))
         last_pk = batch[-1]
 
 
@@ -111,16 +111,21 @@ def _count(instances: QuerySet[WorkflowInstance, Any]) -> dict[str, int]:
     return counts
 
 
-def _delete_batch(pks: list[int], queryset: QuerySet[WorkflowInstance]) -> dict[str, int]:
+def delete_batch(pks: list[int], queryset: QuerySet[WorkflowInstance]) -> dict[str, int]:
+    """Delete the instances ``pks`` that are still in ``queryset`` (finished), with their
+    rows, in one transaction; the counts of what went.
+
+    The status is re-checked under the row locks (:func:`locks.take_purgeable`), in the
+    transaction that deletes: an instance a concurrent retry, fork, event or tick made
+    unfinished is left alone, and so is one another transaction holds (the next purge
+    sees it again). The rows that stay and point at a deleted one (a fork, a detached
+    child, a step that started it) lose the link, not their own rows.
+    """
     using = router.db_for_write(WorkflowInstance)
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        # Re-check the status under the transaction: only finished instances ever go.
-        pks = list(queryset.filter(pk__in=pks).values_list("pk", flat=True))
+        pks = locks.take_purgeable(queryset, pks)
         if not pks:
             return {}
-        # Links from instances that stay (children, steps awaiting them) are cut first.
-        WorkflowInstance.objects.filter(parent_id__in=pks).update(parent=None)
-        Step.objects.filter(child_instance_id__in=pks).update(child_instance=None)
         counts = {}
         for model in TABLES:
             cursor.execute(sql.purge_statement(model._meta.db_table, len(pks)), pks)

@@ -29,7 +29,7 @@ from django_workerflow.models import (
 from django_workerflow.runtime.finishing import PARENT_CANCELLED, PARENT_FINISHED
 
 # The verbs' shared helpers: resolve a key, lock the row, refresh the caller's object.
-from django_workerflow.store import instance_rows
+from django_workerflow.store import instance_rows, locks
 from django_workerflow.values import jsonvalue, storable, transitions
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
@@ -79,7 +79,7 @@ def retry(
     """
     reason = storable.check_reason(reason, verb="retry")
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.FAILED:
             raise WorkflowStateError(
                 f"Cannot retry workflow '{locked.key}': only a failed instance can be "
@@ -176,10 +176,8 @@ class _Retry:
                 for step in reopening
                 if step.type == StepType.CHILD and step.child_instance_id is not None
             )
-            for child in (
-                WorkflowInstance.objects.select_for_update()
-                .filter(pk__in=awaited, status=WorkflowStatus.FAILED)
-                .order_by("pk")
+            for child in locks.lock_instances(
+                WorkflowInstance.objects.filter(pk__in=awaited, status=WorkflowStatus.FAILED)
             ):
                 if child.pk in self.visited:
                     continue
@@ -256,9 +254,7 @@ def _cancelled_by_parent(
     children = WorkflowInstance.objects.filter(
         parent_id=parent.pk, detached=False, status=WorkflowStatus.CANCELLED
     ).order_by("pk")
-    if lock:
-        children = children.select_for_update()
-    found = list(children)
+    found = locks.lock_instances(children) if lock else list(children)
     if not found:
         return []
     history: dict[int, list[tuple[str, str | None]]] = {}
@@ -335,7 +331,7 @@ def fork(
     if key is not None:
         jsonvalue.check_identifier(key, what="An instance key", max_length=KEY_MAX_LENGTH)
     with transaction.atomic():
-        source = instance_rows.lock(instance_rows.pk_of(instance))
+        source = locks.lock_instance(instance_rows.pk_of(instance))
         definition = registry.get(source.definition_name, version)
         fork_input = source.input if input is ... else input
         fork_input = jsonvalue.loads(jsonvalue.dumps(fork_input, what="The workflow input"))

@@ -353,7 +353,7 @@ def _settle_locked(
 ) -> TickResult | None:
     """The settle's work, in its transaction. A rollback raises out of the tick, whose
     held progress goes with it (the next tick reads the row afresh)."""
-    # The lock order (runtime/finishing.py): whoever waits for this instance first.
+    # The lock order (store/locks.py): whoever waits for this instance first.
     followups = finishing.lock_waiters(instance.pk) if finishes else None
     locked = instance_rows.read_instance(instance.pk, lock=True)
     result = _flush(execution, result)

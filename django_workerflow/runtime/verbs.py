@@ -37,7 +37,7 @@ from django_workerflow.runtime.tick import (
     TickResult,
     tick,
 )
-from django_workerflow.store import inbound_events, instance_rows, lease
+from django_workerflow.store import inbound_events, instance_rows, lease, locks
 from django_workerflow.store.transactions import satisfy_wait
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
@@ -219,7 +219,7 @@ def _deliver_in_steps(
 def pause(instance: WorkflowInstance | str) -> bool:
     """Pause a running instance; it stops at its next step boundary. False: nothing to do."""
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.RUNNING:
             return False
         locked.set_paused(clock_now())
@@ -230,7 +230,7 @@ def pause(instance: WorkflowInstance | str) -> bool:
 def resume(instance: WorkflowInstance | str) -> None:
     """Resume a paused instance at once; WorkflowStateError if it is not paused."""
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.PAUSED:
             raise WorkflowStateError(
                 f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'."
@@ -246,9 +246,9 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     reason = storable.check_reason(reason, verb="cancel")
     pk = instance_rows.pk_of(instance)
     with transaction.atomic():
-        # The lock order (runtime/finishing.py): whoever waits for this instance first.
+        # The lock order (store/locks.py): whoever waits for this instance first.
         followups = finishing.lock_waiters(pk)
-        locked = instance_rows.lock(pk)
+        locked = locks.lock_instance(pk)
         if locked.is_terminal:
             return False
         now = clock_now()
@@ -265,7 +265,7 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
 def wake(instance: WorkflowInstance | str) -> bool:
     """Ring the instance's alarm now (re-drive it). False if it is not pending or running."""
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return False
         _wake(locked, clock_now())
@@ -279,7 +279,7 @@ def retry_now(instance: WorkflowInstance | str) -> list[str]:
     of the workflow. Call :func:`wake` afterwards so that a worker picks the retry up.
     """
     with transaction.atomic():
-        locked = instance_rows.lock(instance_rows.pk_of(instance))
+        locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status not in ACTIVE_STATUSES:
             return []
         now = clock_now()
@@ -301,28 +301,44 @@ def sweep(*, limit: int = 1000) -> int:
 
     Overdue active instances (a lost bell, or a worker that died holding the lease: its
     lease expiry is the alarm) are rung now; alarms coming due within the bell horizon get
-    their precise bell if none is queued for that time yet.
+    their precise bell if none is queued for that time yet. The earliest ``limit`` of each
+    are rung, :data:`~django_workerflow.store.locks.HOUSEKEEPING_BATCH` per short
+    transaction: each takes its rows in primary-key order and skips those another
+    transaction holds (their tick or verb is at work on them; the next sweep sees them).
     """
     now = clock_now()
     overdue_rows, upcoming_rows = sweep_backlog(now)
     overdue = list(overdue_rows.order_by("alarm_at").values_list("pk", flat=True)[:limit])
-    upcoming = list(upcoming_rows.order_by("alarm_at").values_list("pk", "alarm_at")[:limit])
-    with transaction.atomic():
-        for pk in overdue:
-            bells.arm(pk, now)
-        for pk, alarm_at in upcoming:
-            if alarm_at is not None:  # always set (filtered above); this tells mypy
-                bells.arm(pk, alarm_at)
+    upcoming = list(upcoming_rows.order_by("alarm_at").values_list("pk", flat=True)[:limit])
+    rang_overdue = _ring_in_batches(overdue_rows, overdue, now)
+    rang_upcoming = _ring_in_batches(upcoming_rows, upcoming, None)
     # Overdue instances mean a lost bell or a dead worker: worth a line. Bells queued for
     # alarms coming near are routine (every long sleep gets one), so DEBUG.
-    if overdue or upcoming:
+    if rang_overdue or rang_upcoming:
         logger.log(
-            logging.INFO if overdue else logging.DEBUG,
+            logging.INFO if rang_overdue else logging.DEBUG,
             "sweep overdue=%s upcoming=%s",
-            len(overdue),
-            len(upcoming),
+            rang_overdue,
+            rang_upcoming,
         )
-    return len(overdue) + len(upcoming)
+    return rang_overdue + rang_upcoming
+
+
+def _ring_in_batches(
+    rows: QuerySet[WorkflowInstance], pks: list[int], when: datetime | None
+) -> int:
+    """Ring the bell of each of ``pks`` still in ``rows`` (at ``when``, or at its alarm
+    when None), a short transaction per batch; how many rang."""
+    rang = 0
+    for first in range(0, len(pks), locks.HOUSEKEEPING_BATCH):
+        with transaction.atomic():
+            taken = locks.take_unlocked(rows, pks[first : first + locks.HOUSEKEEPING_BATCH])
+            for pk, alarm_at in taken:
+                due = when or alarm_at
+                if due is not None:  # an upcoming alarm is set (filtered): this tells mypy
+                    bells.arm(pk, due)
+        rang += len(taken)
+    return rang
 
 
 def sweep_backlog(now: datetime) -> tuple[QuerySet[WorkflowInstance], QuerySet[WorkflowInstance]]:

@@ -122,11 +122,6 @@ def _check_key(instance: object) -> None:
     storable.check_text(instance, what="The instance key")
 
 
-def lock(pk: int) -> WorkflowInstance:
-    """The instance ``pk`` under its row lock (``select_for_update``)."""
-    return WorkflowInstance.objects.select_for_update().get(pk=pk)
-
-
 def copy_onto(target: WorkflowInstance | str, source: WorkflowInstance) -> None:
     """Copy ``source``'s committed state onto the caller's object, so ``instance.status``
     is current after a verb (a key has no object to update)."""

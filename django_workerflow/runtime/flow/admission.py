@@ -13,11 +13,11 @@ admits last, once every instance row of its transaction is locked), or the tick 
 queue head whose rate-limit bell rang. Counting the slots in use and taking one are
 therefore atomic under any number of workers, and nothing polls.
 
-The lock order is the engine's (docs/concepts.md#the-lock-order): a gate after every
-instance row its transaction locks, and the queued rows after their gate, taken with
-``SKIP LOCKED``. A queued row that another transaction holds is left for the next
-admission: whoever holds it is cancelling it, or is its own tick or an event, which asks
-for admission again once it lets the row go.
+The lock order is the engine's (:mod:`django_workerflow.store.locks`, which takes the gate
+and the queued rows): a gate after every instance row its transaction locks, and the
+queued rows after their gate, taken with ``SKIP LOCKED``. A queued row that another
+transaction holds is left for the next admission: whoever holds it is cancelling it, or is
+its own tick or an event, which asks for admission again once it lets the row go.
 
 A *shared gate* (:func:`share_gate`) is a concurrency key whose limits hold across every
 definition: its instances are counted, queued and admitted together whatever their
@@ -37,7 +37,8 @@ from django.db.models import Q
 
 from django_workerflow import registry
 from django_workerflow.exceptions import WorkflowInputError, WorkflowNotRegisteredError
-from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
+from django_workerflow.models import WorkflowInstance, WorkflowStatus
+from django_workerflow.store import locks
 from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
@@ -175,7 +176,7 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
     holds the queue back, the head's alarm is set to the earliest time it allows.
     """
     limits = limits_for(name, concurrency_key)
-    _lock_gate(name, concurrency_key, now)
+    locks.lock_gate(_gate_name(name, concurrency_key), concurrency_key, now)
     # Read the clock again under the lock: admission times then follow admission order.
     now = max(now, clock_now())
     queue = _queue(name, concurrency_key)
@@ -186,17 +187,16 @@ def admit_waiting(name: str, concurrency_key: str, now: datetime) -> list[int]:
             break
         # Never waits for a queued row (the lock order's rule 3); a row cancelled meanwhile
         # is skipped, or drops out once its lock is released.
-        pks = list(queue.select_for_update(skip_locked=True).values_list("pk", flat=True)[:free])
+        pks = locks.admit_queued(queue, free, now)
         if not pks:
             return admitted
-        WorkflowInstance.objects.admit(pks, now)
         for pk in pks:
             bells.arm(pk, now)
         admitted.extend(pks)
         if len(pks) == free and limits is not None and limits.rate_count is None:
             break  # every slot taken: counting them again would only say so
     if next_slot is not None:
-        head = queue.select_for_update(skip_locked=True).values_list("pk", "alarm_at").first()
+        head = locks.queue_head(queue)
         if head is not None and head[1] != next_slot:
             WorkflowInstance.objects.schedule_queue_head(head[0], next_slot)
             bells.arm(head[0], next_slot)
@@ -236,9 +236,10 @@ def pass_on_the_alarm(instance: WorkflowInstance, now: datetime) -> None:
     queue = _queue(instance.definition_name, instance.concurrency_key).exclude(pk=instance.pk)
     if queue.filter(alarm_at__isnull=False).exists():
         return
-    pk = queue.select_for_update(skip_locked=True).values_list("pk", flat=True).first()
-    if pk is None:
+    head = locks.queue_head(queue)
+    if head is None:
         return
+    pk = head[0]
     WorkflowInstance.objects.wake_queued(pk, now)
     bells.arm(pk, now)
 
@@ -287,20 +288,6 @@ def _queue(name: str, concurrency_key: str) -> models.QuerySet[WorkflowInstance]
         status=WorkflowStatus.PENDING,
         admitted_at__isnull=True,
     ).order_by("priority", "created_at", "id")
-
-
-def _lock_gate(name: str, concurrency_key: str, now: datetime) -> None:
-    """Lock the gate row, creating it on first use. An UPDATE takes the row lock on
-    PostgreSQL and the write lock on SQLite before anything is counted."""
-    gate_name = _gate_name(name, concurrency_key)
-    gate = AdmissionGate.objects.filter(definition_name=gate_name, concurrency_key=concurrency_key)
-    if gate.update(locked_at=now):
-        return
-    AdmissionGate.objects.bulk_create(
-        [AdmissionGate(definition_name=gate_name, concurrency_key=concurrency_key, locked_at=now)],
-        ignore_conflicts=True,
-    )
-    gate.update(locked_at=now)
 
 
 def _free_slots(
