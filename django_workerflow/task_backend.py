@@ -51,6 +51,7 @@ from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.values.backoff import Backoff, default_backoff
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.control_flow import passes_through
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -377,8 +378,9 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 value = task.call(TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
-        except Exception as exc:
-            exc.add_note(WORKER_NOTE.format(worker))
+        except BaseException as exc:  # exit() fails the attempt too (see passes_through)
+            if not passes_through(exc):
+                exc.add_note(WORKER_NOTE.format(worker))
             raise
         return {"worker": worker, "started_at": started.isoformat(), "value": value}
 

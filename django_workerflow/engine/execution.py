@@ -45,7 +45,12 @@ from django_workerflow.store.records import unreached_steps
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control_flow import ExecutionStopped, Suspension, TickAborted
+from django_workerflow.values.control_flow import (
+    ExecutionStopped,
+    Suspension,
+    TickAborted,
+    passes_through,
+)
 from django_workerflow.values.states import (
     AttemptOutcome,
     StepState,
@@ -352,7 +357,9 @@ class Execution:
             value = self._call(record, fn) if self.trace.recording else fn()
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, started, non_retryable=True)
-        except Exception as exc:
+        except BaseException as exc:  # exit() or Ctrl-C in a callback fails its attempt too
+            if passes_through(exc):
+                raise
             if self.fatal is not None:
                 raise self.fatal from exc
             self._record_failure(
@@ -557,7 +564,9 @@ class Execution:
                 raise
             except Suspension:
                 outcomes.append(None)
-            except Exception as exc:
+            except BaseException as exc:  # as a step's callback: see _attempt
+                if passes_through(exc):
+                    raise
                 if self.fatal is not None:
                     raise self.fatal from exc
                 outcomes.append(SettledResult(ok=False, error=exc))

@@ -35,7 +35,7 @@ from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control_flow import ExecutionStopped, Suspension
+from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
 from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome, WakeCause
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
@@ -271,7 +271,9 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
         )
     except Suspension:
         return _suspended(execution)
-    except Exception as exc:
+    except BaseException as exc:  # exit() in workflow code fails it too (see passes_through)
+        if passes_through(exc):
+            raise
         return _failed(execution.fatal or exc)
     if execution.fatal is not None:
         return _failed(execution.fatal)
