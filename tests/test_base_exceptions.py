@@ -4,12 +4,15 @@ own control flow still passes through (see ``values.control_flow.passes_through`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow.models import step_events_of
+from django_workerflow import WorkerLostError
+from django_workerflow.models import WorkflowInstance, step_events_of
 from django_workerflow.testing import Harness, WorkerDeath
 from django_workerflow.values.control_flow import (
     ExecutionStopped,
@@ -157,3 +160,93 @@ def test_branches__exit_in_a_branch_is_that_branch_s_failure(workerflow_harness,
     workerflow_harness.drain()
 
     assert refreshed(instance).result == [True, False]
+
+
+# Attempts that kill their worker ---------------------------------------------------------
+
+
+def _run_until_settled(harness: Harness, rounds: int) -> None:
+    """Drain, letting each 'dead' attempt's lease run out, ``rounds`` times."""
+    for _ in range(rounds):
+        with contextlib.suppress(WorkerDeath):
+            harness.advance(timedelta(minutes=5))  # past the dead attempt's lease
+
+
+def test_poison_task__fails_with_worker_lost_after_three_interrupted_attempts(harness, tmp_path):
+    path = tmp_path / "dies"
+    result = tasks.dies_always.enqueue(str(path))
+    _run_until_settled(harness, 6)
+    result.refresh()
+
+    assert len(path.read_text().splitlines()) == 3
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 3
+    [error] = result.errors
+    assert error.exception_class is WorkerLostError
+    assert "interrupted 3 times in a row" in error.traceback
+    instance = WorkflowInstance.objects.get(key=result.id)
+    assert instance.error_name == "WorkerLostError"
+
+
+def test_poison_task__the_backend_option_sets_the_limit(settings, db, tmp_path):
+    settings.TASKS = {
+        "default": {
+            **settings.TASKS["default"],
+            "OPTIONS": {"max_interrupted_attempts": 2},
+        }
+    }
+    with Harness() as harness:
+        path = tmp_path / "dies"
+        result = tasks.dies_always.enqueue(str(path))
+        _run_until_settled(harness, 4)
+        result.refresh()
+
+    assert len(path.read_text().splitlines()) == 2
+    assert result.status == TaskResultStatus.FAILED
+
+
+def test_poison_step__fails_the_instance_with_worker_lost_after_the_setting_s_limit(
+    workerflow_harness, define, settings
+):
+    settings.WORKERFLOW_MAX_INTERRUPTED_ATTEMPTS = 2
+    calls = []
+
+    def dies():
+        calls.append(1)
+        raise WorkerDeath
+
+    def execute(self):
+        return self.run("dies", dies, max_attempts=10, backoff=lambda attempt: 0)
+
+    instance = workerflow.start(define(execute))
+    _run_until_settled(workerflow_harness, 5)
+
+    instance = refreshed(instance)
+    assert len(calls) == 2
+    assert instance.status == "failed"
+    assert instance.error_name == "WorkerLostError"
+    assert "interrupted 2 times in a row" in instance.error_message
+    assert step(instance, "dies").error_name == "WorkerLostError"
+
+
+def test_poison_step__a_failure_between_interruptions_starts_the_count_again(
+    workerflow_harness, define, settings
+):
+    settings.WORKERFLOW_MAX_INTERRUPTED_ATTEMPTS = 2
+    calls = []
+
+    def sometimes_dies():
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("an ordinary failure")
+        if len(calls) < 4:
+            raise WorkerDeath
+        return "ok"
+
+    def execute(self):
+        return self.run("flaky", sometimes_dies, max_attempts=10, backoff=lambda attempt: 0)
+
+    instance = workerflow.start(define(execute))
+    _run_until_settled(workerflow_harness, 5)
+
+    assert refreshed(instance).result == "ok"

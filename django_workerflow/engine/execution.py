@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from django.db import DatabaseError, transaction
 
 from django_workerflow import tracing
+from django_workerflow.conf import settings
 from django_workerflow.engine.failures import (
     INTERRUPTED_ERROR_NAME,
     INTERRUPTED_MESSAGE,
@@ -28,6 +29,7 @@ from django_workerflow.engine.failures import (
     recorded_failure,
     recorded_name,
     strip_name,
+    worker_lost_message,
 )
 from django_workerflow.exceptions import (
     DuplicateStepIdError,
@@ -35,6 +37,7 @@ from django_workerflow.exceptions import (
     NonRetryableStepError,
     WaitStepTimedOutError,
     WorkerflowError,
+    WorkerLostError,
     WorkflowDefinitionError,
     WorkflowInputError,
     WorkflowNotRegisteredError,
@@ -305,12 +308,18 @@ class Execution:
             if not self._was_interrupted(step_id):
                 # Suspended by a child step in an earlier tick: the same attempt goes on.
                 return self._attempt(record, fn, backoff, atomic)
+            # A step whose attempts keep killing their worker must not loop for ever.
+            interruptions = 1 + store.interrupted_attempts(step_id, INTERRUPTED_ERROR_NAME)
+            lost = interruptions >= settings.MAX_INTERRUPTED_ATTEMPTS
             record = self._write(
                 store.mark_attempt_failed,
                 step_id,
                 record.attempt_count,
-                error_name=INTERRUPTED_ERROR_NAME,
-                error_message=INTERRUPTED_MESSAGE,
+                error_name=WorkerLostError.__name__ if lost else INTERRUPTED_ERROR_NAME,
+                error_message=(
+                    worker_lost_message(step_id, interruptions) if lost else INTERRUPTED_MESSAGE
+                ),
+                non_retryable=lost,
                 backoff=backoff,
             )
             METERS.attempt_finished(

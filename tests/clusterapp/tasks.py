@@ -152,3 +152,10 @@ def kills_its_worker(path: str) -> None:
     """Kill the worker process that runs it (SIGKILL: nothing is recorded)."""
     append_line(path, str(os.getpid()))
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task()
+def dies_always(path: str) -> None:
+    """Every attempt 'dies' (see :func:`dies_once`)."""
+    append_line(path, str(os.getpid()))
+    raise WorkerDiedError
