@@ -151,7 +151,7 @@ class TaskWorkflow(WorkflowDefinition):
                     if interruptions < backend.max_interrupted_attempts:
                         continue
                     raise WorkerLostError(
-                        worker_lost_message(ATTEMPT_STEP.format(attempt), interruptions),
+                        worker_lost_message(f"The task '{self.name}'", interruptions),
                         step_id=ATTEMPT_STEP.format(attempt),
                     ) from None
                 failures += 1

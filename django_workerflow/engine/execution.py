@@ -317,7 +317,9 @@ class Execution:
                 record.attempt_count,
                 error_name=WorkerLostError.__name__ if lost else INTERRUPTED_ERROR_NAME,
                 error_message=(
-                    worker_lost_message(step_id, interruptions) if lost else INTERRUPTED_MESSAGE
+                    worker_lost_message(f"Run step '{step_id}'", interruptions)
+                    if lost
+                    else INTERRUPTED_MESSAGE
                 ),
                 non_retryable=lost,
                 backoff=backoff,

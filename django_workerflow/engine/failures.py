@@ -28,10 +28,11 @@ INTERRUPTED_ERROR_NAME = "StepInterruptedError"
 INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
 
 
-def worker_lost_message(step_id: str, interruptions: int) -> str:
-    """Why a run step whose attempts keep killing their worker process is failed."""
+def worker_lost_message(what: str, interruptions: int) -> str:
+    """Why ``what`` (``Run step 'charge'``), whose attempts keep killing their worker
+    process, is failed."""
     return (
-        f"Run step '{step_id}' was interrupted {interruptions} times in a row: the worker "
+        f"{what} was interrupted {interruptions} times in a row: the worker "
         "process running it died each time (killed by a signal such as SIGKILL, out of memory, "
         "or a crash in C code) before the attempt's outcome was recorded. It is failed instead "
         "of run again; look for the cause in the worker's logs, then retry the instance."
