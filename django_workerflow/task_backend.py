@@ -115,6 +115,7 @@ class TaskWorkflow(WorkflowDefinition):
     version = TASK_VERSION
     #: Starts take admission's path: a queue with a limit is a shared gate.
     shares_gates: ClassVar[bool] = True
+    registered_on_demand = True  # by load_definition, from the task's module path
 
     def concurrency_key(self) -> str:
         return gate_key(self.input["backend"], self.input["queue"])

@@ -14,7 +14,7 @@ from testproject.settings import *  # noqa: F403 - the tests run the demo projec
 from testproject.settings import INSTALLED_APPS, Q_CLUSTER
 
 # The workflows that real qcluster processes started by tests/cluster run.
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.clusterapp"]
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.clusterapp", "tests.readyapp"]
 
 # A test's clusters may run fewer (or more) workers: one, to see that a task left it alive.
 if "WORKERFLOW_TEST_WORKERS" in os.environ:

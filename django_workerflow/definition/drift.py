@@ -103,7 +103,16 @@ def _names_used_by(module: ModuleType) -> Iterable[str]:
 def unimported_definitions(
     definitions: Iterable[type[WorkflowDefinition]] | None = None,
 ) -> list[type[WorkflowDefinition]]:
-    """The registered definitions (or ``definitions``) whose module workers do not import."""
+    """The registered definitions (or ``definitions``) a worker may not have: registered in
+    this process after its setup (a worker registers what every process does while it sets
+    up: the ``workflows`` modules, an app's ``ready()`` and what they import), from a module
+    no ``workflows`` module imports, and not registered on demand (a task's definition)."""
     imported = worker_imported_modules()
     candidates = registry.definitions() if definitions is None else definitions
-    return [definition for definition in candidates if definition.__module__ not in imported]
+    return [
+        definition
+        for definition in candidates
+        if registry.registered_after_setup(definition)
+        and not definition.registered_on_demand
+        and definition.__module__ not in imported
+    ]
