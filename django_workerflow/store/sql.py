@@ -379,11 +379,15 @@ _QUEUE_STATEMENTS: dict[str, str] = {
     "claim_due_bells_no_flush": _CLAIM_DUE_BELLS.format(
         no_flush=_BELL_NO_FLUSH, from_no_flush=" FROM no_flush"
     ),
-    # One bell (bells.queue_task), with the priority of the instance it rings for, if any.
-    "insert_bell": f"""
+    # One bell (bells.queue_task) that rings for an instance: with its priority.
+    "insert_instance_bell": f"""
         INSERT INTO {{queue}} ("key", payload, "lock", workerflow_priority)
         VALUES (%(key)s, %(payload)s, %(due)s, COALESCE(
             (SELECT priority FROM {INSTANCE} WHERE id = %(instance)s), 0))
+        RETURNING id""",
+    # One bell for no instance (a sweep, a schedule, a delivery): the column's default.
+    "insert_bell": """
+        INSERT INTO {queue} ("key", payload, "lock") VALUES (%(key)s, %(payload)s, %(due)s)
         RETURNING id""",
     # A bell handled (acknowledged) or unreadable (failed).
     "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",

@@ -132,8 +132,9 @@ def _delayed_orm_broker_class() -> type:
                 "due": connection.ops.adapt_datetimefield_value(self.when),
                 "instance": self.instance,
             }
+            name = "insert_bell" if self.instance is None else "insert_instance_bell"
             with connection.cursor() as cursor:
-                cursor.execute(sql.queue_statement("insert_bell", OrmQ._meta.db_table), values)
+                cursor.execute(sql.queue_statement(name, OrmQ._meta.db_table), values)
                 pk: int = cursor.fetchone()[0]
             return pk
 
