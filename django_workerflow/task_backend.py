@@ -431,7 +431,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
         )
         if instance.status == WorkflowStatus.COMPLETED:
             object.__setattr__(result, "_return_value", instance.result)
-        elif instance.error_name == WorkerLostError.__name__:  # no attempt raised it
+        elif instance.error_name == WorkerLostError.__name__ and not errors:  # none raised it
             errors.append(
                 TaskError(exception_class_path=WORKER_LOST, traceback=instance.error_traceback)
             )

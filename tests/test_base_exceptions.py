@@ -250,3 +250,16 @@ def test_poison_step__a_failure_between_interruptions_starts_the_count_again(
     _run_until_settled(workerflow_harness, 5)
 
     assert refreshed(instance).result == "ok"
+
+
+def test_poison_task__a_limit_of_one_fails_it_once_with_the_class_path(harness, settings, tmp_path):
+    """At 1 the engine itself fails the attempt's step (its own limit): one error, named
+    by its path, as when the backend's count ends the task."""
+    settings.WORKERFLOW_MAX_INTERRUPTED_ATTEMPTS = 1
+    result = tasks.dies_always.enqueue(str(tmp_path / "dies"))
+    _run_until_settled(harness, 3)
+    result.refresh()
+
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class is WorkerLostError

@@ -311,18 +311,19 @@ class Execution:
             # A step whose attempts keep killing their worker must not loop for ever.
             interruptions = 1 + store.interrupted_attempts(step_id, INTERRUPTED_ERROR_NAME)
             lost = interruptions >= settings.MAX_INTERRUPTED_ATTEMPTS
+            message = worker_lost_message(f"Run step '{step_id}'", interruptions)
             record = self._write(
                 store.mark_attempt_failed,
                 step_id,
                 record.attempt_count,
                 error_name=WorkerLostError.__name__ if lost else INTERRUPTED_ERROR_NAME,
-                error_message=(
-                    worker_lost_message(f"Run step '{step_id}'", interruptions)
-                    if lost
-                    else INTERRUPTED_MESSAGE
-                ),
+                error_message=message if lost else INTERRUPTED_MESSAGE,
                 non_retryable=lost,
                 backoff=backoff,
+                # No code raised it: the line a traceback ends with names its class.
+                traceback=f"{WorkerLostError.__module__}.WorkerLostError: {message}\n"
+                if lost
+                else "",
             )
             METERS.attempt_finished(
                 self.definition_name, StepType.RUN, AttemptOutcome.INTERRUPTED, None
