@@ -81,4 +81,6 @@ def test_sigkill__the_task_fails_with_worker_lost_after_three_interrupted_attemp
     assert error.exception_class is WorkerLostError
     assert "interrupted 3 times in a row" in error.traceback
     # The cluster still works: the next task runs.
-    assert wait_until(lambda: finished(tasks.add.enqueue(1, 2)), timeout=30, what="a task")
+    after = tasks.add.enqueue(1, 2)
+    wait_until(lambda: finished(after), timeout=30, what="the next task")
+    assert after.status == TaskResultStatus.SUCCESSFUL
