@@ -9,6 +9,7 @@
 """
 
 import importlib.util
+import os
 
 from testproject.settings import *  # noqa: F403 - the benchmark runs the test project
 from testproject.settings import INSTALLED_APPS, Q_CLUSTER, WORKERFLOW_DB
@@ -43,3 +44,7 @@ LOGGING = {
         "django_workerflow": {"handlers": ["console"], "level": "WARNING", "propagate": False}
     },
 }
+
+# A scenario may run its cluster with another number of workers (bench.bell_claim: one).
+if "WORKERFLOW_BENCH_WORKERS" in os.environ:
+    Q_CLUSTER["workers"] = int(os.environ["WORKERFLOW_BENCH_WORKERS"])

@@ -48,8 +48,11 @@ class WorkerflowConfig(AppConfig):
             # and an AppConfig module is imported before the models are.
             from django_q.signals import post_spawn
 
+            from django_workerflow.runtime.tick import recheck_unregistered
             from django_workerflow.workers import task_lines
             from django_workerflow.workers.sweep_chain import seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")
+            # A worker started after a deploy runs at once what an older one could not.
+            post_spawn.connect(recheck_unregistered, dispatch_uid="workerflow-recheck-unregistered")
             task_lines.install()  # django-q2's lines about our own tasks go to DEBUG

@@ -1,10 +1,12 @@
-"""A django-q2 ORM broker that hands out due bells earliest-due first, cheaply.
+"""A django-q2 ORM broker that hands out due bells by priority, then earliest-due first, cheaply.
 
 django-q2's ORM broker dequeues due rows without an ``ORDER BY``: under a backlog (more
 bells due than workers can take) the database returns them in whatever order it finds
 them, so an instance due long ago can wait behind ones due later. This broker orders by the
-row's ``lock`` (a bell's due time, see :mod:`django_workerflow.workers.bells`), then by id, served
-by the ``(key, lock)`` index our migration 0006 adds to django-q2's queue table.
+bell's priority (its instance's, in the column migration 0020 adds to django-q2's queue
+table: a task of higher ``Task.priority`` starts first), then by the row's ``lock`` (a bell's
+due time, see :mod:`django_workerflow.workers.bells`), then by id, served by the ``(key,
+workerflow_priority, lock)`` index of that migration.
 
 It claims and acknowledges bells with named statements (:mod:`.sql`) instead of the ORM's
 query compiler, which cost more than the statements themselves: on PostgreSQL one
@@ -63,8 +65,10 @@ class _Idle:
     due: float | None
 
 
-def _by_due(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    return (row[2], row[0])
+def _in_claim_order(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A claimed row (id, payload, due, priority) in the statement's order: a claim's
+    ``RETURNING`` does not keep its ``ORDER BY``."""
+    return (row[3], row[2], row[0])
 
 
 def _reset_if_broken(connection: Any) -> None:
@@ -117,9 +121,9 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
                 sql.queue_statement(_claim_statement(connection), QUEUE), self._values(now)
             )
             rows = cursor.fetchall()
-        claimed = sorted((row for row in rows if row[0] is not None), key=_by_due)
-        taken = [(pk, payload) for pk, payload, _due in claimed]
-        next_due = next((due for pk, _payload, due in rows if pk is None), None)
+        claimed = sorted((row for row in rows if row[0] is not None), key=_in_claim_order)
+        taken = [(pk, payload) for pk, payload, _due, _priority in claimed]
+        next_due = next((due for pk, _payload, due, _priority in rows if pk is None), None)
         if listening:
             due = None if next_due is None else next_due.timestamp() + DUE_MARGIN
             self._idle = _Idle(listen_on.connection, time() + settings.BELL_POLL_SECONDS, due)

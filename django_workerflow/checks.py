@@ -51,11 +51,12 @@ workerflow.W010
     break the engine in several ways at once (no timeout, unlimited redelivery, no ORM
     broker). This one warning replaces W002-W007. Add the ``Q_CLUSTER`` the README shows.
 workerflow.W011
-    A definition is registered from a module that workers do not import: not the
-    ``workflows`` module of an installed app, nor a module one of those imports. Workers only
-    autodiscover ``workflows`` modules, so a definition imported by a view alone is
-    registered in the web process and missing in the worker, and its instances wait
-    forever. Move it into (or import it from) a ``workflows`` module.
+    A definition is registered from a module that workers do not import: registered after
+    this process set its apps up (not by a ``workflows`` module, an app's ``ready()``, or
+    what they import) from a module no ``workflows`` module imports. A definition imported
+    by a view alone is registered in the web process and missing in the worker, and its
+    instances wait forever. Move it into (or import it from) a ``workflows`` module. A
+    ``django.tasks`` task's definition never warns: workers define it on demand.
 """
 
 from __future__ import annotations

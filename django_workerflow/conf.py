@@ -41,6 +41,12 @@ class Settings:
         return _read("LEASE_SECONDS", 12.0)
 
     @property
+    def MAX_INTERRUPTED_ATTEMPTS(self) -> int:
+        """Attempts of a run step in a row that may die with their worker process (found
+        interrupted) before the step fails with ``WorkerLostError`` instead of running again."""
+        return _read("MAX_INTERRUPTED_ATTEMPTS", 3)
+
+    @property
     def MAX_JSON_BYTES(self) -> int:
         """Largest accepted JSON text (input, event payload, step result), in bytes."""
         return _read("MAX_JSON_BYTES", 1024 * 1024)

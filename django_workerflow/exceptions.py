@@ -64,6 +64,13 @@ class MaxAttemptsExceededError(StepOutcomeError):
     """A run step failed on each of its configured attempts."""
 
 
+class WorkerLostError(StepOutcomeError):
+    """A run step's attempts kept killing the worker process that ran them (a signal such as
+    SIGKILL, running out of memory, a crash in C code): after
+    ``WORKERFLOW_MAX_INTERRUPTED_ATTEMPTS`` such attempts in a row the step is failed instead
+    of run again."""
+
+
 class WaitStepTimedOutError(StepOutcomeError):
     """A wait step's deadline passed before a matching event arrived."""
 

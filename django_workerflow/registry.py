@@ -6,6 +6,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from django.apps import apps
+
 from django_workerflow.exceptions import WorkflowDefinitionError, WorkflowNotRegisteredError
 
 if TYPE_CHECKING:
@@ -17,6 +19,10 @@ _replacing = 0
 # Called with a name nobody registered: each may register it (the django.tasks backend
 # defines a task's definition when its module is imported), see add_loader().
 _loaders: list[Callable[[str], None]] = []
+# Definitions registered once Django's apps were ready: not while the process set up (an
+# app's ready() and what it imports, the `workflows` modules), which every process does, a
+# worker too, but later (a view's module, imported with the URLconf): see check W011.
+_after_setup: set[type[WorkflowDefinition]] = set()
 
 
 def add_loader(loader: Callable[[str], None]) -> None:
@@ -54,11 +60,20 @@ def register(definition: type[WorkflowDefinition]) -> None:
             "version."
         )
     versions[definition.version] = definition
+    if apps.ready:
+        _after_setup.add(definition)
+
+
+def registered_after_setup(definition: type[WorkflowDefinition]) -> bool:
+    """Whether ``definition`` was registered after Django set its apps up in this process,
+    so that another process (a worker) may not have it."""
+    return definition in _after_setup
 
 
 def unregister(definition: type[WorkflowDefinition]) -> None:
     """Forget ``definition`` (for tests that define throwaway workflows)."""
     versions = _definitions.get(definition.name, {})
+    _after_setup.discard(definition)
     if versions.get(definition.version) is definition:
         del versions[definition.version]
         if not versions:

@@ -43,14 +43,16 @@ from django_workerflow import (
     MaxAttemptsExceededError,
     NonRetryableStepError,
     WaitStepTimedOutError,
+    WorkerLostError,
     registry,
 )
 from django_workerflow import start as start_instance
 from django_workerflow.definition.workflow import WorkflowDefinition
-from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME
+from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME, worker_lost_message
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.values.backoff import Backoff, default_backoff
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.control_flow import passes_through
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -85,6 +87,7 @@ WORKER_NOTE = "django.tasks worker={}"
 WORKER_NOTE_LINE = re.compile(r"^django\.tasks worker=(\S*)$", re.MULTILINE)
 #: Failures of a run step that the task's own exception became (see TaskWorkflow.execute).
 STEP_FAILURES = (MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError)
+WORKER_LOST = f"{WorkerLostError.__module__}.{WorkerLostError.__qualname__}"
 
 
 def worker_id() -> str:
@@ -112,6 +115,7 @@ class TaskWorkflow(WorkflowDefinition):
     version = TASK_VERSION
     #: Starts take admission's path: a queue with a limit is a shared gate.
     shares_gates: ClassVar[bool] = True
+    registered_on_demand = True  # by load_definition, from the task's module path
 
     def concurrency_key(self) -> str:
         return gate_key(self.input["backend"], self.input["queue"])
@@ -120,14 +124,16 @@ class TaskWorkflow(WorkflowDefinition):
         """Run attempts until one succeeds or ``max_attempts`` of them have failed.
 
         An attempt interrupted by a dying worker is recorded as failed with the engine's
-        interruption error: it does not count against ``max_attempts`` and runs again.
+        interruption error: it does not count against ``max_attempts`` and runs again, up to
+        ``OPTIONS["max_interrupted_attempts"]`` interrupted attempts in a row, after which the
+        task fails with ``WorkerLostError``.
         """
         backend = backend_of(self.input["backend"])
         task = backend.task_of(self.name, self.input)
         if self.input.get("run_after"):
             self.sleep_until(RUN_AFTER_STEP, datetime.fromisoformat(self.input["run_after"]))
         max_attempts, backoff = backend.retries(self.input["queue"])
-        failures = 0
+        failures = interruptions = 0
         attempt = 0
         while True:
             attempt += 1
@@ -142,7 +148,13 @@ class TaskWorkflow(WorkflowDefinition):
                 return outcome["value"]
             except STEP_FAILURES:
                 if _failure_name(self.key, ATTEMPT_STEP.format(attempt)) == INTERRUPTED_ERROR_NAME:
-                    continue
+                    interruptions += 1
+                    if interruptions < backend.max_interrupted_attempts:
+                        continue
+                    raise WorkerLostError(
+                        worker_lost_message(f"The task '{self.name}'", interruptions),
+                        step_id=ATTEMPT_STEP.format(attempt),
+                    ) from None
                 failures += 1
                 if failures >= max_attempts:
                     raise
@@ -187,6 +199,12 @@ class WorkflowTaskBackend(BaseTaskBackend):
         super().__init__(alias, params)
         problems: list[str] = []
         self.max_attempts: int = _attempts(self.options.get("max_attempts", 1), "", problems)
+        self.max_interrupted_attempts: int = _attempts(
+            self.options.get("max_interrupted_attempts", 3),
+            "",
+            problems,
+            "max_interrupted_attempts",
+        )
         self.backoff: Backoff | None = self.options.get("backoff")
         if self.backoff is not None and not callable(self.backoff):
             problems.append("OPTIONS['backoff'] must be a callable of the attempt number")
@@ -377,8 +395,9 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 value = task.call(TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
-        except Exception as exc:
-            exc.add_note(WORKER_NOTE.format(worker))
+        except BaseException as exc:  # exit() fails the attempt too (see passes_through)
+            if not passes_through(exc):
+                exc.add_note(WORKER_NOTE.format(worker))
             raise
         return {"worker": worker, "started_at": started.isoformat(), "value": value}
 
@@ -412,6 +431,10 @@ class WorkflowTaskBackend(BaseTaskBackend):
         )
         if instance.status == WorkflowStatus.COMPLETED:
             object.__setattr__(result, "_return_value", instance.result)
+        elif instance.error_name == WorkerLostError.__name__ and not errors:  # none raised it
+            errors.append(
+                TaskError(exception_class_path=WORKER_LOST, traceback=instance.error_traceback)
+            )
         return result
 
 
@@ -493,9 +516,9 @@ def exception_class_path(error_name: str, traceback_text: str) -> str:
     return f"builtins.{error_name}"
 
 
-def _attempts(value: Any, where: str, problems: list[str]) -> int:
+def _attempts(value: Any, where: str, problems: list[str], option: str = "max_attempts") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        key = f"{where}['max_attempts']" if where else "OPTIONS['max_attempts']"
+        key = f"{where}[{option!r}]" if where else f"OPTIONS[{option!r}]"
         problems.append(f"{key} must be a positive integer, not {value!r}")
         return 1
     return value

@@ -24,6 +24,7 @@ from django.test import TestCase
 from django_workerflow import registry
 from django_workerflow.exceptions import NondeterminismError, WorkflowInputError
 from django_workerflow.values.clock import SystemClock, VirtualClock, set_clock
+from django_workerflow.values.control_flow import WorkerDeath as WorkerDeath  # re-exported
 from django_workerflow.values.jsonvalue import check_aware, to_timedelta
 
 if TYPE_CHECKING:

@@ -8,8 +8,19 @@ nothing of the tests.
 Environment variables are the demo's: see ``testproject/settings.py``.
 """
 
+import os
+
 from testproject.settings import *  # noqa: F403 - the tests run the demo project
-from testproject.settings import INSTALLED_APPS
+from testproject.settings import INSTALLED_APPS, Q_CLUSTER
 
 # The workflows that real qcluster processes started by tests/cluster run.
-INSTALLED_APPS = [*INSTALLED_APPS, "tests.clusterapp"]
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.clusterapp", "tests.readyapp"]
+
+# A test's clusters may run fewer (or more) workers: one, to see that a task left it alive.
+if "WORKERFLOW_TEST_WORKERS" in os.environ:
+    Q_CLUSTER = {**Q_CLUSTER, "workers": int(os.environ["WORKERFLOW_TEST_WORKERS"])}
+
+# A test's clusters may start without TASKS, as a worker started before TASKS named the
+# backend (tests/cluster/test_tasks_restart_cluster.py).
+if os.environ.get("WORKERFLOW_TEST_NO_TASKS"):
+    globals().pop("TASKS", None)

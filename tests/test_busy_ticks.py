@@ -9,11 +9,12 @@ import django_workerflow as workerflow
 from django_workerflow.conf import settings
 from django_workerflow.models import WorkflowStatus
 from django_workerflow.runtime.verbs import tick
+from django_workerflow.testing import WorkerDeath
 
 pytestmark = pytest.mark.django_db
 
 
-class WorkerDiedError(BaseException):
+class WorkerDiedError(WorkerDeath):
     """Stands for the worker process dying in the middle of a callback."""
 
 

@@ -20,6 +20,7 @@ from django_workerflow.models import (
     WorkflowStatus,
     step_events_of,
 )
+from django_workerflow.testing import WorkerDeath
 from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StopReason
 
@@ -29,7 +30,7 @@ from .runtime_helpers import refreshed
 pytestmark = pytest.mark.django_db
 
 
-class WorkerDied(BaseException):
+class WorkerDied(WorkerDeath):
     """Escapes the tick like a killed worker: nothing after it is recorded."""
 
 

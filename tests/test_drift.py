@@ -224,3 +224,50 @@ def test_check_w010__one_clear_message_when_q_cluster_is_missing_altogether():
     assert [w.id for w in warnings] == ["workerflow.W010"]
     assert "Q_CLUSTER is not set" in warnings[0].msg
     assert "'orm': 'default'" in warnings[0].hint
+
+
+# What every process registers while it sets up -------------------------------------------
+
+READY_APP = ("tests.readyapp.urls", "tests.readyapp.views")
+
+
+@pytest.fixture
+def ready_app_urlconf(monkeypatch):
+    """ROOT_URLCONF is the ready app's, whose views module declares a task; modules of the
+    suite are not counted as imported by workers (see conftest)."""
+    for name in READY_APP:
+        sys.modules.pop(name, None)
+    monkeypatch.setattr(drift, "worker_imported_modules", drift_worker_imported_modules)
+    with override_settings(ROOT_URLCONF=READY_APP[0]):
+        yield
+    for name in READY_APP:
+        sys.modules.pop(name, None)
+
+
+def test_check_w011__passes_a_definition_an_app_s_ready_imports(ready_app_urlconf):
+    from tests.readyapp.flows import ReadyRegistered
+
+    assert "ready-registered" not in w011_names()
+    assert unimported_definitions([ReadyRegistered]) == []
+
+
+def test_check_w011__passes_a_task_a_views_module_declares(ready_app_urlconf):
+    names = w011_names()
+    from tests.readyapp.views import send_receipt
+
+    assert registry.lookup(send_receipt.module_path, "1") is not None  # the check's import
+    assert send_receipt.module_path not in names
+    assert [name for name in names if "readyapp" in name] == []
+
+
+def test_check_w011__still_warns_about_a_workflow_a_views_module_declares(view_only_urlconf):
+    assert "view-only-report" in w011_names()
+
+
+def test_missing_definition__a_task_registered_here_is_not_said_to_be_missing(db):
+    from tests.readyapp.views import send_receipt
+
+    result = send_receipt.enqueue(7)
+    instance = WorkflowInstance.objects.get(key=result.id)
+
+    assert missing_definition(instance) is None

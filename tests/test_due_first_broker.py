@@ -51,3 +51,49 @@ def test_bell_queue__has_the_key_lock_index():
     with connection.cursor() as cursor:
         constraints = connection.introspection.get_constraints(cursor, OrmQ._meta.db_table)
     assert constraints["workerflow_ormq_key_lock"]["columns"] == ["key", "lock"]
+
+
+def test_due_first_broker__hands_out_a_backlog_by_priority_then_earliest_due():
+    """Tasks of 5 priorities enqueued in a shuffled order (all due): their bells come out
+    highest ``Task.priority`` first, each priority's in enqueue order."""
+    from django_q.conf import Conf
+
+    from django_workerflow.broker import DueFirstOrmBroker
+    from tests.clusterapp import tasks
+
+    priorities = [-20, -10, 0, 10, 20] * 20
+    random.Random(37).shuffle(priorities)
+    keys = {}
+    for priority in priorities:  # no harness: each start queues its bell
+        keys[tasks.nothing.using(priority=priority).enqueue().id] = priority
+    broker = DueFirstOrmBroker(list_key=Conf.CLUSTER_NAME)
+
+    handed_out = []
+    while len(handed_out) < len(priorities):
+        handed_out += [_instance_key(payload) for _pk, payload in broker.dequeue()]
+
+    order = [-keys[key] for key in handed_out]  # the engine's priority: lower first
+    assert inversions(order) == 0
+    enqueued = list(keys)
+    assert handed_out == sorted(handed_out, key=lambda key: (-keys[key], enqueued.index(key)))
+
+
+def test_bell_queue__has_the_key_priority_lock_index():
+    from django_q.models import OrmQ
+
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, OrmQ._meta.db_table)
+    assert constraints["workerflow_ormq_key_priority_lock"]["columns"] == [
+        "key",
+        "workerflow_priority",
+        "lock",
+    ]
+
+
+def _instance_key(payload: str) -> str:
+    from django_q.signing import SignedPackage
+
+    from django_workerflow.models import WorkflowInstance
+
+    (pk,) = SignedPackage.loads(payload)["args"]
+    return WorkflowInstance.objects.get(pk=pk).key

@@ -11,14 +11,14 @@ import django_workerflow as workerflow
 from django_workerflow import WorkflowInputError
 from django_workerflow.conf import settings
 from django_workerflow.models import Step, StepEvent, StepEventType, WorkflowStatus, step_events_of
-from django_workerflow.testing import Harness
+from django_workerflow.testing import Harness, WorkerDeath
 
 T0 = datetime(2030, 5, 6, 7, 8, 9, tzinfo=UTC)
 
 pytestmark = pytest.mark.django_db
 
 
-class WorkerDiedError(BaseException):
+class WorkerDiedError(WorkerDeath):
     """Stands for the worker process dying in the middle of a callback."""
 
 

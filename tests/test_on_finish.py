@@ -12,6 +12,7 @@ from django_workerflow import WorkflowDefinition, WorkflowStateError
 from django_workerflow.conf import settings
 from django_workerflow.models import FinishDelivery
 from django_workerflow.runtime.composition import deliveries
+from django_workerflow.testing import WorkerDeath
 
 pytestmark = pytest.mark.django_db
 
@@ -148,7 +149,7 @@ def test_on_finish__a_worker_that_died_mid_hook_is_redelivered_after_the_lease(
 ):
     calls = []
 
-    class WorkerDied(BaseException):
+    class WorkerDied(WorkerDeath):
         pass
 
     def hook(self, outcome):

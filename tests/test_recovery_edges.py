@@ -12,13 +12,14 @@ import pytest
 import django_workerflow as workerflow
 from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import Step, StepEvent, StepEventType, WorkflowStatus
+from django_workerflow.testing import WorkerDeath
 
 from .runtime_helpers import lease_runs_out
 
 pytestmark = pytest.mark.django_db
 
 
-class WorkerDiedError(BaseException):
+class WorkerDiedError(WorkerDeath):
     """Stands for the worker process dying in the middle of a callback."""
 
 

@@ -22,13 +22,14 @@ from django_workerflow.models import (
     step_events_of,
 )
 from django_workerflow.runtime import verbs
+from django_workerflow.testing import WorkerDeath
 
 from .runtime_helpers import lease_runs_out
 
 pytestmark = pytest.mark.django_db
 
 
-class WorkerDiedError(BaseException):
+class WorkerDiedError(WorkerDeath):
     """Stands for the worker process dying between two steps."""
 
 

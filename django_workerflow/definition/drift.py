@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFINITIONS_HINT",
+    "TASKS_HINT",
     "awaited_event_names",
     "missing_definition",
     "unimported_definitions",
+    "unregistered_hint",
     "worker_imported_modules",
 ]
 
@@ -37,6 +39,15 @@ DEFINITIONS_HINT = (
     "workers register the definitions of the `workflows` module of each installed app (and "
     "what those modules import); define it there and deploy the workers"
 )
+#: Why a worker lacks a django.tasks task's definition (it loads those on demand), and the fix.
+TASKS_HINT = (
+    "it is a django.tasks task, and this worker process has no TASKS backend of "
+    "django_workerflow to load it with: it was started before TASKS named "
+    "django_workerflow.task_backend.WorkflowTaskBackend, or with other settings. Restart the "
+    "workers with the settings that configure TASKS; the waiting tasks then run at once"
+)
+# What a task's instance is started with (task_backend.WorkflowTaskBackend.enqueue).
+_TASK_INPUT = frozenset({"enqueued_at", "backend", "queue", "args", "kwargs"})
 # How deep imports are followed from a `workflows` module, and packages never followed.
 _IMPORT_DEPTH = 4
 _NOT_FOLLOWED = ("django", "django_q", "django_workerflow")
@@ -57,6 +68,15 @@ def missing_definition(instance: WorkflowInstance) -> str | None:
         where = definition.__module__
         return f"{missing}: it is registered from {where}, which workers do not import"
     return None
+
+
+def unregistered_hint(instance: WorkflowInstance) -> str:
+    """What to do about ``instance`` when a worker lacks its definition: restart the workers
+    with TASKS for a task's, else define it where workers import it."""
+    task_input = instance.input
+    if isinstance(task_input, dict) and task_input.keys() >= _TASK_INPUT:
+        return TASKS_HINT
+    return DEFINITIONS_HINT
 
 
 def awaited_event_names(instance: WorkflowInstance | int) -> list[str]:
@@ -103,7 +123,16 @@ def _names_used_by(module: ModuleType) -> Iterable[str]:
 def unimported_definitions(
     definitions: Iterable[type[WorkflowDefinition]] | None = None,
 ) -> list[type[WorkflowDefinition]]:
-    """The registered definitions (or ``definitions``) whose module workers do not import."""
+    """The registered definitions (or ``definitions``) a worker may not have: registered in
+    this process after its setup (a worker registers what every process does while it sets
+    up: the ``workflows`` modules, an app's ``ready()`` and what they import), from a module
+    no ``workflows`` module imports, and not registered on demand (a task's definition)."""
     imported = worker_imported_modules()
     candidates = registry.definitions() if definitions is None else definitions
-    return [definition for definition in candidates if definition.__module__ not in imported]
+    return [
+        definition
+        for definition in candidates
+        if registry.registered_after_setup(definition)
+        and not definition.registered_on_demand
+        and definition.__module__ not in imported
+    ]

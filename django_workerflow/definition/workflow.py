@@ -45,6 +45,9 @@ class WorkflowDefinition:
     max_concurrency: ClassVar[int | None] = None
     #: ``(count, period)``: at most ``count`` admissions per ``period``; None: no limit.
     rate_limit: ClassVar[tuple[int, timedelta] | None] = None
+    #: A registry loader registers it in any process on first use (a django.tasks task's
+    #: definition): no module a worker imports needs to define it (check W011).
+    registered_on_demand: ClassVar[bool] = False
 
     def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
         # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from django.db import DatabaseError, transaction
 
 from django_workerflow import tracing
+from django_workerflow.conf import settings
 from django_workerflow.engine.failures import (
     INTERRUPTED_ERROR_NAME,
     INTERRUPTED_MESSAGE,
@@ -28,6 +29,7 @@ from django_workerflow.engine.failures import (
     recorded_failure,
     recorded_name,
     strip_name,
+    worker_lost_message,
 )
 from django_workerflow.exceptions import (
     DuplicateStepIdError,
@@ -35,6 +37,7 @@ from django_workerflow.exceptions import (
     NonRetryableStepError,
     WaitStepTimedOutError,
     WorkerflowError,
+    WorkerLostError,
     WorkflowDefinitionError,
     WorkflowInputError,
     WorkflowNotRegisteredError,
@@ -45,7 +48,12 @@ from django_workerflow.store.records import unreached_steps
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control_flow import ExecutionStopped, Suspension, TickAborted
+from django_workerflow.values.control_flow import (
+    ExecutionStopped,
+    Suspension,
+    TickAborted,
+    passes_through,
+)
 from django_workerflow.values.states import (
     AttemptOutcome,
     StepState,
@@ -300,13 +308,22 @@ class Execution:
             if not self._was_interrupted(step_id):
                 # Suspended by a child step in an earlier tick: the same attempt goes on.
                 return self._attempt(record, fn, backoff, atomic)
+            # A step whose attempts keep killing their worker must not loop for ever.
+            interruptions = 1 + store.interrupted_attempts(step_id, INTERRUPTED_ERROR_NAME)
+            lost = interruptions >= settings.MAX_INTERRUPTED_ATTEMPTS
+            message = worker_lost_message(f"Run step '{step_id}'", interruptions)
             record = self._write(
                 store.mark_attempt_failed,
                 step_id,
                 record.attempt_count,
-                error_name=INTERRUPTED_ERROR_NAME,
-                error_message=INTERRUPTED_MESSAGE,
+                error_name=WorkerLostError.__name__ if lost else INTERRUPTED_ERROR_NAME,
+                error_message=message if lost else INTERRUPTED_MESSAGE,
+                non_retryable=lost,
                 backoff=backoff,
+                # No code raised it: the line a traceback ends with names its class.
+                traceback=f"{WorkerLostError.__module__}.WorkerLostError: {message}\n"
+                if lost
+                else "",
             )
             METERS.attempt_finished(
                 self.definition_name, StepType.RUN, AttemptOutcome.INTERRUPTED, None
@@ -352,7 +369,9 @@ class Execution:
             value = self._call(record, fn) if self.trace.recording else fn()
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, started, non_retryable=True)
-        except Exception as exc:
+        except BaseException as exc:  # exit() or Ctrl-C in a callback fails its attempt too
+            if passes_through(exc):
+                raise
             if self.fatal is not None:
                 raise self.fatal from exc
             self._record_failure(
@@ -557,7 +576,9 @@ class Execution:
                 raise
             except Suspension:
                 outcomes.append(None)
-            except Exception as exc:
+            except BaseException as exc:  # as a step's callback: see _attempt
+                if passes_through(exc):
+                    raise
                 if self.fatal is not None:
                     raise self.fatal from exc
                 outcomes.append(SettledResult(ok=False, error=exc))

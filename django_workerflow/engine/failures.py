@@ -10,6 +10,7 @@ from django_workerflow.exceptions import (
     NonRetryableStepError,
     StepOutcomeError,
     WaitStepTimedOutError,
+    WorkerLostError,
     WorkflowCancelledError,
     WorkflowFailedError,
 )
@@ -26,10 +27,27 @@ _FAILED_STEPS_ATTRIBUTE = "_workerflow_failed_steps"
 INTERRUPTED_ERROR_NAME = "StepInterruptedError"
 INTERRUPTED_MESSAGE = "Step execution was interrupted before its outcome was durably recorded."
 
+
+def worker_lost_message(what: str, interruptions: int) -> str:
+    """Why ``what`` (``Run step 'charge'``), whose attempts keep killing their worker
+    process, is failed."""
+    return (
+        f"{what} was interrupted {interruptions} times in a row: the worker "
+        "process running it died each time (killed by a signal such as SIGKILL, out of memory, "
+        "or a crash in C code) before the attempt's outcome was recorded. It is failed instead "
+        "of run again; look for the cause in the worker's logs, then retry the instance."
+    )
+
+
 # Failures that replay identically, so retrying the step that saw them cannot help.
 REPLAYED_FAILURES: dict[str, type[StepOutcomeError]] = {
     cls.__name__: cls
-    for cls in (NonRetryableStepError, MaxAttemptsExceededError, WaitStepTimedOutError)
+    for cls in (
+        NonRetryableStepError,
+        MaxAttemptsExceededError,
+        WaitStepTimedOutError,
+        WorkerLostError,
+    )
 }
 
 

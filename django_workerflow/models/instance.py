@@ -141,6 +141,24 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         waits, with no alarm, for a freed slot to admit it."""
         self.filter(pk=pk, admitted_at__isnull=True, alarm_at__lte=now).update(alarm_at=None)
 
+    def deferred_unregistered(self, now: datetime, until: datetime) -> Any:
+        """(id, definition name, version) of the active instances deferred because their
+        definition was not registered, whose re-check comes after ``now``, by ``until``."""
+        return self.filter(
+            status__in=ACTIVE_STATUSES,
+            alarm_at__gt=now,
+            alarm_at__lte=until,
+            alarm_cause=WakeCause.UNREGISTERED,
+        ).values_list("pk", "definition_name", "definition_version")
+
+    def recheck_unregistered(self, pk: int, now: datetime) -> bool:
+        """Make the deferred instance ``pk`` due at ``now`` (if it still is deferred)."""
+        return bool(
+            self.filter(pk=pk, alarm_cause=WakeCause.UNREGISTERED, alarm_at__gt=now).update(
+                alarm_at=now, updated_at=now
+            )
+        )
+
     def note_bell(self, pk: int, when: datetime) -> None:
         """Record that a bell for ``when`` is queued for the instance ``pk``."""
         self.filter(pk=pk).update(bell_at=when)
@@ -528,8 +546,10 @@ class WorkflowInstance(models.Model):
         self._update(wake_requested=False)
 
     def defer(self, alarm_at: datetime) -> None:
-        """Look at the instance again at ``alarm_at`` (its definition is not registered)."""
-        self._update(alarm_at=alarm_at)
+        """Look at the instance again at ``alarm_at`` (its definition is not registered):
+        a worker that has the definition makes it due at once when it starts
+        (:meth:`WorkflowInstanceQuerySet.recheck_unregistered`)."""
+        self._update(alarm_at=alarm_at, alarm_cause=WakeCause.UNREGISTERED)
 
     def note_unreached(self, step_ids: list[str] | None) -> None:
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""

@@ -324,7 +324,7 @@ def insert_pending(
         row[layout.input_at] = None if entry.input_json == "null" else entry.input_json
         rows.append(row)
     with WriteTransaction() as cursor:
-        created = _insert(cursor, layout.columns, rows, direct_bells, now)
+        created = _insert(cursor, layout.columns, rows, direct_bells, now, priority)
         if not direct_bells:
             # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).
             for created_pk in created.values():
@@ -382,10 +382,16 @@ def _prepared_defaults(vendor: str) -> dict[int, Any]:
 
 
 def _insert(
-    cursor: Any, columns: tuple[str, ...], rows: list[list[Any]], bells: bool, now: datetime
+    cursor: Any,
+    columns: tuple[str, ...],
+    rows: list[list[Any]],
+    bells: bool,
+    now: datetime,
+    priority: int,
 ) -> dict[str, int]:
-    """Insert the rows, their events and (``bells``) their bells; return the created keys'
-    ids. A bell carries the instance id, so PostgreSQL draws the ids first."""
+    """Insert the rows, their events and (``bells``) their bells, which carry the rows'
+    ``priority``; return the created keys' ids. A bell carries the instance id, so
+    PostgreSQL draws the ids first."""
     when = bell_rows.due(now)
     created_event = [WorkflowEventType.CREATED, when]
     if connection.vendor == "postgresql":
@@ -419,7 +425,11 @@ def _insert(
         list_key = bell_rows.list_key()
         cursor.execute(
             sql.insert_bells_statement(bell_rows.queue_table(), len(created)),
-            [v for pk in created.values() for v in (list_key, bell_rows.payload(pk), when)],
+            [
+                v
+                for pk in created.values()
+                for v in (list_key, bell_rows.payload(pk), when, priority)
+            ],
         )
     return created
 

@@ -15,12 +15,13 @@ import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from django_workerflow import registry, tracing
 from django_workerflow.conf import settings
-from django_workerflow.definition.drift import DEFINITIONS_HINT
+from django_workerflow.definition.drift import unregistered_hint
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
 from django_workerflow.engine.failures import failed_step_ids
@@ -35,7 +36,7 @@ from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
-from django_workerflow.values.control_flow import ExecutionStopped, Suspension
+from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
 from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome, WakeCause
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
@@ -127,6 +128,31 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
 WokenFor = tuple[WakeCause, datetime, datetime]
 
 
+def recheck_unregistered(**_: Any) -> int:
+    """django-q2's ``post_spawn``: the instances an older worker deferred because it lacked
+    their definition (it started before the code, or the TASKS, that define it) are due at
+    once when this worker has it, not at their re-check up to a minute later. Answers how
+    many were made due."""
+    now = clock_now()
+    made_due = 0
+    try:
+        deferred = list(
+            WorkflowInstance.objects.deferred_unregistered(now, now + UNREGISTERED_RETRY)
+        )
+        for pk, name, version in deferred:
+            if registry.lookup(name, version) is None:
+                continue
+            with transaction.atomic():
+                if WorkflowInstance.objects.recheck_unregistered(pk, now):
+                    bells.arm(pk, now)
+                    made_due += 1
+    except DatabaseError:  # the minute's re-check still comes
+        logger.warning("re-check of deferred instances failed", exc_info=True)
+    if made_due:
+        logger.info("deferred instances due now that their definitions are here count=%s", made_due)
+    return made_due
+
+
 def _claim(
     instance_pk: int, token: str
 ) -> (
@@ -160,7 +186,7 @@ def _claim(
                 instance.key,
                 instance.definition_name,
                 instance.definition_version,
-                DEFINITIONS_HINT,
+                unregistered_hint(instance),
             )
             instance.defer(now + UNREGISTERED_RETRY)
             bells.arm(instance.pk, instance.alarm_at)
@@ -271,7 +297,9 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
         )
     except Suspension:
         return _suspended(execution)
-    except Exception as exc:
+    except BaseException as exc:  # exit() in workflow code fails it too (see passes_through)
+        if passes_through(exc):
+            raise
         return _failed(execution.fatal or exc)
     if execution.fatal is not None:
         return _failed(execution.fatal)

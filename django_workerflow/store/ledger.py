@@ -35,6 +35,10 @@ class StepLedger(Protocol):
         """True if a direct child of ``step_id`` is pending, running or waiting."""
         ...
 
+    def interrupted_attempts(self, step_id: str, interrupted_name: str) -> int:
+        """How many of ``step_id``'s latest failed attempts in a row were interrupted."""
+        ...
+
     def sleep_step(
         self, step_id: str, *, wake_at: datetime, parent_step_id: str | None
     ) -> StepRecord:

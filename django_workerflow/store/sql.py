@@ -328,22 +328,25 @@ _STATEMENTS: dict[str, str] = {
 }
 
 
-# PostgreSQL: claim the earliest-due bells in one statement; rows another cluster is
-# claiming are skipped, not waited for. One more row (NULL, NULL, due) says when to claim
+# PostgreSQL: claim the due bells in one statement, lowest priority value first (the engine's
+# order: a higher Task.priority is lower), then earliest due; rows another cluster is
+# claiming are skipped, not waited for. One more row (NULL, NULL, due, NULL) says when to claim
 # next: now if this claim took some and left others due, else when the queue's next bell
 # comes due (NULL: none queued); a due row this claim skipped is another cluster's. Each
-# read is the first entry of a range of the (key, lock) index. Braces doubled: the text is
+# read is the first entry of a range of the (key, workerflow_priority, lock) or the (key, lock)
+# index. Braces doubled: the text is
 # formatted twice (the flush variant here, the queue table at call time).
 _CLAIM_DUE_BELLS = """
         WITH claimed AS (
             UPDATE {{queue}} AS q SET "lock" = %(until)s
             FROM (
-                SELECT id, "lock" AS due FROM {{queue}} WHERE "key" = %(key)s AND "lock" < %(now)s
-                ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+                SELECT id, "lock" AS due, workerflow_priority AS priority FROM {{queue}}
+                WHERE "key" = %(key)s AND "lock" < %(now)s
+                ORDER BY workerflow_priority, "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
             ) AS d
-            WHERE q.id = d.id RETURNING q.id, q.payload, d.due
+            WHERE q.id = d.id RETURNING q.id, q.payload, d.due, d.priority
         ){no_flush}
-        SELECT id, payload, due FROM claimed
+        SELECT id, payload, due, priority FROM claimed
         UNION ALL
         SELECT NULL, NULL, CASE
             WHEN EXISTS (SELECT FROM claimed) AND EXISTS (
@@ -351,7 +354,7 @@ _CLAIM_DUE_BELLS = """
                 AND id NOT IN (SELECT id FROM claimed)
             ) THEN %(now)s
             ELSE (SELECT min("lock") FROM {{queue}} WHERE "key" = %(key)s AND "lock" >= %(now)s)
-        END{from_no_flush}"""
+        END, NULL{from_no_flush}"""
 # A claim need not wait for its WAL flush (in autocommit only, as _NO_FLUSH): a server crash
 # that loses it leaves its bells due, handed out again, and a tick is safe to repeat (it
 # re-reads the instance under its lock). The wait was a fifth of a wake-up's latency.
@@ -362,20 +365,30 @@ _BELL_NO_FLUSH = """, no_flush AS (
 # django-q2's queue table (the ORM broker's), named at call time: django-q2 may not be
 # installed where this module is imported. "key" and "lock" are SQL keywords: quoted.
 _QUEUE_STATEMENTS: dict[str, str] = {
-    # The earliest-due bells, up to a limit (SQLite: read first, so an empty queue's poll
-    # takes no write lock).
+    # The due bells, lowest priority value first, then earliest due, up to a limit (SQLite:
+    # read first, so an empty queue's poll takes no write lock).
     "due_bells": """
         SELECT id, payload FROM {queue} WHERE "key" = %(key)s AND "lock" < %(now)s
-        ORDER BY "lock", id LIMIT %(limit)s""",
+        ORDER BY workerflow_priority, "lock", id LIMIT %(limit)s""",
     # SQLite: claim the bells just read that no other cluster claimed meanwhile.
     "claim_bells": """
         UPDATE {queue} SET "lock" = %(until)s
         WHERE id IN ({ids}) AND "lock" < %(now)s RETURNING id""",
-    # PostgreSQL: claim the earliest-due bells in one statement (see _CLAIM_DUE_BELLS).
+    # PostgreSQL: claim the due bells in one statement (see _CLAIM_DUE_BELLS).
     "claim_due_bells": _CLAIM_DUE_BELLS.format(no_flush="", from_no_flush=""),
     "claim_due_bells_no_flush": _CLAIM_DUE_BELLS.format(
         no_flush=_BELL_NO_FLUSH, from_no_flush=" FROM no_flush"
     ),
+    # One bell (bells.queue_task) that rings for an instance: with its priority.
+    "insert_instance_bell": f"""
+        INSERT INTO {{queue}} ("key", payload, "lock", workerflow_priority)
+        VALUES (%(key)s, %(payload)s, %(due)s, COALESCE(
+            (SELECT priority FROM {INSTANCE} WHERE id = %(instance)s), 0))
+        RETURNING id""",
+    # One bell for no instance (a sweep, a schedule, a delivery): the column's default.
+    "insert_bell": """
+        INSERT INTO {queue} ("key", payload, "lock") VALUES (%(key)s, %(payload)s, %(due)s)
+        RETURNING id""",
     # A bell handled (acknowledged) or unreadable (failed).
     "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
 }
@@ -466,12 +479,12 @@ def deliver_event_statement(queue_table: str | None) -> str:
                     ELSE bell_at END
             WHERE id = %(instance)s::bigint
                 AND (%(admit)s::boolean OR EXISTS (SELECT 1 FROM satisfied))
-            RETURNING id
+            RETURNING id, priority
         ),"""
     if queue_table is not None:
         text += f""" bell AS (
             INSERT INTO {queue_table} {_QUEUE_COLUMNS}
-            SELECT %(list_key)s::varchar, %(bell_payload)s::text, %(now)s::timestamptz
+            SELECT %(list_key)s::varchar, %(bell_payload)s::text, %(now)s::timestamptz, priority
             FROM woken WHERE %(bell)s::boolean
         ),"""
     return (
@@ -491,7 +504,8 @@ def deliver_event_statement(queue_table: str | None) -> str:
 # Starting instances (runtime/starting.py composes the parameters) -------------------------
 
 _QUOTED_KEY = '"key"'
-_QUEUE_COLUMNS = '("key", "payload", "lock")'
+#: A bell's priority is its instance's (see migration 0020): the broker claims lower first.
+_QUEUE_COLUMNS = '("key", "payload", "lock", "workerflow_priority")'
 _EVENT_COLUMNS = "(instance_id, type, reason, recorded_at)"
 
 
@@ -512,9 +526,10 @@ def start_one_statement(columns: tuple[str, ...], queue_table: str) -> str:
     marks = ", ".join(["%s"] * (len(columns) + 1))
     return (
         f"WITH new AS (INSERT INTO {INSTANCE} (id, {', '.join(columns)}) VALUES ({marks}) "
-        f"ON CONFLICT DO NOTHING RETURNING id), created AS (INSERT INTO {WORKFLOW_EVENT} "
-        f"{_EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new), bells AS (INSERT INTO "
-        f"{queue_table} {_QUEUE_COLUMNS} SELECT %s, %s, %s::timestamptz FROM new) "
+        f"ON CONFLICT DO NOTHING RETURNING id, priority), created AS (INSERT INTO "
+        f"{WORKFLOW_EVENT} {_EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new), bells AS "
+        f"(INSERT INTO {queue_table} {_QUEUE_COLUMNS} SELECT %s, %s, %s::timestamptz, "
+        "priority FROM new) "
         f"SELECT (SELECT id FROM new), CASE WHEN EXISTS (SELECT 1 FROM new) THEN false "
         f"ELSE EXISTS (SELECT 1 FROM {INSTANCE} WHERE {_QUOTED_KEY} = %s) END"
     )
@@ -525,13 +540,14 @@ def start_batch_statement(columns: tuple[str, ...], select: str, queue_table: st
     events and (with a ``queue_table``) their bells in one statement; answers (id, key)."""
     text = (
         f"WITH new AS (INSERT INTO {INSTANCE} ({', '.join(columns)}) {select} "
-        f"ON CONFLICT ({_QUOTED_KEY}) DO NOTHING RETURNING id, {_QUOTED_KEY}), created AS "
-        f"(INSERT INTO {WORKFLOW_EVENT} {_EVENT_COLUMNS} SELECT id, %s, NULL, %s FROM new)"
+        f"ON CONFLICT ({_QUOTED_KEY}) DO NOTHING RETURNING id, {_QUOTED_KEY}, priority), "
+        f"created AS (INSERT INTO {WORKFLOW_EVENT} {_EVENT_COLUMNS} SELECT id, %s, NULL, %s "
+        "FROM new)"
     )
     if queue_table is not None:
         text += (
             f", bells AS (INSERT INTO {queue_table} {_QUEUE_COLUMNS} "
-            "SELECT %s, b.payload, %s::timestamptz FROM new JOIN "
+            "SELECT %s, b.payload, %s::timestamptz, new.priority FROM new JOIN "
             "unnest(%s::bigint[], %s::text[]) AS b(instance_id, payload) "
             "ON b.instance_id = new.id)"
         )
@@ -569,7 +585,7 @@ def insert_created_events_statement(count: int) -> str:
 def insert_bells_statement(queue_table: str, count: int) -> str:
     """SQLite: the bells of ``count`` new instances, as django-q2 queue rows."""
     return f"INSERT INTO {queue_table} {_QUEUE_COLUMNS} VALUES " + ", ".join(
-        ["(%s, %s, %s)"] * count
+        ["(%s, %s, %s, %s)"] * count
     )
 
 

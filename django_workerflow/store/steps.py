@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.db import connection, transaction
 
 from django_workerflow.exceptions import StepStateError, WorkerflowError, WorkflowInputError
-from django_workerflow.models import Step, WorkflowInstance
+from django_workerflow.models import Step, StepEvent, WorkflowInstance
 from django_workerflow.store import executor, sql
 from django_workerflow.store.instance_rows import converted
 from django_workerflow.store.lease import Lease
@@ -166,6 +166,24 @@ class RecordedSteps:
             record.parent_pk == parent.pk and record.state in UNSETTLED_STATES
             for record in self.steps.values()
         )
+
+    def interrupted_attempts(self, step_id: str, interrupted_name: str) -> int:
+        """How many of ``step_id``'s latest failed attempts in a row were interrupted (each
+        recorded as ``interrupted_name``: its worker process died): one query, run only when
+        an interruption is found."""
+        names = (
+            StepEvent.objects.filter(
+                step_id=self.require(step_id).pk, type=StepEventType.ATTEMPT_FAILED
+            )
+            .order_by("-attempt_number", "-id")
+            .values_list("error_name", flat=True)
+        )
+        count = 0
+        for name in names.iterator():
+            if name != interrupted_name:
+                break
+            count += 1
+        return count
 
     def _remember(self, record: StepRecord) -> None:
         if self._by_id is None:

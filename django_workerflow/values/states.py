@@ -98,6 +98,8 @@ class WakeCause(models.TextChoices):
     EVENT = "event"
     CHILD = "child"
     SCHEDULE = "schedule"
+    #: The re-check of an instance whose definition the worker that last looked lacked.
+    UNREGISTERED = "unregistered"
 
 
 class PassOutcome(models.TextChoices):

@@ -24,6 +24,7 @@ from django.apps import apps
 from django.db import connections, transaction
 
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.store import sql
 from django_workerflow.values.clock import now as clock_now
 
 #: Bells further ahead than this are left to the sweeper (it runs about once a minute).
@@ -61,7 +62,13 @@ def ring(instance_pk: int, when: datetime) -> bool:
     (one row version, not two) when this returns True."""
     if not _rings(when):
         return False
-    return queue_task(TICK_TASK, instance_pk, when=when, name=f"workerflow tick {instance_pk}")
+    return queue_task(
+        TICK_TASK,
+        instance_pk,
+        when=when,
+        name=f"workerflow tick {instance_pk}",
+        instance=instance_pk,
+    )
 
 
 def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
@@ -71,16 +78,19 @@ def ring_task(task: str, *args: Any, when: datetime, name: str) -> bool:
     return _rings(when) and queue_task(task, *args, when=when, name=name)
 
 
-def queue_task(task: str, *args: Any, when: datetime, name: str) -> bool:
+def queue_task(
+    task: str, *args: Any, when: datetime, name: str, instance: int | None = None
+) -> bool:
     """The one place a bell is enqueued: with django-q2's ORM broker a row handed out at
-    ``when``, otherwise a task sent when the transaction commits if ``when`` is due (a later
-    one is left to the sweeper). True if a bell was queued."""
+    ``when`` (in the order of the priority of ``instance``, the id of the instance it rings
+    for, if any), otherwise a task sent when the transaction commits if ``when`` is due (a
+    later one is left to the sweeper). True if a bell was queued."""
     from django_q.conf import Conf  # django-q2 reads its settings when imported
     from django_q.tasks import async_task
 
     options: dict[str, Any] = {"task_name": name, "save": False}
     if Conf.ORM:
-        options["broker"] = _delayed_orm_broker(when)
+        options["broker"] = _delayed_orm_broker(when, instance)
         async_task(task, *args, **options)
     elif when <= clock_now():
         transaction.on_commit(lambda: async_task(task, *args, **options))
@@ -102,21 +112,30 @@ def _delayed_orm_broker_class() -> type:
     from django_q.models import OrmQ
 
     class DelayedOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
-        """The ORM broker, but the row's lock (when it may be handed out) is the due time.
+        """The ORM broker, but the row's lock (when it may be handed out) is the due time,
+        and its priority the instance's it rings for (see migration 0020).
 
         Relies on django-q2 1.11's ORM broker dequeuing only rows whose ``lock`` has passed
         (tests/test_alarms.py keeps a contract test on it).
         """
 
-        def __init__(self, when: datetime) -> None:
+        def __init__(self, when: datetime, instance: int | None) -> None:
             super().__init__()
             self.when = when
+            self.instance = instance
 
         def enqueue(self, task: str) -> int:
-            row = OrmQ.objects.using(Conf.ORM).create(
-                key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=self.when
-            )
-            pk: int = row.pk  # django-q2 ships no types
+            connection = connections[Conf.ORM]
+            values = {
+                "key": self.list_key or Conf.CLUSTER_NAME,
+                "payload": task,
+                "due": connection.ops.adapt_datetimefield_value(self.when),
+                "instance": self.instance,
+            }
+            name = "insert_bell" if self.instance is None else "insert_instance_bell"
+            with connection.cursor() as cursor:
+                cursor.execute(sql.queue_statement(name, OrmQ._meta.db_table), values)
+                pk: int = cursor.fetchone()[0]
             return pk
 
     return DelayedOrmBroker
@@ -125,11 +144,11 @@ def _delayed_orm_broker_class() -> type:
 _broker_class: type | None = None
 
 
-def _delayed_orm_broker(when: datetime) -> Any:
+def _delayed_orm_broker(when: datetime, instance: int | None) -> Any:
     global _broker_class
     if _broker_class is None:
         _broker_class = _delayed_orm_broker_class()
-    return _broker_class(when)
+    return _broker_class(when, instance)
 
 
 def uses_delayed_bells() -> bool:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from typing import Any
 
 from django_workerflow import start
+from django_workerflow.testing import WorkerDeath
 
 from .workflows import append_line
 
@@ -119,7 +121,7 @@ def nothing() -> None:
     """A trivial task (the benchmark's)."""
 
 
-class WorkerDiedError(BaseException):
+class WorkerDiedError(WorkerDeath):
     """Stands for a worker dying mid-attempt: nothing in the engine catches it."""
 
 
@@ -130,3 +132,30 @@ def dies_once(path: str) -> int:
     if tries == 1:
         raise WorkerDiedError
     return tries
+
+
+@task()
+def exits(path: str) -> None:
+    """Call ``exit()`` (a SystemExit): the attempt fails, the worker process lives on."""
+    append_line(path, str(os.getpid()))
+    exit("leaving early")
+
+
+@task()
+def interrupted_by_hand() -> None:
+    """Raise ``KeyboardInterrupt``, as code that re-raises a Ctrl-C does."""
+    raise KeyboardInterrupt("stopped by hand")
+
+
+@task()
+def kills_its_worker(path: str) -> None:
+    """Kill the worker process that runs it (SIGKILL: nothing is recorded)."""
+    append_line(path, str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task()
+def dies_always(path: str) -> None:
+    """Every attempt 'dies' (see :func:`dies_once`)."""
+    append_line(path, str(os.getpid()))
+    raise WorkerDiedError

@@ -31,10 +31,10 @@ WITH waiting AS (
                     ELSE bell_at END
             WHERE id = %(instance)s::bigint
                 AND (%(admit)s::boolean OR EXISTS (SELECT 1 FROM satisfied))
-            RETURNING id
+            RETURNING id, priority
         ), bell AS (
-            INSERT INTO django_q_ormq ("key", "payload", "lock")
-            SELECT %(list_key)s::varchar, %(bell_payload)s::text, %(now)s::timestamptz
+            INSERT INTO django_q_ormq ("key", "payload", "lock", "workerflow_priority")
+            SELECT %(list_key)s::varchar, %(bell_payload)s::text, %(now)s::timestamptz, priority
             FROM woken WHERE %(bell)s::boolean
         )
         SELECT event.id, event.claimed_by_id, EXISTS (SELECT 1 FROM woken),

@@ -31,7 +31,7 @@ WITH waiting AS (
                     ELSE bell_at END
             WHERE id = %(instance)s::bigint
                 AND (%(admit)s::boolean OR EXISTS (SELECT 1 FROM satisfied))
-            RETURNING id
+            RETURNING id, priority
         )
         SELECT event.id, event.claimed_by_id, EXISTS (SELECT 1 FROM woken),
             CASE WHEN event.claimed_by_id IS NULL THEN ARRAY(

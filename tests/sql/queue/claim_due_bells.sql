@@ -1,12 +1,13 @@
 WITH claimed AS (
             UPDATE django_q_ormq AS q SET "lock" = %(until)s
             FROM (
-                SELECT id, "lock" AS due FROM django_q_ormq WHERE "key" = %(key)s AND "lock" < %(now)s
-                ORDER BY "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+                SELECT id, "lock" AS due, workerflow_priority AS priority FROM django_q_ormq
+                WHERE "key" = %(key)s AND "lock" < %(now)s
+                ORDER BY workerflow_priority, "lock", id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
             ) AS d
-            WHERE q.id = d.id RETURNING q.id, q.payload, d.due
+            WHERE q.id = d.id RETURNING q.id, q.payload, d.due, d.priority
         )
-        SELECT id, payload, due FROM claimed
+        SELECT id, payload, due, priority FROM claimed
         UNION ALL
         SELECT NULL, NULL, CASE
             WHEN EXISTS (SELECT FROM claimed) AND EXISTS (
@@ -14,4 +15,4 @@ WITH claimed AS (
                 AND id NOT IN (SELECT id FROM claimed)
             ) THEN %(now)s
             ELSE (SELECT min("lock") FROM django_q_ormq WHERE "key" = %(key)s AND "lock" >= %(now)s)
-        END
+        END, NULL

@@ -1,2 +1,2 @@
 SELECT id, payload FROM django_q_ormq WHERE "key" = %(key)s AND "lock" < %(now)s
-        ORDER BY "lock", id LIMIT %(limit)s
+        ORDER BY workerflow_priority, "lock", id LIMIT %(limit)s

@@ -1,0 +1,2 @@
+INSERT INTO django_q_ormq ("key", payload, "lock") VALUES (%(key)s, %(payload)s, %(due)s)
+        RETURNING id
