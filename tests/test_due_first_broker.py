@@ -78,6 +78,29 @@ def test_due_first_broker__hands_out_a_backlog_by_priority_then_earliest_due():
     assert handed_out == sorted(handed_out, key=lambda key: (-keys[key], enqueued.index(key)))
 
 
+def test_due_first_broker__hands_out_a_sweep_bell_ahead_of_a_backlog_of_urgent_tasks():
+    """The sweeper recovers stuck work: a backlog of the highest-priority tasks, due before
+    it, does not hold back its bell (a bell for no instance is housekeeping)."""
+    from django_q.conf import Conf
+
+    from django_workerflow.broker import DueFirstOrmBroker
+    from django_workerflow.workers import bells
+    from tests.clusterapp import tasks
+
+    for _ in range(5):
+        tasks.nothing.using(priority=100).enqueue()
+    bells.queue_task(
+        "django_workerflow.tasks.sweep_and_beat", "x", when=timezone.now(), name="sweep"
+    )
+    broker = DueFirstOrmBroker(list_key=Conf.CLUSTER_NAME)
+
+    (first_pk, first_payload), *_rest = broker.dequeue()
+
+    from django_q.signing import SignedPackage
+
+    assert SignedPackage.loads(first_payload)["func"] == "django_workerflow.tasks.sweep_and_beat"
+
+
 def test_bell_queue__has_the_key_priority_lock_index():
     from django_q.models import OrmQ
 

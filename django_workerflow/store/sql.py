@@ -362,6 +362,9 @@ _BELL_NO_FLUSH = """, no_flush AS (
             SELECT set_config('synchronous_commit', 'off', true)
         )"""
 
+#: The queue priority of a bell that rings for no instance: the least an integer column holds.
+HOUSEKEEPING_BELL_PRIORITY = -(2**31)
+
 # django-q2's queue table (the ORM broker's), named at call time: django-q2 may not be
 # installed where this module is imported. "key" and "lock" are SQL keywords: quoted.
 _QUEUE_STATEMENTS: dict[str, str] = {
@@ -385,9 +388,12 @@ _QUEUE_STATEMENTS: dict[str, str] = {
         VALUES (%(key)s, %(payload)s, %(due)s, COALESCE(
             (SELECT priority FROM {INSTANCE} WHERE id = %(instance)s), 0))
         RETURNING id""",
-    # One bell for no instance (a sweep, a schedule, a delivery): the column's default.
-    "insert_bell": """
-        INSERT INTO {queue} ("key", payload, "lock") VALUES (%(key)s, %(payload)s, %(due)s)
+    # One bell for no instance (a sweep, a schedule, a delivery): housekeeping, ahead of any
+    # backlog (the column's least value), so a queue of urgent tasks cannot hold back the
+    # sweeper that recovers them.
+    "insert_bell": f"""
+        INSERT INTO {{queue}} ("key", payload, "lock", workerflow_priority)
+        VALUES (%(key)s, %(payload)s, %(due)s, {HOUSEKEEPING_BELL_PRIORITY})
         RETURNING id""",
     # A bell handled (acknowledged) or unreadable (failed).
     "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
