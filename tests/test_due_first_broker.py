@@ -83,6 +83,8 @@ def test_due_first_broker__hands_out_a_sweep_bell_ahead_of_a_backlog_of_urgent_t
     it, does not hold back its bell (a bell for no instance is housekeeping)."""
     from django_q.conf import Conf
 
+    from django_q.signing import SignedPackage
+
     from django_workerflow.broker import DueFirstOrmBroker
     from django_workerflow.workers import bells
     from tests.clusterapp import tasks
@@ -94,11 +96,9 @@ def test_due_first_broker__hands_out_a_sweep_bell_ahead_of_a_backlog_of_urgent_t
     )
     broker = DueFirstOrmBroker(list_key=Conf.CLUSTER_NAME)
 
-    (first_pk, first_payload), *_rest = broker.dequeue()
+    (_pk, first), *_rest = broker.dequeue()
 
-    from django_q.signing import SignedPackage
-
-    assert SignedPackage.loads(first_payload)["func"] == "django_workerflow.tasks.sweep_and_beat"
+    assert SignedPackage.loads(first)["func"] == "django_workerflow.tasks.sweep_and_beat"
 
 
 def test_bell_queue__has_the_key_priority_lock_index():
