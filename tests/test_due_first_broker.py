@@ -82,7 +82,6 @@ def test_due_first_broker__hands_out_a_sweep_bell_ahead_of_a_backlog_of_urgent_t
     """The sweeper recovers stuck work: a backlog of the highest-priority tasks, due before
     it, does not hold back its bell (a bell for no instance is housekeeping)."""
     from django_q.conf import Conf
-
     from django_q.signing import SignedPackage
 
     from django_workerflow.broker import DueFirstOrmBroker
