@@ -198,7 +198,7 @@ def start_tour() -> Tour:
     invoice = workerflow.start(
         "demo-invoice",
         key=f"invoice-{stamp}",
-        input={"order_number": f"INV-{stamp}", "partner_up_at": up_at.isoformat()},
+        input={"order_number": f"ORD-{stamp}", "partner_up_at": up_at.isoformat()},
     )
     handovers = [
         workerflow.start(

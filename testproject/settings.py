@@ -206,6 +206,9 @@ LOGGING = {
         "django_workerflow": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
+if os.environ.get("WORKERFLOW_DEMO"):
+    # The tour fails an invoice on purpose: say what was raised in one line, not a traceback.
+    LOGGING["formatters"]["simple"]["()"] = "testproject.demoapp.logs.OneLineExceptions"
 
 # Django 6.1 configures email senders in MAILERS (older versions ignore it).
 MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
