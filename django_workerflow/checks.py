@@ -304,8 +304,7 @@ def check_broker_package(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         )
     return [
         Error(
-            f"{problem}: `manage.py qcluster` and every bell would fail with "
-            "ModuleNotFoundError.",
+            f"{problem}: `manage.py qcluster` and every bell would fail with ModuleNotFoundError.",
             hint=fix + see("workerflow.E001"),
             id="workerflow.E001",
         )

@@ -69,8 +69,7 @@ def test_e001__sqs_without_boto3():
 @pytest.mark.slow
 def test_qcluster__prints_e001_and_stops_before_the_redis_crash(tmp_path):
     (tmp_path / "minimal_settings.py").write_text(
-        "from testproject.settings import *  # noqa: F403\n"
-        f"Q_CLUSTER = {MINIMAL!r}\n"
+        f"from testproject.settings import *  # noqa: F403\nQ_CLUSTER = {MINIMAL!r}\n"
     )
     env = {
         **os.environ,

@@ -103,3 +103,26 @@ def test_demo__run_twice_starts_afresh_and_names_the_port_it_took(tmp_path):
     said = re.search(rf"Port {env['DEMO_PORT']} is busy: the demo serves on port (\d+)", output)
     assert said, output
     assert "django-workerflow demo is running" in output
+
+
+@pytest.mark.slow
+def test_make_test__says_how_many_browser_tests_it_skipped_and_how_to_include_them(tmp_path):
+    """A pytest run where Playwright cannot be imported (a stand-in package that raises
+    ModuleNotFoundError, as on a machine without it) ends with a banner naming the count
+    and the fix."""
+    shim = tmp_path / "playwright"
+    shim.mkdir()
+    (shim / "__init__.py").write_text("raise ModuleNotFoundError('No module named playwright')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/browser"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    modules = len(list((ROOT / "tests" / "browser").glob("test_*.py")))
+    assert f"= {modules} browser test modules skipped =" in done.stdout, done.stdout
+    assert "`bash .ci/install-browser .venv`" in done.stdout
