@@ -3,6 +3,7 @@ is a system check error, which `qcluster` prints instead of crashing on `import 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from django_workerflow.checks import check_broker_package
 ROOT = Path(__file__).resolve().parent.parent
 MINIMAL = {"name": "minimal", "timeout": 60, "retry": 90, "max_attempts": 3}
 pytestmark = pytest.mark.skipif(
-    checks._importable("redis"), reason="the redis package is installed here"
+    importlib.util.find_spec("redis") is not None, reason="the redis package is installed here"
 )
 
 
@@ -58,7 +59,7 @@ def test_e001__a_broker_class_that_cannot_be_imported():
 
 
 def test_e001__sqs_without_boto3():
-    if checks._importable("boto3"):
+    if importlib.util.find_spec("boto3") is not None:
         pytest.skip("boto3 is installed here")
     [error] = errors({**MINIMAL, "sqs": {"aws_region": "eu-west-1"}})
 

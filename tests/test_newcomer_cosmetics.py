@@ -27,12 +27,13 @@ T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
 def test_workerflow_help__names_every_subcommand():
     command = load_command_class("django_workerflow", "workerflow")
-    parser = command.create_parser("manage.py", "workerflow")
-    subparsers = next(a for a in parser._actions if a.dest == "subcommand")
+    listed = command.create_parser("manage.py", "workerflow").format_help()
+    subcommands = set(re.findall(r"^    ([a-z-]+)\b", listed, re.MULTILINE))
 
     named = set(re.findall(r"[a-z-]+", command.help.split(":", 1)[1]))
 
-    assert set(subparsers.choices) - named == set()
+    assert "metrics" in subcommands
+    assert subcommands - named == set()
 
 
 def test_schedule_list__says_view_not_change(admin_client, define_with):

@@ -15,7 +15,7 @@ class OneLineExceptions(logging.Formatter):
     """A formatter that writes a record's exception as "ExceptionName: message" on the
     record's own line."""
 
-    def formatException(self, ei: Any) -> str:  # noqa: N802 (logging's name)
+    def formatException(self, ei: Any) -> str:
         kind, error = ei[0], ei[1]
         last = " ".join(traceback.format_exception_only(kind, error)[-1].split())
         return f"  ({last}; the traceback is on the instance's page)"
