@@ -264,7 +264,7 @@ def check_definition_modules(app_configs: Any = None, **kwargs: Any) -> list[War
 
 # django-q2's brokers in the order it picks them (django_q.brokers.get_broker), each with the
 # module it imports and the package that provides it; without any of these keys, Redis.
-_BROKERS = (
+_BROKERS: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("iron_mq", "IronMQ", "iron_mq", "iron-mq"),
     ("sqs", "SQS", "boto3", "boto3"),
     ("orm", "ORM", None, None),
@@ -286,16 +286,16 @@ def check_broker_package(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         problem = f"Q_CLUSTER['broker_class'] names a module that cannot be imported ({module})"
         fix = "Correct Q_CLUSTER['broker_class'] or install the package that provides it."
     else:
-        key, broker, module, package = next(
+        key, broker, needed, package = next(
             (entry for entry in _BROKERS if conf.get(entry[0])),
             ("", "Redis", "redis", "redis"),
         )
-        if module is None or _importable(module):
+        if needed is None or _importable(needed):
             return []
         chosen = f"sets '{key}'" if key else "names no other broker (no 'orm')"
         problem = (
             f"Q_CLUSTER selects django-q2's {broker} broker (it {chosen}), but the "
-            f"{module!r} package is not installed"
+            f"{needed!r} package is not installed"
         )
         fix = (
             "Set Q_CLUSTER['orm'] = 'default' and 'broker_class': "

@@ -193,7 +193,7 @@ if importlib.util.find_spec("django.tasks") or importlib.util.find_spec("django_
 
 # --- Logging ---------------------------------------------------------------------------
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
