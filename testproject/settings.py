@@ -17,6 +17,8 @@ Environment variables:
   that stop a cluster while it works).
 - ``WORKERFLOW_Q_LOG_LEVEL``: django-q2's ``log_level`` (default INFO); ``DEBUG`` also logs
   its lines about the engine's own tasks (tests that read which bells a cluster ran).
+- ``WORKERFLOW_Q_NAME``: django-q2's cluster ``name``, its queue (a test of workers named
+  apart from the web process).
 
 The test suite runs ``tests/settings.py``, which adds its own apps to these.
 
@@ -159,6 +161,8 @@ Q_CLUSTER = {
 }
 if "WORKERFLOW_Q_LOG_LEVEL" in os.environ:
     Q_CLUSTER["log_level"] = os.environ["WORKERFLOW_Q_LOG_LEVEL"]
+if "WORKERFLOW_Q_NAME" in os.environ:
+    Q_CLUSTER["name"] = os.environ["WORKERFLOW_Q_NAME"]
 
 # --- django-workerflow -----------------------------------------------------------------
 
