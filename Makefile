@@ -1,6 +1,8 @@
 # django-workerflow developer commands.
 #
-#   make demo    run the example shop demo (creates .venv on first use)
+#   make demo    run the example shop demo (creates .venv on first use) from a fresh database;
+#                DEMO_PORT=8080 serves on another port (default 8000; when busy, a free one,
+#                printed), DEMO_KEEP_DB=1 keeps the last run's database
 #   make test    everything a developer runs: make lint, make check, make test-suite
 #   make lint    ruff lint + format check, mypy, lint-imports (the layers contract)
 #   make check   Django's system checks and the migrations check
@@ -23,6 +25,8 @@ BIN := $(VENV)/bin
 help:
 	@echo "Targets: install test lint check test-suite format demo bench clean"
 	@echo "         test-fast (pytest on SQLite, without slow and browser tests)"
+	@echo "Demo:    make demo [DEMO_PORT=8000] [DEMO_KEEP_DB=1]  (port 8000 by default, a free"
+	@echo "         one, printed, when it is busy; a fresh database each run unless DEMO_KEEP_DB=1)"
 	@echo "Variables: PYTHON=$(PYTHON) VENV=$(VENV) DJANGO='$(DJANGO)' PYTEST_ARGS='$(PYTEST_ARGS)'"
 
 # Stamp file: (re)install whenever pyproject.toml changes.

@@ -57,15 +57,21 @@ workerflow.W011
     by a view alone is registered in the web process and missing in the worker, and its
     instances wait forever. Move it into (or import it from) a ``workflows`` module. A
     ``django.tasks`` task's definition never warns: workers define it on demand.
+workerflow.E001
+    ``Q_CLUSTER`` selects a django-q2 broker whose package is not installed, most often the
+    Redis broker django-q2 falls back to when ``Q_CLUSTER`` names no other (no ``orm``): every
+    bell and ``qcluster`` itself would fail with ``ModuleNotFoundError``. Set ``orm`` (the
+    recommended ``Q_CLUSTER``), or install the package the error names.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from django import conf as django_conf
 from django.apps import apps
-from django.core.checks import Tags, Warning, register
+from django.core.checks import Error, Tags, Warning, register
 
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
@@ -255,6 +261,62 @@ def check_definition_modules(app_configs: Any = None, **kwargs: Any) -> list[War
         )
         for definition in unimported_definitions()
     ]
+
+
+# django-q2's brokers in the order it picks them (django_q.brokers.get_broker), each with the
+# module it imports and the package that provides it; without any of these keys, Redis.
+_BROKERS: tuple[tuple[str, str, str | None, str | None], ...] = (
+    ("iron_mq", "IronMQ", "iron_mq", "iron-mq"),
+    ("sqs", "SQS", "boto3", "boto3"),
+    ("orm", "ORM", None, None),
+    ("mongo", "MongoDB", "pymongo", "pymongo"),
+)
+
+
+@register(Tags.compatibility)
+def check_broker_package(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E001: the broker ``Q_CLUSTER`` selects cannot be imported (``qcluster`` runs the
+    system checks before it starts, so this is printed instead of its crash)."""
+    if not apps.is_installed("django_q"):
+        return []
+    conf = _q_cluster()
+    if conf.get("broker_class"):
+        module = str(conf["broker_class"]).rpartition(".")[0]
+        if _importable(module):
+            return []
+        problem = f"Q_CLUSTER['broker_class'] names a module that cannot be imported ({module})"
+        fix = "Correct Q_CLUSTER['broker_class'] or install the package that provides it."
+    else:
+        key, broker, needed, package = next(
+            (entry for entry in _BROKERS if conf.get(entry[0])),
+            ("", "Redis", "redis", "redis"),
+        )
+        if needed is None or _importable(needed):
+            return []
+        chosen = f"sets '{key}'" if key else "names no other broker (no 'orm')"
+        problem = (
+            f"Q_CLUSTER selects django-q2's {broker} broker (it {chosen}), but the "
+            f"{needed!r} package is not installed"
+        )
+        fix = (
+            "Set Q_CLUSTER['orm'] = 'default' and 'broker_class': "
+            "'django_workerflow.broker.DueFirstOrmBroker' (the recommended Q_CLUSTER), or "
+            f"`pip install {package}`."
+        )
+    return [
+        Error(
+            f"{problem}: `manage.py qcluster` and every bell would fail with ModuleNotFoundError.",
+            hint=fix + see("workerflow.E001"),
+            id="workerflow.E001",
+        )
+    ]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or an empty name
+        return False
 
 
 def _import_urlconf() -> None:

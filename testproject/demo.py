@@ -1,11 +1,13 @@
 """`make demo`: the example shop with a worker, the web server and a few orders in flight.
 
-Migrates the SQLite demo database, creates an admin login with a fresh random password,
+Starts from a fresh SQLite demo database (``DEMO_KEEP_DB=1`` keeps the last run's), migrates
+it, creates an admin login with a fresh random password,
 starts one `qcluster` and `runserver`, places a few example orders (each starts an order
 workflow), starts the tour's instances (one that fails, so Retry and Fork can be tried; two
 behind a concurrency limit, one of them queued and the other showing its progress; a
 schedule fires every minute) and prints where to look, then prints the admin address, the
-login and what it seeded again once the worker's start-up output is over. Ctrl-C stops
+login and what it seeded again once the worker's start-up output is over. It serves on
+``DEMO_PORT`` (default 8000), or on a free port it names when that one is busy. Ctrl-C stops
 everything.
 
 The seeding (`place_example_orders`, `start_tour`) and the text (`banner`, `reminder`) are
@@ -38,13 +40,18 @@ def main() -> int:
     os.environ.setdefault("WORKERFLOW_DB", "sqlite")
     os.environ["WORKERFLOW_DEMO"] = "1"  # the tour's app, for this process and its children
     os.chdir(ROOT)
-    manage("migrate", "--verbosity", "0")
 
     import django
 
     django.setup()
+    if not os.environ.get("DEMO_KEEP_DB"):
+        print(start_afresh(), flush=True)
+    manage("migrate", "--verbosity", "0")
     password = reset_admin_password()
-    port = free_port(int(os.environ.get("DEMO_PORT", "8000")))
+    preferred = int(os.environ.get("DEMO_PORT", "8000"))
+    port = free_port(preferred)
+    if port != preferred:
+        print(port_taken(preferred, port), flush=True)
 
     # Own sessions: Ctrl-C reaches only this script, which stops the children in order
     # (qcluster must get SIGTERM on its main process, not on its whole group).
@@ -114,6 +121,34 @@ def free_port(preferred: int) -> int:
                 continue
             return probe.getsockname()[1]
     raise RuntimeError("No free TCP port on 127.0.0.1.")
+
+
+def port_taken(preferred: int, port: int) -> str:
+    """What the demo prints when ``preferred`` was busy and it serves on ``port`` instead."""
+    return (
+        f"Port {preferred} is busy: the demo serves on port {port} instead "
+        f"(choose another with `make demo DEMO_PORT=8080`)."
+    )
+
+
+def start_afresh() -> str:
+    """Delete the demo's SQLite database, so that this run's tour is not queued behind the
+    last run's instances; say so, and how to keep it. A PostgreSQL database is kept."""
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        return f"Using the database {connection.settings_dict['NAME']!r} as it is."
+    return delete_sqlite_database(Path(connection.settings_dict["NAME"]))
+
+
+def delete_sqlite_database(database: Path) -> str:
+    """Delete ``database`` and its WAL files; say so, and how to keep it next time."""
+    for path in (database, *(database.with_name(database.name + end) for end in ("-wal", "-shm"))):
+        path.unlink(missing_ok=True)
+    return (
+        f"Starting from a fresh demo database ({database.name}); "
+        "`make demo DEMO_KEEP_DB=1` keeps the last run's."
+    )
 
 
 def wait_for_port(port: int, timeout: float = 30) -> None:
@@ -198,7 +233,7 @@ def start_tour() -> Tour:
     invoice = workerflow.start(
         "demo-invoice",
         key=f"invoice-{stamp}",
-        input={"order_number": f"INV-{stamp}", "partner_up_at": up_at.isoformat()},
+        input={"order_number": f"ORD-{stamp}", "partner_up_at": up_at.isoformat()},
     )
     handovers = [
         workerflow.start(

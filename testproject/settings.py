@@ -17,6 +17,8 @@ Environment variables:
   that stop a cluster while it works).
 - ``WORKERFLOW_Q_LOG_LEVEL``: django-q2's ``log_level`` (default INFO); ``DEBUG`` also logs
   its lines about the engine's own tasks (tests that read which bells a cluster ran).
+- ``WORKERFLOW_Q_NAME``: django-q2's cluster ``name``, its queue (a test of workers named
+  apart from the web process).
 
 The test suite runs ``tests/settings.py``, which adds its own apps to these.
 
@@ -159,6 +161,8 @@ Q_CLUSTER = {
 }
 if "WORKERFLOW_Q_LOG_LEVEL" in os.environ:
     Q_CLUSTER["log_level"] = os.environ["WORKERFLOW_Q_LOG_LEVEL"]
+if "WORKERFLOW_Q_NAME" in os.environ:
+    Q_CLUSTER["name"] = os.environ["WORKERFLOW_Q_NAME"]
 
 # --- django-workerflow -----------------------------------------------------------------
 
@@ -193,7 +197,7 @@ if importlib.util.find_spec("django.tasks") or importlib.util.find_spec("django_
 
 # --- Logging ---------------------------------------------------------------------------
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
@@ -206,6 +210,9 @@ LOGGING = {
         "django_workerflow": {"handlers": ["console"], "level": "INFO", "propagate": False},
     },
 }
+if os.environ.get("WORKERFLOW_DEMO"):
+    # The tour fails an invoice on purpose: say what was raised in one line, not a traceback.
+    LOGGING["formatters"]["simple"]["()"] = "testproject.demoapp.logs.OneLineExceptions"
 
 # Django 6.1 configures email senders in MAILERS (older versions ignore it).
 MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}

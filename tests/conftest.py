@@ -144,6 +144,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say, last and loud, that the browser tests were skipped (Playwright or Chromium is
+    missing) and how to include them: `make test` is meant to run everything. Their modules
+    skip as a whole when Playwright cannot be imported, so they are counted by module."""
+    skipped = {
+        report.nodeid.partition("::")[0]
+        for report in terminalreporter.stats.get("skipped", [])
+        if report.nodeid.startswith("tests/browser/")
+    }
+    if not skipped:
+        return
+    terminalreporter.write_sep(
+        "=", f"{len(skipped)} browser test modules skipped", yellow=True, bold=True
+    )
+    terminalreporter.write_line(
+        "Playwright or Debian's chromium is missing. Include the browser tests with "
+        "`bash .ci/install-browser .venv` (installs both), then run again."
+    )
+
+
 @pytest.fixture
 def demo_tour(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """`make demo`'s tour (testproject/demoapp/workflows.py, an app only the demo installs):

@@ -439,7 +439,7 @@ def test_purge__reports_row_counts(finished):
     out = run("purge", "--older-than", "30d")
 
     assert f"{expected_steps} steps" in out
-    assert "1 inbound events" in out
+    assert "1 inbound event," in out
 
 
 def test_purge__dry_run_counts_and_deletes_nothing(finished):
@@ -448,6 +448,7 @@ def test_purge__dry_run_counts_and_deletes_nothing(finished):
     out = run("purge", "--older-than", "30d", "--dry-run")
 
     assert out.startswith("Would delete 2 finished instances")
+    assert "0 finish deliveries" in out  # not Django's default plural, "deliverys"
     assert WorkflowInstance.objects.count() == before
 
 

@@ -26,20 +26,20 @@ def test_tour__the_invoice_fails_until_its_partner_is_back_then_a_retry_complete
         monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
         up_at = (T0 + timedelta(minutes=1)).isoformat()
         invoice = workerflow.start(
-            "demo-invoice", key="invoice-1", input={"order_number": "INV-1", "partner_up_at": up_at}
+            "demo-invoice", key="invoice-1", input={"order_number": "ORD-1", "partner_up_at": up_at}
         )
         harness.drain()
         harness.advance(timedelta(seconds=5))  # the retries' backoffs
         invoice.refresh_from_db()
         assert invoice.status == "failed"
         step = invoice.steps.get(step_id="send-invoice")
-        assert "invoicing partner unavailable for INV-1" in step.error_message
+        assert "invoicing partner unavailable for ORD-1" in step.error_message
         harness.advance(timedelta(minutes=1))
         workerflow.retry(invoice)
         harness.drain()
         invoice.refresh_from_db()
         assert invoice.status == "completed"
-        assert invoice.result == {"invoice": "INV-INV-1"}
+        assert invoice.result == {"invoice": "INV-1"}
 
 
 def test_tour__the_second_handover_of_a_warehouse_is_queued_behind_the_first(demo_tour):

@@ -82,7 +82,11 @@ def waiting_on(
         return f"cancelled: {_clip(cancel_reason, limit)}" if cancel_reason else ""
     if status == WorkflowStatus.FAILED:
         return _failure(instance, steps, now, limit)
-    parts = [_step_words(step, now, limit) for step in _leaves(steps)]
+    # A step the current definition no longer reaches is not waited on (the instance page
+    # lists it apart): it changed under the instance, which moved on without it.
+    unreached = set(instance.unreached_step_ids or ())
+    leaves = [step for step in _leaves(steps) if step.step_id not in unreached]
+    parts = [_step_words(step, now, limit) for step in leaves]
     if len(parts) > MAX_NAMED_STEPS:
         parts = [*parts[:MAX_NAMED_STEPS], f"{len(parts) - MAX_NAMED_STEPS} more steps"]
     words = "; ".join(parts)

@@ -100,9 +100,11 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
         step_count = Step.objects.filter(instance=instance).count()
     events = step_events_of(instance, steps)
     nodes = step_tree(steps, events)
-    if instance.is_terminal:
-        for node in nodes:
-            node.abandoned = node.step.state in OPEN_STATES
+    unreached = set(instance.unreached_step_ids or ())
+    for node in nodes:
+        is_open = node.step.state in OPEN_STATES
+        node.abandoned = is_open and instance.is_terminal
+        node.unreached = is_open and not instance.is_terminal and node.step.step_id in unreached
     workflow_events = list(instance.workflow_events.order_by("recorded_at", "id"))
     # Set like the change list's prefetch (to_attr) does, for cancel_reason_of to read.
     instance.cancel_events = [  # type: ignore[attr-defined]

@@ -54,6 +54,7 @@ from django_workerflow.console.controls import admin_url
 from django_workerflow.console.describe import format_duration, format_when
 from django_workerflow.console.list_filters import DELIVERY_PARAMETER, PENDING
 from django_workerflow.console.schedules import in_both_zones
+from django_workerflow.deploy import health
 from django_workerflow.models import (
     WAKE_LAG,
     FinishDelivery,
@@ -565,6 +566,7 @@ def build(model_admin: ModelAdmin[WorkflowInstance], now: datetime) -> dict[str,
         "gates": gates(link, now),
         "deliveries": deliveries(link, now),
         "clusters": clusters(now),
+        "stranded": health.stranded_queues(now),
         "schedules": schedule_rows(link),
         "series": SERIES,
         "generated": format_when(now, now, relative=False),

@@ -195,6 +195,12 @@ class WorkflowScheduleAdmin(ScheduleAdminBase):
             query,
         )
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        # Django titles a list "Select ... to change" when the user may change rows; here
+        # the change permission only enables the actions, and every row is read-only.
+        title = "Select workflow schedule to view"
+        return super().changelist_view(request, {"title": title, **(extra_context or {})})
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

@@ -47,6 +47,9 @@ class StepNode:
     attempts: list[Attempt] = field(default_factory=list)
     # An open step of a finished instance: it will never resolve (the instance was cancelled).
     abandoned: bool = False
+    # An open step the current definition no longer reaches (``unreached_step_ids``): it
+    # changed under the instance, so the step will not resolve either.
+    unreached: bool = False
 
     @property
     def duration(self) -> timedelta | None:

@@ -25,6 +25,11 @@ from django_workerflow.models import (
 # Width, in percent of the track, under which a segment is drawn at the minimum width.
 MIN_WIDTH = 0.4
 TICKS = 4
+#: The kind of the stretch between a failure and the operator's retry that followed it.
+AWAITING_RETRY = "awaiting-retry"
+#: The kind of an open step the current definition no longer reaches (it changed under the
+#: instance): the step will not resolve, so it is not drawn as sleeping or waiting on.
+UNREACHED = "unreached"
 
 
 @dataclass(slots=True)
@@ -96,8 +101,10 @@ def build_timeline(
     for node in nodes:
         end = max(end, node.step.resolved_at or node.step.created_at)
     end = max(end, start + timedelta(milliseconds=1))
-    rows = [_instance_row(instance, list(workflow_events), end)]
-    rows += [_step_row(node, end) for node in nodes]
+    events = list(workflow_events)
+    retried = [event.recorded_at for event in events if event.type == WorkflowEventType.RETRIED]
+    rows = [_instance_row(instance, events, end)]
+    rows += [_step_row(node, end, retried) for node in nodes]
     if instance.forked_from_id is not None:
         for row, node in zip(rows[1:], nodes, strict=True):
             if node.step.resolved_at and _copied(node):
@@ -142,7 +149,8 @@ def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: 
     for event in events:
         follows = follows_event.get(event.type)
         if follows is not None:
-            segments.append(_span(kind, since, event.recorded_at))
+            if kind:
+                segments.append(_span(kind, since, event.recorded_at))
             kind, since = follows, event.recorded_at
         elif event.type in (
             WorkflowEventType.COMPLETED,
@@ -150,8 +158,10 @@ def _instance_row(instance: WorkflowInstance, events: list[WorkflowEvent], end: 
             WorkflowEventType.CANCELLED,
         ):
             segments.append(_span(kind, since, event.recorded_at))
-            kind, since = "", event.recorded_at
-    if kind:
+            # Failed, it waits for an operator's retry: drawn as such once one came.
+            kind = AWAITING_RETRY if event.type == WorkflowEventType.FAILED else ""
+            since = event.recorded_at
+    if kind and not instance.is_terminal:
         segments.append(_span(kind, since, end, open=True))
     segments = [segment for segment in segments if segment.end > segment.start or segment.open]
     marks = [
@@ -181,20 +191,31 @@ def _event_label(event: WorkflowEvent) -> str:
     return f"{label}: {event.reason}" if event.reason else label
 
 
+# How a label names a stretch whose kind is not plain words.
+_WORDS = {AWAITING_RETRY: "failed, waiting for an operator's retry"}
+
+
 def _span(kind: str, start: datetime, end: datetime, *, open: bool = False) -> Segment:
     duration = format_duration(end - start)
-    label = f"{kind} {clock_text(start)} - {'now' if open else clock_text(end)} ({duration})"
+    words = _WORDS.get(kind, kind)
+    label = f"{words} {clock_text(start)} - {'now' if open else clock_text(end)} ({duration})"
     return Segment(kind, start, end, label, open=open)
 
 
-def _step_row(node: StepNode, end: datetime) -> Row:
+def _step_row(node: StepNode, end: datetime, retried: list[datetime]) -> Row:
     step = node.step
-    if node.abandoned:
+    if node.unreached:
+        segments = [_span(f"{step.type}-{UNREACHED}", step.created_at, max(end, step.created_at))]
+        segments[0].label = (
+            f"{step.type} {step.step_id!r}: no longer reached by the current definition "
+            f"(it changed under the instance): {segments[0].label}"
+        )
+    elif node.abandoned:
         finish = max(end, step.created_at)
         segments = [_span(f"{step.type}-abandoned", step.created_at, finish)]
         segments[0].label = f"{step.type} {step.step_id!r}: never finished: {segments[0].label}"
     elif step.type == StepType.RUN:
-        segments = _run_segments(node, end)
+        segments = _run_segments(node, end, retried)
     else:
         finish = step.resolved_at or end
         kind = step.type if step.resolved_at is None else f"{step.type}-{step.state}"
@@ -209,14 +230,13 @@ def _step_row(node: StepNode, end: datetime) -> Row:
     )
 
 
-def _run_segments(node: StepNode, end: datetime) -> list[Segment]:
+def _run_segments(node: StepNode, end: datetime, retried: list[datetime]) -> list[Segment]:
     step = node.step
     segments: list[Segment] = []
     cursor = step.created_at
     for attempt in node.attempts:
         if attempt.started_at > cursor:
-            kind = "backoff" if segments else "pending"
-            segments.append(_span(kind, cursor, attempt.started_at))
+            segments += _gap(segments, cursor, attempt.started_at, retried)
         finish = attempt.ended_at or end
         segment = _span(
             f"attempt-{attempt.outcome}", attempt.started_at, finish, open=attempt.ended_at is None
@@ -227,19 +247,49 @@ def _run_segments(node: StepNode, end: datetime) -> list[Segment]:
         segments.append(segment)
         cursor = finish
     if step.resolved_at is None and step.state == StepState.PENDING:
-        kind = "backoff" if segments else "pending"
-        waiting = _span(kind, cursor, max(end, cursor), open=True)
+        gap = _gap(segments, cursor, max(end, cursor), retried, open=True)
         if step.next_attempt_at is not None:
-            waiting.label += f"; next attempt at {clock_text(step.next_attempt_at)}"
-        segments.append(waiting)
+            gap[-1].label += f"; next attempt at {clock_text(step.next_attempt_at)}"
+        segments += gap
     return segments
+
+
+def _gap(
+    before: list[Segment],
+    start: datetime,
+    end: datetime,
+    retried: list[datetime],
+    *,
+    open: bool = False,
+) -> list[Segment]:
+    """The stretch of a run step between two attempts (or before its first): a backoff, or,
+    when an operator's retry came in it, the failure's wait for that retry, then pending."""
+    retry = next((when for when in retried if start < when <= end), None)
+    if not before:
+        return [_span("pending", start, end, open=open)]
+    if retry is None:
+        return [_span("backoff", start, end, open=open)]
+    gap = [_span(AWAITING_RETRY, start, retry)]
+    if end > retry or open:
+        gap.append(_span("pending", retry, end, open=open))
+    return gap
+
+
+def _left_open(node: StepNode) -> str:
+    """Why an open step will not resolve, or "" for one that still may."""
+    if node.unreached:
+        return "no longer reached (the definition changed)"
+    if node.abandoned:
+        return "never finished: the workflow ended first"
+    return ""
 
 
 def _summary(node: StepNode, end: datetime) -> str:
     """The row's outcome in a few words: "3 attempts, 2 failed; succeeded after 1 min"."""
     step = node.step
-    if node.abandoned:
-        return "never finished: the workflow ended first"
+    left_open = _left_open(node)
+    if left_open:
+        return left_open
     resolved = step.resolved_at is not None
     took = format_duration((step.resolved_at or end) - step.created_at)
     if step.type == StepType.SLEEP:

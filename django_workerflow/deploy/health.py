@@ -8,6 +8,12 @@ run the probe; django-q2's own statistics live in each process's cache):
 * no worker has reported: the sweeper, which runs as a task every
   ``WORKERFLOW_SWEEP_SECONDS`` (about a minute without the ORM broker), records a beat
   (:mod:`django_workerflow.workers.sweep_chain`); a wedged cluster runs no task, so its beat ages.
+
+And a sign of a misconfiguration that looks healthy: a stranded queue, one with tasks waiting
+in django-q2's ORM queue although no cluster that reports serves it. A web process whose
+``Q_CLUSTER["name"]`` differs from the workers' writes its bells there; the sweeper still
+rings those instances from the workers' queue once overdue, so events take seconds instead
+of a tenth of one and nothing else looks wrong.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Max, Min
+from django.apps import apps
+from django.db.models import Count, Max, Min
 
 from django_workerflow.models import WorkerHeartbeat, WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
@@ -33,6 +40,51 @@ class Health:
     overdue: int
     oldest_alarm: datetime | None
     last_beat: datetime | None
+    stranded: tuple[StrandedQueue, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedQueue:
+    """A django-q2 queue holding ``tasks`` that no cluster reporting now serves; the
+    clusters report from ``served``."""
+
+    queue: str
+    tasks: int
+    served: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        served = ", ".join(repr(queue) for queue in self.served)
+        return (
+            f"{self.tasks} task{'s' if self.tasks != 1 else ''} (bells) wait in queue "
+            f"{self.queue!r}, which no cluster serves (the clusters serve {served}); give the "
+            f"web process and the workers the same Q_CLUSTER['name'], or run a cluster for "
+            f"{self.queue!r}"
+        )
+
+
+def stranded_queues(now: datetime, max_lag: timedelta = DEFAULT_MAX_LAG) -> list[StrandedQueue]:
+    """The ORM queues with tasks that no cluster which reported within ``max_lag`` serves.
+
+    Empty when no cluster reported at all (the probe says so on its own) or without
+    django-q2's ORM broker (other brokers' queues cannot be read from here)."""
+    if not apps.is_installed("django_q"):
+        return []
+    # Late: django_q may not be an installed app (checked above).
+    from django_q.models import OrmQ
+
+    served = sorted(
+        WorkerHeartbeat.objects.filter(beat_at__gte=now - max_lag).values_list("queue", flat=True)
+    )
+    if not served:
+        return []
+    waiting = (
+        OrmQ.objects.exclude(key__in=served)
+        .values_list("key")
+        .annotate(tasks=Count("id"))
+        .order_by("key")
+    )
+    return [StrandedQueue(queue, tasks, tuple(served)) for queue, tasks in waiting]
 
 
 def check(max_lag: timedelta = DEFAULT_MAX_LAG, now: datetime | None = None) -> Health:
@@ -54,19 +106,19 @@ def check(max_lag: timedelta = DEFAULT_MAX_LAG, now: datetime | None = None) -> 
         problems.append("no cluster has ever reported")
     elif last_beat < limit:
         problems.append(f"no cluster has reported for {_seconds(now - last_beat)}")
+    stranded = stranded_queues(now, max_lag)
+    problems += [queue.message for queue in stranded]
     if problems:
-        message = (
-            "UNHEALTHY: "
-            + "; ".join(problems)
-            + ". The workers are down, overloaded or wedged: restart the cluster."
-        )
+        message = "UNHEALTHY: " + "; ".join(problems) + "."
+        if len(problems) > len(stranded):
+            message += " The workers are down, overloaded or wedged: restart the cluster."
     else:
         assert last_beat is not None  # no report at all is a problem above
         message = (
             f"OK: no bell overdue by more than {allowed}; last report "
             f"{_seconds(now - last_beat)} ago."
         )
-    return Health(not problems, message, overdue, found["oldest"], last_beat)
+    return Health(not problems, message, overdue, found["oldest"], last_beat, tuple(stranded))
 
 
 def _seconds(delta: timedelta) -> str:

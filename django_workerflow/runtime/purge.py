@@ -32,6 +32,23 @@ from django_workerflow.values.clock import now as clock_now
 DEFAULT_BATCH_SIZE = 500
 # Children before parents: every table that points at an instance, then the instances.
 TABLES = (StepEvent, InboundEvent, WorkflowEvent, Step, FinishDelivery)
+# What a report calls one and several rows of each table (Django's default plural of
+# FinishDelivery would read "finish deliverys").
+NOUNS = {
+    "instances": "instance",
+    "step events": "step event",
+    "inbound events": "inbound event",
+    "workflow events": "workflow event",
+    "steps": "step",
+    "finish deliveries": "finish delivery",
+}
+_PLURALS = {
+    StepEvent: "step events",
+    InboundEvent: "inbound events",
+    WorkflowEvent: "workflow events",
+    Step: "steps",
+    FinishDelivery: "finish deliveries",
+}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 
@@ -51,6 +68,14 @@ class PurgeReport:
     def add(self, counts: dict[str, int]) -> None:
         for name, count in counts.items():
             self.counts[name] = self.counts.get(name, 0) + count
+
+    def rows(self) -> str:
+        """The rows other than instances, as "12 steps, 1 inbound event, 0 finish deliveries"."""
+        return ", ".join(
+            f"{count} {name if count != 1 else NOUNS[name]}"
+            for name, count in self.counts.items()
+            if name != "instances"
+        )
 
 
 def parse_duration(text: str) -> timedelta:
@@ -136,7 +161,7 @@ def delete_batch(pks: list[int], queryset: QuerySet[WorkflowInstance]) -> dict[s
 
 
 def _label(model: type[Model]) -> str:
-    return str(model._meta.verbose_name_plural)
+    return _PLURALS[model]
 
 
 def _check_statuses(statuses: Iterable[str] | None) -> list[str]:

@@ -25,7 +25,8 @@ def send_invoice(order_number: str, partner_up_at: str) -> dict:
         raise PartnerUnavailable(
             f"invoicing partner unavailable for {order_number}; it is back at {up_at:%H:%M:%S} UTC"
         )
-    return {"invoice": f"INV-{order_number}"}
+    # The invoice is numbered after the order: "ORD-E69C" is invoiced as "INV-E69C".
+    return {"invoice": f"INV-{order_number.removeprefix('ORD-')}"}
 
 
 class InvoiceOrder(WorkflowDefinition):

@@ -32,13 +32,30 @@ def orders(request: HttpRequest) -> HttpResponse:
     instances = WorkflowInstance.objects.in_bulk(
         [order.workflow_key for order in recent], field_name="key"
     )
-    rows = [(order, instances.get(order.workflow_key)) for order in recent]
+    rows = [
+        (order, instance, payable(order, instance))
+        for order, instance in ((order, instances.get(order.workflow_key)) for order in recent)
+    ]
     return render(request, "shop/orders.html", {"rows": rows})
+
+
+def payable(order: Order, instance: WorkflowInstance | None) -> bool:
+    """Whether the order still waits for its payment: unpaid, and its workflow not finished
+    (a shipped or cancelled order takes no payment)."""
+    return (
+        instance is not None
+        and not instance.is_terminal
+        and not order.payments.all()
+        and order.status in ("new", "reserved")
+    )
 
 
 @require_http_methods(["POST"])
 def pay(request: HttpRequest, number: str) -> HttpResponse:
     order = Order.objects.get(number=number)
+    instance = WorkflowInstance.objects.filter(key=order.workflow_key).first()
+    if not payable(order, instance):
+        return redirect("shop:orders")  # paid, shipped or cancelled meanwhile: nothing to pay
     # The post_save handler in signals.py sends the workflow its payment event.
     Payment.objects.create(
         order=order, amount_cents=order.amount_cents, reference=f"PAY-{secrets.token_hex(3)}"

@@ -409,7 +409,7 @@ def test_demo__the_list_shows_the_tour_and_a_retry_completes_the_invoice(
         harness.drain()
         page.reload()
         expect(page.locator("#wf-summary .wf-badge")).to_have_text("Completed")
-        invoice = tour.failed.replace("invoice-", "INV-INV-")
+        invoice = tour.failed.replace("invoice-", "INV-")  # not "INV-INV-" (issue 43)
         expect(page.locator("#wf-result")).to_contain_text(f'"invoice": "{invoice}"')
         docs_screenshot(page, "demo-retried")
     finally:

@@ -43,7 +43,7 @@ class OneLineParser(CommandParser):
 class Command(BaseCommand):
     help = (
         "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
-        "show, list, sweep, purge, retry, fork, wake, check-replay, export, health."
+        "show, list, sweep, purge, metrics, retry, fork, wake, check-replay, export, health."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -254,12 +254,9 @@ class Command(BaseCommand):
             self.stdout.write(f"No instance finished before {when}: nothing to delete.")
             return
         verb = "Would delete" if dry_run else "Deleted"
-        rows = ", ".join(
-            f"{count} {name}" for name, count in report.counts.items() if name != "instances"
-        )
         self.stdout.write(
             f"{verb} {report.instances} finished instance{'s' if report.instances != 1 else ''} "
-            f"(finished before {when}) and their rows: {rows}."
+            f"(finished before {when}) and their rows: {report.rows()}."
         )
 
     def handle_retry(self, **options: Any) -> None:
