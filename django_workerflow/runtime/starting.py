@@ -117,6 +117,7 @@ def start(
     free.
     """
     name, version, definition_class = resolve(definition, version, caller="start()")
+    definition_class.check_input(input)
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
