@@ -37,7 +37,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import django
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -54,6 +53,7 @@ from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.values.backoff import Backoff, default_backoff
+from django_workerflow.values.clock import in_project_time
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowStatus
 
@@ -157,7 +157,7 @@ class TaskWorkflow(WorkflowDefinition):
     def check_input(cls, input: Any) -> None:
         """Refuse an input that ``enqueue()`` did not write: a task is started by
         enqueueing it, never by ``django_workerflow.start()``."""
-        if not (isinstance(input, dict) and TASK_INPUT_KEYS <= input.keys()):
+        if not (isinstance(input, dict) and input.keys() >= TASK_INPUT_KEYS):
             raise WorkflowInputError(
                 f"{cls.name!r} is a django.tasks task, not a workflow: enqueue it "
                 f"({cls.name.rsplit('.', 1)[-1]}.enqueue(...)) instead of starting its "
@@ -340,7 +340,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
         if not rows:
             raise TaskResultDoesNotExist(result_id)
         instance = WorkflowInstance(
-            key=result_id, **dict(zip(_INSTANCE_FIELDS, rows[0][: len(_INSTANCE_FIELDS)]))
+            key=result_id, **dict(zip(_INSTANCE_FIELDS, rows[0], strict=False))
         )
         definition = registry.lookup(instance.definition_name, instance.definition_version)
         if (
@@ -409,7 +409,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
             priority=None if priority is None else -priority,
             queue_name=task_input["queue"],
             backend=self.alias,
-            run_after=_as_setting(datetime.fromisoformat(run_after)) if run_after else None,
+            run_after=in_project_time(datetime.fromisoformat(run_after)) if run_after else None,
         )
 
     def retries(self, queue_name: str) -> tuple[int, Backoff | None]:
@@ -431,9 +431,9 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 task=task,
                 id=key,
                 status=TaskResultStatus.RUNNING,
-                enqueued_at=datetime.fromisoformat(task_input["enqueued_at"]),
-                started_at=started,
-                last_attempted_at=started,
+                enqueued_at=in_project_time(datetime.fromisoformat(task_input["enqueued_at"])),
+                started_at=in_project_time(started),
+                last_attempted_at=in_project_time(started),
                 finished_at=None,
                 args=task_input["args"],
                 kwargs=task_input["kwargs"],
@@ -472,10 +472,10 @@ class WorkflowTaskBackend(BaseTaskBackend):
             task=task,
             id=instance.key,
             status=status,
-            enqueued_at=datetime.fromisoformat(task_input["enqueued_at"]),
-            started_at=attempts[0][1] if attempts else None,
-            last_attempted_at=attempts[-1][1] if attempts else None,
-            finished_at=instance.finished_at,
+            enqueued_at=in_project_time(datetime.fromisoformat(task_input["enqueued_at"])),
+            started_at=in_project_time(attempts[0][1]) if attempts else None,
+            last_attempted_at=in_project_time(attempts[-1][1]) if attempts else None,
+            finished_at=in_project_time(instance.finished_at) if instance.finished_at else None,
             args=task_input["args"],
             kwargs=task_input["kwargs"],
             backend=self.alias,
@@ -504,12 +504,6 @@ def _aware(moment: datetime) -> datetime:
     """``moment``, aware: a naive ``run_after`` (which Django accepts when ``USE_TZ`` is
     False) is in the current time zone, as Django reads naive datetimes then."""
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
-
-
-def _as_setting(moment: datetime) -> datetime:
-    """An aware ``moment`` as the project's datetimes are: naive in the current time zone
-    when ``USE_TZ`` is False (the ``run_after`` the task was enqueued with)."""
-    return moment if settings.USE_TZ else timezone.make_naive(moment)
 
 
 def _status(instance_status: str, attempt_state: str | None) -> TaskResultStatus:

@@ -72,9 +72,7 @@ def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield values[start : start + size]
 
 
-def _entry(
-    position: int, item: Any, definition: type[WorkflowDefinition]
-) -> starting.NewInstance:
+def _entry(position: int, item: Any, definition: type[WorkflowDefinition]) -> starting.NewInstance:
     """Validate one ``(key, input)`` item of ``definition``; errors name its position (from 0)."""
     try:
         if not isinstance(item, tuple | list) or len(item) != 2:

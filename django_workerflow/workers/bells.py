@@ -24,6 +24,7 @@ from django.apps import apps
 from django.db import connections, transaction
 
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.values.clock import in_project_time
 from django_workerflow.values.clock import now as clock_now
 
 #: Bells further ahead than this are left to the sweeper (it runs about once a minute).
@@ -114,7 +115,9 @@ def _delayed_orm_broker_class() -> type:
 
         def enqueue(self, task: str) -> int:
             row = OrmQ.objects.using(Conf.ORM).create(
-                key=self.list_key or Conf.CLUSTER_NAME, payload=task, lock=self.when
+                key=self.list_key or Conf.CLUSTER_NAME,
+                payload=task,
+                lock=in_project_time(self.when),
             )
             pk: int = row.pk  # django-q2 ships no types
             return pk

@@ -184,9 +184,7 @@ def test_get_result__through_another_task_raises_mismatch(harness):
         async_to_sync(tasks.noop.aget_result)(result.id)
 
 
-@pytest.mark.skipif(
-    not hasattr(Task, "_reconstruct"), reason="the backport's Task does not pickle"
-)
+@pytest.mark.skipif(not hasattr(Task, "_reconstruct"), reason="the backport's Task does not pickle")
 def test_result__pickles_and_reads_back_equal(harness):
     result = tasks.noop.enqueue()
 

@@ -66,9 +66,7 @@ def test_exception__fails_the_task_with_its_class_and_traceback(harness):
     # Django's traceback ends with the exception line; ours ends with the note naming the
     # worker (docs/tasks.md, "Deliberate differences").
     assert error.traceback.endswith(
-        "ValueError: This task failed due to ValueError\n"
-        + WORKER_NOTE.format(worker_id())
-        + "\n"
+        "ValueError: This task failed due to ValueError\n" + WORKER_NOTE.format(worker_id()) + "\n"
     )
 
 

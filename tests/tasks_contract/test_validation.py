@@ -107,11 +107,6 @@ def test_run_after__an_aware_time_is_kept_on_the_result(harness):
     assert default_task_backend.get_result(result.id).task.run_after == when
 
 
-def test_run_after__a_naive_time_is_invalid_with_use_tz(db):
-    with pytest.raises(InvalidTask, match="run_after must be an aware datetime"):
-        tasks.noop.using(run_after=datetime.now())
-
-
 def test_function__that_is_not_at_module_level_is_invalid(db):
     def nested() -> None:
         pass
