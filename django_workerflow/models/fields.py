@@ -11,10 +11,12 @@ from django.utils import timezone
 
 from django_workerflow.values import jsonvalue
 
-if TYPE_CHECKING:  # TextField is generic for type checkers only
+if TYPE_CHECKING:  # the fields are generic for type checkers only
     TextFieldBase: TypeAlias = models.TextField[Any, Any]
+    DateTimeFieldBase: TypeAlias = models.DateTimeField[Any, Any]
 else:
     TextFieldBase = models.TextField
+    DateTimeFieldBase = models.DateTimeField
 
 
 class JSONTextField(TextFieldBase):
@@ -66,7 +68,7 @@ def engine_aware(value: datetime, connection: Any) -> datetime:
     return value.astimezone(UTC)
 
 
-class EngineDateTimeField(models.DateTimeField):  # type: ignore[type-arg] - as Django's
+class UTCDateTimeField(DateTimeFieldBase):
     """A datetime column of the engine: its values are aware and in UTC whatever ``USE_TZ``
     says, as the engine's clock is. With ``USE_TZ`` (Django's default) it is exactly
     Django's ``DateTimeField``; the column and its migrations are that field's."""
@@ -77,6 +79,7 @@ class EngineDateTimeField(models.DateTimeField):  # type: ignore[type-arg] - as 
         return engine_datetime(value if prepared else self.get_prep_value(value), connection)
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        # Always a converter (not only without USE_TZ): readers cache a field's converters.
         if settings.USE_TZ or not isinstance(value, datetime):
             return value
         return engine_aware(value, connection)
@@ -85,3 +88,11 @@ class EngineDateTimeField(models.DateTimeField):  # type: ignore[type-arg] - as 
         # The column is a DateTimeField's: migrations name that field, so none is needed.
         name, _path, args, kwargs = super().deconstruct()
         return name, "django.db.models.DateTimeField", args, kwargs
+
+
+if TYPE_CHECKING:
+    # Typed as Django's field, whose values it holds: django-stubs' plugin types the model
+    # attributes (optional when null=True) from the field classes it knows.
+    EngineDateTimeField: TypeAlias = models.DateTimeField
+else:
+    EngineDateTimeField = UTCDateTimeField

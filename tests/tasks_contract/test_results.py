@@ -193,9 +193,14 @@ def test_result__pickles_and_reads_back_equal(harness):
 
 def test_rolled_back_enqueue__leaves_no_result(harness: Harness):
     ids = []
-    with pytest.raises(RuntimeError), transaction.atomic():
-        ids.append(tasks.noop.enqueue().id)
-        raise RuntimeError("rolled back")
+
+    def view() -> None:
+        with transaction.atomic():
+            ids.append(tasks.noop.enqueue().id)
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        view()
 
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result(ids[0])
