@@ -23,6 +23,7 @@ from .framework import (
     TaskResultDoesNotExist,
     TaskResultMismatch,
     default_task_backend,
+    task_backends,
 )
 
 ENQUEUED = [tasks.noop, tasks.noop_async]
@@ -204,3 +205,20 @@ def test_rolled_back_enqueue__leaves_no_result(harness: Harness):
 
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result(ids[0])
+
+
+def test_get_result__reads_only_the_tasks_of_its_own_backend(settings, db):
+    settings.TASKS = {
+        alias: {"BACKEND": "django_workerflow.task_backend.WorkflowTaskBackend", "QUEUES": []}
+        for alias in ("default", "other")
+    }
+    with Harness():
+        on_default = tasks.noop.enqueue()
+        on_other = tasks.noop.using(backend="other").enqueue()
+
+        assert on_other.backend == "other"
+        assert task_backends["other"].get_result(on_other.id) == on_other
+        with pytest.raises(TaskResultDoesNotExist):
+            task_backends["other"].get_result(on_default.id)
+        with pytest.raises(TaskResultDoesNotExist):
+            task_backends["default"].get_result(on_other.id)
