@@ -197,6 +197,7 @@ class TaskWorkflow(WorkflowDefinition):
                 failures += 1
                 if failures >= max_attempts:
                     raise
+                _last_failures.pop(self.key)  # not the task's last failure: nothing to log
             self.sleep(BACKOFF_STEP.format(failures), (backoff or default_backoff)(failures))
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import django_workerflow as workerflow
 from django_workerflow.task_backend import WorkflowTaskBackend
+from tests.clusterapp import tasks as cluster_tasks
 
 from . import tasks
 from .framework import FAILED, LOGGER, READY, RUNNING, SUCCESSFUL
@@ -134,3 +136,16 @@ def test_signals__a_cancelled_task_finishes_failed(harness, sent):
         FAILED,
         [],
     )
+
+
+def test_logs__a_task_that_succeeds_after_failed_attempts_logs_no_exception(
+    harness, caplog, tmp_path
+):
+    cluster_tasks.flaky.enqueue(str(tmp_path / "flaky"), 2)  # 3 attempts: 2 fail
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    harness.advance(timedelta(minutes=1))
+
+    finished = task_logs(caplog)[-1]
+    assert "state=SUCCESSFUL" in finished.getMessage()
+    assert finished.levelno == logging.INFO
+    assert not finished.exc_info
