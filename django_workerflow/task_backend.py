@@ -24,6 +24,7 @@ On Django 6 this uses ``django.tasks``; on Django 5.2 the ``django-tasks`` backp
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -33,10 +34,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import django
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_workerflow import (
@@ -44,6 +46,7 @@ from django_workerflow import (
     NonRetryableStepError,
     WaitStepTimedOutError,
     WorkerLostError,
+    WorkflowInputError,
     registry,
 )
 from django_workerflow import start as start_instance
@@ -51,8 +54,10 @@ from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.failures import INTERRUPTED_ERROR_NAME, worker_lost_message
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.values.backoff import Backoff, default_backoff
+from django_workerflow.values.clock import in_project_time
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import passes_through
+from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowStatus
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -60,6 +65,7 @@ if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 else:  # Django 5.2: the django-tasks backport
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
     from django_tasks.backends.base import BaseTaskBackend
@@ -67,6 +73,7 @@ else:  # Django 5.2: the django-tasks backport
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
 
 if TYPE_CHECKING:
     from django_workerflow.models import WorkflowInstance
@@ -74,6 +81,7 @@ if TYPE_CHECKING:
 __all__ = ["TaskWorkflow", "WorkflowTaskBackend"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: The version of every task definition (a task has no versions of its own).
 TASK_VERSION = "1"
@@ -81,6 +89,8 @@ TASK_VERSION = "1"
 ATTEMPT_STEP = "attempt-{}"
 BACKOFF_STEP = "backoff-{}"
 RUN_AFTER_STEP = "run-after"
+#: The input ``enqueue()`` writes.
+TASK_INPUT_KEYS = frozenset({"enqueued_at", "backend", "queue", "run_after", "args", "kwargs"})
 QUEUE_OPTIONS = frozenset({"max_attempts", "max_concurrency", "rate_limit"})
 #: The note a failed attempt's exception carries (its traceback shows it): the worker.
 WORKER_NOTE = "django.tasks worker={}"
@@ -88,6 +98,26 @@ WORKER_NOTE_LINE = re.compile(r"^django\.tasks worker=(\S*)$", re.MULTILINE)
 #: Failures of a run step that the task's own exception became (see TaskWorkflow.execute).
 STEP_FAILURES = (MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError)
 WORKER_LOST = f"{WorkerLostError.__module__}.{WorkerLostError.__qualname__}"
+#: What get_result() reads, in one query: the instance's columns (but its key), then per
+#: row one of its steps and one of that step's failed attempts (an outer join: either may
+#: be missing).
+_INSTANCE_FIELDS = (
+    "definition_name",
+    "definition_version",
+    "status",
+    "input",
+    "result",
+    "finished_at",
+    "priority",
+)
+_STEP_FIELDS = (
+    "steps__step_id",
+    "steps__type",
+    "steps__state",
+    "steps__result",
+    "steps__created_at",
+)
+_FAILURE_FIELDS = ("steps__events__type", "steps__events__error_name", "steps__events__traceback")
 
 
 def worker_id() -> str:
@@ -96,9 +126,19 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"[:64]
 
 
+#: The longest concurrency key the instance's column stores.
+GATE_KEY_LENGTH = 255
+
+
 def gate_key(alias: str, queue_name: str) -> str:
-    """The concurrency key of the tasks of one backend's queue."""
-    return f"django.tasks:{alias}:{queue_name}"
+    """The concurrency key of the tasks of one backend's queue. A queue name has no limit
+    of its own: a key past the column's length keeps its head and ends with a hash of the
+    whole, so two long names never share a gate."""
+    key = f"django.tasks:{alias}:{queue_name}"
+    if len(key) <= GATE_KEY_LENGTH:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{key[: GATE_KEY_LENGTH - len(digest) - 1]}#{digest}"
 
 
 class TaskWorkflow(WorkflowDefinition):
@@ -116,6 +156,17 @@ class TaskWorkflow(WorkflowDefinition):
     #: Starts take admission's path: a queue with a limit is a shared gate.
     shares_gates: ClassVar[bool] = True
     registered_on_demand = True  # by load_definition, from the task's module path
+
+    @classmethod
+    def check_input(cls, input: Any) -> None:
+        """Refuse an input that ``enqueue()`` did not write: a task is started by
+        enqueueing it, never by ``django_workerflow.start()``."""
+        if not (isinstance(input, dict) and input.keys() >= TASK_INPUT_KEYS):
+            raise WorkflowInputError(
+                f"{cls.name!r} is a django.tasks task, not a workflow: enqueue it "
+                f"({cls.name.rsplit('.', 1)[-1]}.enqueue(...)) instead of starting its "
+                "definition with django_workerflow.start()."
+            )
 
     def concurrency_key(self) -> str:
         return gate_key(self.input["backend"], self.input["queue"])
@@ -158,6 +209,7 @@ class TaskWorkflow(WorkflowDefinition):
                 failures += 1
                 if failures >= max_attempts:
                     raise
+                _last_failures.pop(self.key)  # not the task's last failure: nothing to log
             self.sleep(BACKOFF_STEP.format(failures), (backoff or default_backoff)(failures))
 
 
@@ -278,38 +330,58 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 "enqueued_at": clock_now().isoformat(),
                 "backend": self.alias,
                 "queue": task.queue_name,
-                "run_after": run_after.isoformat() if run_after is not None else None,
-                "args": list(args),
-                "kwargs": dict(kwargs),
+                "run_after": _aware(run_after).isoformat() if run_after is not None else None,
+                # Arguments that are not JSON raise TypeError here, as Django's backends do.
+                "args": normalize_json(list(args)),
+                "kwargs": normalize_json(dict(kwargs)),
             },
-            # django.tasks runs larger priorities sooner; the engine admits lower first.
-            priority=-task.priority,
+            # django.tasks runs larger priorities sooner; the engine admits lower first. A
+            # whole-number float passes validate_task: the engine stores an integer.
+            priority=-int(task.priority),
         )
         result = self._result(task, instance, attempts=[], errors=[])
         task_enqueued.send(type(self), task_result=result)
         return result
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
-        """The result of the task enqueued as ``result_id``, read from the database."""
+        """The result of the task enqueued as ``result_id``, read from the database in one
+        query (the instance, its run steps and their failures, joined)."""
         # Late: a @task declaration loads this backend, maybe before the app registry is ready.
         from django_workerflow.models import WorkflowInstance
 
-        instance = WorkflowInstance.objects.filter(key=result_id).first()
-        definition = (
-            registry.lookup(instance.definition_name, instance.definition_version)
-            if instance is not None
-            else None
+        if not _storable_key(result_id):
+            raise TaskResultDoesNotExist(result_id)  # no row can have this key
+        rows = list(
+            WorkflowInstance.objects.filter(key=result_id)
+            .values_list(*_INSTANCE_FIELDS, *_STEP_FIELDS, *_FAILURE_FIELDS)
+            .order_by("steps__id", "steps__events__recorded_at", "steps__events__id")
         )
+        if not rows:
+            raise TaskResultDoesNotExist(result_id)
+        instance = WorkflowInstance(
+            key=result_id, **dict(zip(_INSTANCE_FIELDS, rows[0], strict=False))
+        )
+        definition = registry.lookup(instance.definition_name, instance.definition_version)
         if (
-            instance is None
-            or definition is None
+            definition is None
             or not issubclass(definition, TaskWorkflow)
             or not isinstance(instance.input, dict)
             or instance.input.get("backend") != self.alias
         ):
             raise TaskResultDoesNotExist(result_id)
+        steps: dict[str, tuple[str, Any, datetime]] = {}
+        failures: dict[str, list[tuple[str, str]]] = {}
+        for row in rows:
+            step_id, step_type, state, outcome, created, event_type, error, text = row[
+                len(_INSTANCE_FIELDS) :
+            ]
+            if step_type != StepType.RUN:
+                continue
+            steps[step_id] = (state, outcome, created)
+            if event_type == StepEventType.ATTEMPT_FAILED:
+                failures.setdefault(step_id, []).append((error, text))
         task = self.task_of(instance.definition_name, instance.input, instance.priority)
-        return self.result_of(task, instance)
+        return self._result(task, instance, *_attempts_of(steps, failures))
 
     def result_of(self, task: Task[Any, Any], instance: WorkflowInstance) -> TaskResult[Any, Any]:
         """The result of ``task``'s ``instance``, with its attempts read from the database."""
@@ -356,7 +428,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
             priority=None if priority is None else -priority,
             queue_name=task_input["queue"],
             backend=self.alias,
-            run_after=datetime.fromisoformat(run_after) if run_after else None,
+            run_after=in_project_time(datetime.fromisoformat(run_after)) if run_after else None,
         )
 
     def retries(self, queue_name: str) -> tuple[int, Backoff | None]:
@@ -378,9 +450,9 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 task=task,
                 id=key,
                 status=TaskResultStatus.RUNNING,
-                enqueued_at=datetime.fromisoformat(task_input["enqueued_at"]),
-                started_at=started,
-                last_attempted_at=started,
+                enqueued_at=in_project_time(datetime.fromisoformat(task_input["enqueued_at"])),
+                started_at=in_project_time(started),
+                last_attempted_at=in_project_time(started),
                 finished_at=None,
                 args=task_input["args"],
                 kwargs=task_input["kwargs"],
@@ -395,9 +467,13 @@ class WorkflowTaskBackend(BaseTaskBackend):
                 value = task.call(TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = task.call(*args, **kwargs)
+            # A value that is not JSON fails the attempt with TypeError, as Django's
+            # backends record it.
+            value = normalize_json(value)
         except BaseException as exc:  # exit() fails the attempt too (see passes_through)
             if not passes_through(exc):
                 exc.add_note(WORKER_NOTE.format(worker))
+                _last_failures.remember(key, exc)
             raise
         return {"worker": worker, "started_at": started.isoformat(), "value": value}
 
@@ -410,19 +486,16 @@ class WorkflowTaskBackend(BaseTaskBackend):
     ) -> TaskResult[Any, Any]:
         """A ``TaskResult`` of ``instance``; ``attempts`` holds (worker, start, step state)
         per started attempt."""
-        # Late: a @task declaration loads this backend, maybe before the app registry is ready.
-        from django_workerflow.models import WorkflowStatus
-
         status = _status(instance.status, attempts[-1][2] if attempts else None)
         task_input: dict[str, Any] = instance.input or {}
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
             id=instance.key,
             status=status,
-            enqueued_at=datetime.fromisoformat(task_input["enqueued_at"]),
-            started_at=attempts[0][1] if attempts else None,
-            last_attempted_at=attempts[-1][1] if attempts else None,
-            finished_at=instance.finished_at,
+            enqueued_at=in_project_time(datetime.fromisoformat(task_input["enqueued_at"])),
+            started_at=in_project_time(attempts[0][1]) if attempts else None,
+            last_attempted_at=in_project_time(attempts[-1][1]) if attempts else None,
+            finished_at=in_project_time(instance.finished_at) if instance.finished_at else None,
             args=task_input["args"],
             kwargs=task_input["kwargs"],
             backend=self.alias,
@@ -438,10 +511,26 @@ class WorkflowTaskBackend(BaseTaskBackend):
         return result
 
 
-def _status(instance_status: str, attempt_state: str | None) -> TaskResultStatus:
-    # Late: a @task declaration loads this backend, maybe before the app registry is ready.
-    from django_workerflow.models import StepState, WorkflowStatus
+def _storable_key(result_id: Any) -> bool:
+    """Whether ``result_id`` could be an instance's key: a string the database can compare
+    (no NUL, which PostgreSQL refuses in text, no lone surrogate, which no encoding takes)
+    within the column's length."""
+    if not isinstance(result_id, str) or "\x00" in result_id or len(result_id) > 255:
+        return False
+    try:
+        result_id.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
+
+def _aware(moment: datetime) -> datetime:
+    """``moment``, aware: a naive ``run_after`` (which Django accepts when ``USE_TZ`` is
+    False) is in the current time zone, as Django reads naive datetimes then."""
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+
+def _status(instance_status: str, attempt_state: str | None) -> TaskResultStatus:
     if instance_status == WorkflowStatus.COMPLETED:
         return TaskResultStatus.SUCCESSFUL
     if instance_status in (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED):
@@ -454,52 +543,60 @@ def _status(instance_status: str, attempt_state: str | None) -> TaskResultStatus
 def _history(
     instance: WorkflowInstance,
 ) -> tuple[list[tuple[str, datetime, str]], list[TaskError]]:
-    """The started attempts of a task's instance (worker, start, state) and the errors of
-    the attempts that failed. One query, and one more when an attempt failed.
+    """The started attempts of a task's instance and the errors of those that failed (see
+    :func:`_attempts_of`). One query, and one more when an attempt failed."""
+    # Late: a @task declaration loads this backend, maybe before the app registry is ready.
+    from django_workerflow.models import Step, StepEvent
+
+    steps = {
+        step_id: (state, result, created_at)
+        for step_id, state, result, created_at in Step.objects.filter(
+            instance=instance, type=StepType.RUN
+        ).values_list("step_id", "state", "result", "created_at")
+    }
+    failures: dict[str, list[tuple[str, str]]] = {}
+    if any(state == StepState.FAILED for state, _result, _created in steps.values()):
+        for step_id, name, text in (
+            StepEvent.objects.filter(
+                step__instance=instance, step__type=StepType.RUN, type=StepEventType.ATTEMPT_FAILED
+            )
+            .order_by("step_id", "recorded_at", "id")
+            .values_list("step__step_id", "error_name", "traceback")
+        ):
+            failures.setdefault(step_id, []).append((name, text))
+    return _attempts_of(steps, failures)
+
+
+def _attempts_of(
+    steps: dict[str, tuple[str, Any, datetime]], failures: dict[str, list[tuple[str, str]]]
+) -> tuple[list[tuple[str, datetime, str]], list[TaskError]]:
+    """The started attempts (worker, start, state) of a task whose run steps are ``steps``
+    (step id -> state, result, creation) and the errors of those that failed, from
+    ``failures`` (step id -> each failed attempt's error name and traceback, in order).
 
     A succeeded attempt's step result names its worker and start; a failed one's start is
     its step's creation and its worker is in its traceback's note; an interrupted attempt
     raised nothing and recorded nothing: its worker is unknown ("")."""
-    # Late: a @task declaration loads this backend, maybe before the app registry is ready.
-    from django_workerflow.models import Step, StepEvent, StepEventType, StepState, StepType
-
-    steps = {
-        step_id: (pk, state, result, created_at)
-        for pk, step_id, state, result, created_at in Step.objects.filter(
-            instance=instance, type=StepType.RUN
-        ).values_list("pk", "step_id", "state", "result", "created_at")
-    }
     attempts: list[tuple[str, datetime, str]] = []
-    failed: dict[int, int] = {}  # step pk -> its index in attempts
+    errors: list[TaskError] = []
     number = 1
     while ATTEMPT_STEP.format(number) in steps:
-        pk, state, outcome, created = steps[ATTEMPT_STEP.format(number)]
+        step_id = ATTEMPT_STEP.format(number)
+        state, outcome, created = steps[step_id]
+        worker, started = "", created
         if state == StepState.SUCCEEDED and isinstance(outcome, dict):
-            attempts.append(
-                (outcome["worker"], datetime.fromisoformat(outcome["started_at"]), state)
+            worker, started = outcome["worker"], datetime.fromisoformat(outcome["started_at"])
+        for name, text in failures.get(step_id, []) if state == StepState.FAILED else []:
+            if name == INTERRUPTED_ERROR_NAME:
+                continue
+            note = WORKER_NOTE_LINE.findall(text)
+            if note:
+                worker = note[-1]
+            errors.append(
+                TaskError(exception_class_path=exception_class_path(name, text), traceback=text)
             )
-        else:
-            attempts.append(("", created, state))
-        if state == StepState.FAILED:
-            failed[pk] = len(attempts) - 1
+        attempts.append((worker, started, state))
         number += 1
-    if not failed:
-        return attempts, []
-    errors = []
-    for step_pk, name, text in (
-        StepEvent.objects.filter(step__in=failed, type=StepEventType.ATTEMPT_FAILED)
-        .order_by("recorded_at", "id")
-        .values_list("step", "error_name", "traceback")
-    ):
-        if name == INTERRUPTED_ERROR_NAME:
-            continue
-        note = WORKER_NOTE_LINE.findall(text)
-        if note:
-            index = failed[int(step_pk)]
-            attempts[index] = (note[-1], attempts[index][1], attempts[index][2])
-        errors.append(
-            TaskError(exception_class_path=exception_class_path(name, text), traceback=text)
-        )
     return attempts, errors
 
 
@@ -555,33 +652,39 @@ def load_definition(name: str) -> None:
 _not_tasks: set[str] = set()
 
 
-class _FirstSuccesses:
-    """Tasks whose first attempt succeeded in this process, finish not yet announced: the
-    attempt's outcome, so that ``task_finished`` is sent without reading the history again.
-    Bounded: an instance whose completion never commits falls out after a while."""
+class _Unannounced(Generic[T]):
+    """What this process learned of tasks whose finish is not announced yet, by key.
+    Bounded: an instance whose finish never commits falls out after a while."""
 
     SIZE = 1_000
 
     def __init__(self) -> None:
-        self._outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._values: OrderedDict[str, T] = OrderedDict()
 
-    def remember(self, key: str, outcome: dict[str, Any]) -> None:
-        self._outcomes[key] = outcome
-        while len(self._outcomes) > self.SIZE:
-            self._outcomes.popitem(last=False)
+    def remember(self, key: str, value: T) -> None:
+        self._values[key] = value
+        while len(self._values) > self.SIZE:
+            self._values.popitem(last=False)
 
-    def pop(self, key: str) -> dict[str, Any] | None:
-        return self._outcomes.pop(key, None)
+    def pop(self, key: str) -> T | None:
+        return self._values.pop(key, None)
 
 
-_first_successes = _FirstSuccesses()
+#: The first attempt's outcome of tasks whose first attempt succeeded here, so that
+#: ``task_finished`` is sent without reading the history again.
+_first_successes: _Unannounced[dict[str, Any]] = _Unannounced()
+#: The exception of each task's latest attempt that failed here, so that ``task_finished``
+#: for a failed task is sent while it is being handled, as Django's backends send it.
+_last_failures: _Unannounced[BaseException] = _Unannounced()
 
 
 def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -> None:
     """``workflow_status_changed`` receiver: a task's instance finished (committed), so the
-    task did: send ``task_finished``."""
+    task did: send ``task_finished``. For a task whose last attempt failed in this process,
+    it is sent inside an ``except`` block of that exception: Django's receiver logs the
+    exception it finds in ``sys.exc_info()``."""
     # Late: a @task declaration loads this backend, maybe before the app registry is ready.
-    from django_workerflow.models import TERMINAL_STATUSES, StepState, WorkflowStatus
+    from django_workerflow.models import TERMINAL_STATUSES
 
     if not (isinstance(sender, type) and issubclass(sender, TaskWorkflow)):
         return
@@ -591,6 +694,7 @@ def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -
     backend = backend_of(task_input["backend"])
     task = backend.task_of(instance.definition_name, task_input, instance.priority)
     outcome = _first_successes.pop(instance.key)
+    failure = _last_failures.pop(instance.key)
     if outcome is not None and instance.status == WorkflowStatus.COMPLETED:
         started = datetime.fromisoformat(outcome["started_at"])
         attempts: list[tuple[str, datetime, str]] = [
@@ -599,7 +703,13 @@ def _announce_finished(sender: Any, instance: WorkflowInstance, **kwargs: Any) -
         result = backend._result(task, instance, attempts=attempts, errors=[])  # noqa: SLF001 - the backend's own status hook
     else:
         result = backend.result_of(task, instance)
-    task_finished.send(type(backend), task_result=result)
+    if failure is None or result.status != TaskResultStatus.FAILED:
+        task_finished.send(type(backend), task_result=result)
+        return
+    try:
+        raise failure
+    except type(failure):
+        task_finished.send(type(backend), task_result=result)
 
 
 workflow_status_changed.connect(_announce_finished, dispatch_uid="workerflow-task-finished")

@@ -111,6 +111,12 @@ class WorkflowDefinition:
         """
 
     @classmethod
+    def check_input(cls, input: Any) -> None:
+        """Refuse, with :class:`WorkflowInputError`, an input that this definition cannot
+        run, before an instance is created; called by ``start()`` and ``start_many()``.
+        The base class's accepts any JSON value."""
+
+    @classmethod
     def hears_finish(cls) -> bool:
         """Whether the definition overrides :meth:`on_finish` (its finishes are delivered)."""
         return cls.on_finish is not WorkflowDefinition.on_finish

@@ -7,7 +7,7 @@ from datetime import datetime
 from django.db import models
 from django.db.models import Q
 
-from django_workerflow.models.fields import JSONTextField
+from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.instance import WorkflowInstance
 
 # The attempts a delivery row keeps in its history (the newest ones); the count is exact.
@@ -42,23 +42,23 @@ class FinishDelivery(models.Model):
     instance = models.ForeignKey(
         WorkflowInstance, on_delete=models.CASCADE, related_name="finish_deliveries"
     )
-    created_at = models.DateTimeField()
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = EngineDateTimeField()
+    next_attempt_at = EngineDateTimeField(null=True, blank=True)
     # A worker calling the hook holds the delivery until then; after it, another may retry.
-    leased_until = models.DateTimeField(null=True, blank=True)
+    leased_until = EngineDateTimeField(null=True, blank=True)
     attempt_count = models.PositiveIntegerField(default=0)
     last_error_name = models.CharField(max_length=200, blank=True, default="")
     last_error_message = models.TextField(blank=True, default="")
     # The newest attempts: [{"number", "started_at", "finished_at", "error"}].
     attempts = JSONTextField(null=True, blank=True)
-    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_at = EngineDateTimeField(null=True, blank=True)
     # The finish delivered ("" on rows created before migration 0009: those report the
     # instance as it is when delivered).
     outcome_status = models.CharField(max_length=16, blank=True, default="", db_default="")
     outcome_error_name = models.CharField(max_length=200, blank=True, default="", db_default="")
     outcome_error_message = models.TextField(blank=True, default="", db_default="")
     outcome_reason = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no reason
-    outcome_finished_at = models.DateTimeField(null=True, blank=True)
+    outcome_finished_at = EngineDateTimeField(null=True, blank=True)
 
     objects = FinishDeliveryQuerySet.as_manager()
 

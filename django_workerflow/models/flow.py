@@ -6,6 +6,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from django_workerflow.models.fields import EngineDateTimeField
+
 #: WorkflowInstance's indexes for flow control (admission.py).
 FLOW_INDEXES = [
     # The queue of a limited workflow, in admission order.
@@ -44,11 +46,11 @@ class WorkflowSchedule(models.Model):
     enabled = models.BooleanField(default=True)
     # False once the definition no longer declares the schedule (it is disabled then).
     in_code = models.BooleanField(default=True)
-    next_run_at = models.DateTimeField(null=True, blank=True)
-    last_run_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = EngineDateTimeField(null=True, blank=True)
+    last_run_at = EngineDateTimeField(null=True, blank=True)
     # When the last bell queued for next_run_at rings (None: none queued).
-    bell_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField()
+    bell_at = EngineDateTimeField(null=True, blank=True)
+    updated_at = EngineDateTimeField()
 
     class Meta:
         ordering = ["name"]
@@ -73,7 +75,7 @@ class AdmissionGate(models.Model):
 
     definition_name = models.CharField(max_length=200)
     concurrency_key = models.CharField(max_length=255, blank=True, default="")
-    locked_at = models.DateTimeField(null=True, blank=True)
+    locked_at = EngineDateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

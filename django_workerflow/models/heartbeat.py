@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from django_workerflow.models.fields import EngineDateTimeField
+
 
 class WorkerHeartbeat(models.Model):
     """One row per task queue: when a worker last ran the sweeper from it.
@@ -15,8 +17,8 @@ class WorkerHeartbeat(models.Model):
     """
 
     queue = models.CharField(max_length=100, unique=True)
-    beat_at = models.DateTimeField()
-    next_beat_at = models.DateTimeField(null=True, blank=True)
+    beat_at = EngineDateTimeField()
+    next_beat_at = EngineDateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.queue} at {self.beat_at.isoformat()}"

@@ -9,7 +9,7 @@ from datetime import datetime
 from django.db import models
 from django.db.models import DurationField, ExpressionWrapper, F, Q
 
-from django_workerflow.models.fields import JSONTextField
+from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.instance import WorkflowInstance
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowEventType
 from django_workerflow.values.storable import MAX_INTEGER
@@ -37,16 +37,16 @@ class Step(models.Model):
     )
     attempt_count = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(null=True, blank=True)
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = EngineDateTimeField(null=True, blank=True)
     result = JSONTextField(null=True, blank=True)
     error_name = models.CharField(max_length=200, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
-    wake_at = models.DateTimeField(null=True, blank=True)
+    wake_at = EngineDateTimeField(null=True, blank=True)
     event_name = models.CharField(max_length=200, blank=True, default="")
-    timeout_at = models.DateTimeField(null=True, blank=True)
+    timeout_at = EngineDateTimeField(null=True, blank=True)
     payload = JSONTextField(null=True, blank=True)
-    resolved_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField()
+    resolved_at = EngineDateTimeField(null=True, blank=True)
+    created_at = EngineDateTimeField()
     # A child step's instance: the child it started, or the instance it waits for.
     child_instance = models.ForeignKey(
         WorkflowInstance,
@@ -157,12 +157,12 @@ class StepEvent(models.Model):
     result = JSONTextField(null=True, blank=True)
     error_name = models.CharField(max_length=200, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
-    next_attempt_at = models.DateTimeField(null=True, blank=True)
-    wake_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = EngineDateTimeField(null=True, blank=True)
+    wake_at = EngineDateTimeField(null=True, blank=True)
     event_name = models.CharField(max_length=200, blank=True, default="")
-    timeout_at = models.DateTimeField(null=True, blank=True)
+    timeout_at = EngineDateTimeField(null=True, blank=True)
     payload = JSONTextField(null=True, blank=True)
-    recorded_at = models.DateTimeField()
+    recorded_at = EngineDateTimeField()
     # The failed attempt's formatted traceback (the user's frames, bounded); the engine's
     # statements leave the column out, so the database fills in the blank.
     traceback = models.TextField(blank=True, db_default="")
@@ -287,7 +287,7 @@ class WorkflowEvent(models.Model):
     )
     type = models.CharField(max_length=16, choices=WorkflowEventType.choices)
     reason = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no reason given
-    recorded_at = models.DateTimeField()
+    recorded_at = EngineDateTimeField()
 
     class Meta:
         ordering = ["recorded_at", "id"]
@@ -304,11 +304,11 @@ class InboundEvent(models.Model):
     )
     event_name = models.CharField(max_length=200)
     payload = JSONTextField(null=True, blank=True)
-    created_at = models.DateTimeField()
+    created_at = EngineDateTimeField()
     claimed_by = models.OneToOneField(
         Step, null=True, blank=True, on_delete=models.SET_NULL, related_name="claimed_event"
     )
-    claimed_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = EngineDateTimeField(null=True, blank=True)
     # The W3C trace context of the span that sent the event (django_workerflow.tracing):
     # the tick that receives it links to that span. NULL without OpenTelemetry or a span.
     trace_context = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no trace

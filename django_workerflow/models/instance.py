@@ -23,7 +23,7 @@ from django.db import models, transaction
 from django.db.models import Q
 
 from django_workerflow import registry
-from django_workerflow.models.fields import JSONTextField
+from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
 from django_workerflow.models.rows import record_event, save_fields
 from django_workerflow.signals import workflow_status_changed
@@ -177,7 +177,7 @@ class WorkflowInstance(models.Model):
     result = JSONTextField(null=True, blank=True)
     error_name = models.CharField(max_length=200, blank=True, default="")
     error_message = models.TextField(blank=True, default="")
-    alarm_at = models.DateTimeField(null=True, blank=True)
+    alarm_at = EngineDateTimeField(null=True, blank=True)
     # What the alarm wakes the instance for (a WakeCause; empty: nothing the wake lag
     # metric counts). Set with the alarm by release_lease and request_wake; any other
     # transition that sets the alarm clears it (_update). A default in the database too, for
@@ -185,20 +185,20 @@ class WorkflowInstance(models.Model):
     alarm_cause = models.CharField(max_length=16, blank=True, default="", db_default="")
     # Ownership: the worker holding the lease is the only one executing the instance.
     lease_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - NULL: no lease
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = EngineDateTimeField(null=True, blank=True)
     # Recorded steps that the last whole replay did not reach: the definition changed.
     unreached_step_ids = JSONTextField(null=True, blank=True)
     # When the last bell queued for the alarm rings (see alarms.py); None: none queued.
-    bell_at = models.DateTimeField(null=True, blank=True)
+    bell_at = EngineDateTimeField(null=True, blank=True)
     # Set when something changed under a running tick: it takes one more pass.
     wake_requested = models.BooleanField(default=False)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField()
-    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = EngineDateTimeField()
+    updated_at = EngineDateTimeField()
+    finished_at = EngineDateTimeField(null=True, blank=True)
     # Flow control (admission.py): lower priority first; admitted_at None: queued.
     priority = models.IntegerField(default=0)
     concurrency_key = models.CharField(max_length=255, blank=True, default="")
-    admitted_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = EngineDateTimeField(null=True, blank=True)
     # The formatted traceback of the failure that failed the instance (the user's frames).
     error_traceback = models.TextField(blank=True, default="", db_default="")
     # The step whose failure failed the instance ("" when execute() raised outside a step):
@@ -236,7 +236,7 @@ class WorkflowInstance(models.Model):
     progress_current = models.FloatField(null=True, blank=True)
     progress_total = models.FloatField(null=True, blank=True)
     progress_message = models.TextField(blank=True, default="", db_default="")
-    progress_at = models.DateTimeField(null=True, blank=True)
+    progress_at = EngineDateTimeField(null=True, blank=True)
     # The W3C trace context of the span that started the instance, as JSON headers
     # (django_workerflow.tracing): its ticks' spans are children of that span. NULL without
     # OpenTelemetry or without a span (the common path stores nothing).

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from django_workerflow.models.fields import EngineDateTimeField
+
 
 class ProcessMetrics(models.Model):
     """One row per process that observed something: its cumulative totals as of
@@ -17,7 +19,7 @@ class ProcessMetrics(models.Model):
     process = models.UUIDField(unique=True)
     host = models.CharField(max_length=255)
     pid = models.IntegerField()
-    flushed_at = models.DateTimeField()
+    flushed_at = EngineDateTimeField()
     totals = models.JSONField()
 
     class Meta:

@@ -20,6 +20,8 @@ from django.db import connection
 from django.db.models import Field, Model
 from django.db.models.signals import post_save, pre_save
 
+from django_workerflow.models.fields import engine_datetime
+
 if TYPE_CHECKING:
     from django_workerflow.models.instance import WorkflowInstance
 
@@ -98,5 +100,5 @@ def record_event(
     with connection.cursor() as cursor:
         cursor.execute(
             insert_event_statement(event_model._meta.db_table),
-            [instance_pk, event_type, reason, connection.ops.adapt_datetimefield_value(now)],
+            [instance_pk, event_type, reason, engine_datetime(now, connection)],
         )

@@ -37,7 +37,7 @@ def start_many(
     key given twice, the same one). A ``None`` key gets a random one.
     """
     name, version, definition_class = resolve(definition, version, caller="start_many()")
-    entries = [_entry(position, item) for position, item in enumerate(items)]
+    entries = [_entry(position, item, definition_class) for position, item in enumerate(items)]
     existing = _existing(entries, name, version)
     if admission.limits_for_name(name) is not None:
         # Every concurrency key is checked before the first write; then each start is
@@ -72,14 +72,15 @@ def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield values[start : start + size]
 
 
-def _entry(position: int, item: Any) -> starting.NewInstance:
-    """Validate one ``(key, input)`` item; errors name its position (from 0)."""
+def _entry(position: int, item: Any, definition: type[WorkflowDefinition]) -> starting.NewInstance:
+    """Validate one ``(key, input)`` item of ``definition``; errors name its position (from 0)."""
     try:
         if not isinstance(item, tuple | list) or len(item) != 2:
             raise WorkflowInputError(f"expected a (key, input) pair, not {item!r:.80}")
         key, value = item
         key = str(uuid.uuid4()) if key is None else key
         jsonvalue.check_identifier(key, what="its instance key", max_length=255)
+        definition.check_input(value)
         return starting.NewInstance(key, jsonvalue.dumps(value, what="its input"))
     except WorkflowInputError as exc:
         raise WorkflowInputError(

@@ -32,6 +32,7 @@ from django_workerflow import registry, tracing
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.models.fields import engine_datetime
 from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store import executor, sql
@@ -71,7 +72,7 @@ class _Layout:
     key_at: int
     input_at: int
     created_at: int
-    datetimes: frozenset[int]  # plain DateTimeFields: one preparation serves them all
+    datetimes: frozenset[int]  # DateTimeFields: one preparation serves them all
 
 
 @functools.cache
@@ -86,7 +87,7 @@ def _layout() -> _Layout:
         input_at=names.index("input"),
         created_at=names.index("created_at"),
         datetimes=frozenset(
-            index for index, f in enumerate(fields) if type(f) is models.DateTimeField
+            index for index, f in enumerate(fields) if isinstance(f, models.DateTimeField)
         ),
     )
 
@@ -117,6 +118,7 @@ def start(
     free.
     """
     name, version, definition_class = resolve(definition, version, caller="start()")
+    definition_class.check_input(input)
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
@@ -393,10 +395,10 @@ def _insert(
     ``priority``; return the created keys' ids. A bell carries the instance id, so
     PostgreSQL draws the ids first."""
     when = bell_rows.due(now)
-    created_event = [WorkflowEventType.CREATED, when]
+    created_event = [WorkflowEventType.CREATED, engine_datetime(now, connection)]
     if connection.vendor == "postgresql":
         if bells and len(rows) == 1:
-            return _insert_one(cursor, columns, rows[0], when)
+            return _insert_one(cursor, columns, rows[0], created_event, when)
         ids = draw_ids(cursor, len(rows)) if bells else []
         if bells:
             columns = ("id", *columns)
@@ -434,7 +436,9 @@ def _insert(
     return created
 
 
-def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any) -> dict[str, int]:
+def _insert_one(
+    cursor: Any, columns: tuple[str, ...], row: list[Any], created_event: list[Any], when: Any
+) -> dict[str, int]:
     """PostgreSQL, one instance with its bell: one statement, its id from :data:`id_block`.
 
     The statement answers whether it created the row and whether the key existed before it.
@@ -448,7 +452,7 @@ def _insert_one(cursor: Any, columns: tuple[str, ...], row: list[Any], when: Any
     text = sql.start_one_statement(columns, bell_rows.queue_table())
     for _attempt in range(ID_ATTEMPTS):
         pk = id_block.take(cursor)
-        params = [pk, *row, WorkflowEventType.CREATED, when]
+        params = [pk, *row, *created_event]
         params += [bell_rows.list_key(), bell_rows.payload(pk), when, key]
         created_pk, existed = executor.execute_composed(
             cursor, "start_one", text, params

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import connection
 
 from django_workerflow.models import WorkflowInstance
+from django_workerflow.models.fields import engine_datetime
 from django_workerflow.store import executor, sql
 from django_workerflow.values import progress as values
 from django_workerflow.values.clock import now as clock_now
@@ -77,7 +78,7 @@ class PendingProgress:
             progress_current=float(value.current),
             progress_total=None if value.total is None else float(value.total),
             progress_message=value.message,
-            progress_at=connection.ops.adapt_datetimefield_value(value.updated_at),
+            progress_at=engine_datetime(value.updated_at, connection),
         )
         if connection.vendor == "postgresql":
             params["channel"] = channel(self.instance_pk)

@@ -19,14 +19,15 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from django_workerflow.exceptions import StepStateError
 from django_workerflow.models import Step
+from django_workerflow.models.fields import engine_datetime
 from django_workerflow.store import executor, sql
 from django_workerflow.store.lease import Lease
 from django_workerflow.values.states import StepEventType
 
 
 def adapt(value: datetime | None) -> Any:
-    """A datetime as the connection's driver takes it."""
-    return connection.ops.adapt_datetimefield_value(value)
+    """A datetime as the connection's driver takes it for an engine column."""
+    return engine_datetime(value, connection)
 
 
 def execute_plain_at(cursor: Any, name: str, values: dict[str, Any], now: datetime) -> None:

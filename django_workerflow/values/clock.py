@@ -8,6 +8,9 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
+from django.utils import timezone
+
 
 class SystemClock:
     """Wall-clock time in UTC."""
@@ -45,6 +48,14 @@ def set_clock(clock: SystemClock | VirtualClock) -> SystemClock | VirtualClock:
     global _clock
     previous, _clock = _clock, clock
     return previous
+
+
+def in_project_time(moment: datetime) -> datetime:
+    """``moment`` (aware) as the project's own datetimes are, in Django's and django-q2's
+    tables and in a ``TaskResult``: aware with ``USE_TZ``, naive in ``TIME_ZONE`` without."""
+    if settings.USE_TZ or timezone.is_naive(moment):
+        return moment
+    return timezone.make_naive(moment)
 
 
 def now() -> datetime:

@@ -16,6 +16,7 @@ from django.apps import apps
 from django.db import connection
 from django.utils import timezone
 
+from django_workerflow.values.clock import in_project_time
 from django_workerflow.workers import bells
 
 
@@ -78,5 +79,6 @@ def payload(instance_pk: int) -> str:
 
 
 def due(when: datetime) -> Any:
-    """A due time as the connection's driver takes it."""
-    return connection.ops.adapt_datetimefield_value(when)
+    """A due time as the connection's driver takes it for django-q2's table, whose times
+    are Django's: naive in ``TIME_ZONE`` when ``USE_TZ`` is False."""
+    return connection.ops.adapt_datetimefield_value(in_project_time(when))

@@ -25,6 +25,7 @@ from django.db import connections, transaction
 
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import sql
+from django_workerflow.values.clock import in_project_time
 from django_workerflow.values.clock import now as clock_now
 
 #: Bells further ahead than this are left to the sweeper (it runs about once a minute).
@@ -129,7 +130,7 @@ def _delayed_orm_broker_class() -> type:
             values = {
                 "key": self.list_key or Conf.CLUSTER_NAME,
                 "payload": task,
-                "due": connection.ops.adapt_datetimefield_value(self.when),
+                "due": connection.ops.adapt_datetimefield_value(in_project_time(self.when)),
                 "instance": self.instance,
             }
             name = "insert_bell" if self.instance is None else "insert_instance_bell"
