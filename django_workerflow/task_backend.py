@@ -109,6 +109,8 @@ _INSTANCE_FIELDS = (
     "result",
     "finished_at",
     "priority",
+    "error_name",
+    "error_traceback",
 )
 _STEP_FIELDS = (
     "steps__step_id",
