@@ -12,6 +12,7 @@ from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import SettledResult
 from django_workerflow.exceptions import (
+    DatabaseUnavailableError,
     DuplicateStepIdError,
     MaxAttemptsExceededError,
     NondeterminismError,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from django_workerflow.models import InboundEvent, WorkflowInstance
 
 __all__ = [
+    "DatabaseUnavailableError",
     "DuplicateStepIdError",
     "MaxAttemptsExceededError",
     "NonRetryableStepError",

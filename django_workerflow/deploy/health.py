@@ -8,6 +8,10 @@ run the probe; django-q2's own statistics live in each process's cache):
 * no worker has reported: the sweeper, which runs as a task every
   ``WORKERFLOW_SWEEP_SECONDS`` (about a minute without the ORM broker), records a beat
   (:mod:`django_workerflow.workers.sweep_chain`); a wedged cluster runs no task, so its beat ages.
+
+A probe that cannot reach the database says so instead, with an answer of its own: the
+workers wait for the database and resume by themselves, so a supervisor must not restart
+them for it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Max, Min
 
 from django_workerflow.models import WorkerHeartbeat, WorkflowInstance
@@ -26,18 +31,33 @@ DEFAULT_MAX_LAG = timedelta(seconds=60)
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """What the probe found; ``ok`` is False when the workers do not keep up."""
+    """What the probe found; ``ok`` is False when the workers do not keep up, or when the
+    database could not be reached (``database_available`` False: nothing else is known)."""
 
     ok: bool
     message: str
     overdue: int
     oldest_alarm: datetime | None
     last_beat: datetime | None
+    database_available: bool = True
 
 
 def check(max_lag: timedelta = DEFAULT_MAX_LAG, now: datetime | None = None) -> Health:
-    """Probe the workers: bells overdue by more than ``max_lag``, or no recent report."""
-    now = now or clock_now()
+    """Probe the workers: bells overdue by more than ``max_lag``, or no recent report; or
+    say that the database is unavailable."""
+    try:
+        return _check(max_lag, now or clock_now())
+    except (OperationalError, InterfaceError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        message = (
+            f"DATABASE UNAVAILABLE: cannot reach database {connection.alias!r} "
+            f"({type(error).__name__}: {reason}). The workers wait for it and resume on "
+            "their own: do not restart them; bring the database back."
+        )
+        return Health(False, message, 0, None, None, database_available=False)
+
+
+def _check(max_lag: timedelta, now: datetime) -> Health:
     limit = now - max_lag
     late = WorkflowInstance.objects.active().filter(alarm_at__lt=limit)
     found = late.aggregate(oldest=Min("alarm_at"))
