@@ -48,8 +48,11 @@ class WorkerflowConfig(AppConfig):
             # and an AppConfig module is imported before the models are.
             from django_q.signals import post_spawn
 
+            from django_workerflow.store import outage
             from django_workerflow.workers import task_lines
-            from django_workerflow.workers.sweep_chain import seed_on_spawn
+            from django_workerflow.workers.sweep_chain import seed_after_outage, seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")
+            # A link that ran during an outage failed and queued no next one.
+            outage.when_back(seed_after_outage)
             task_lines.install()  # django-q2's lines about our own tasks go to DEBUG

@@ -46,6 +46,14 @@ def no_outage_left_over() -> Any:
     outage._lost_since.clear()  # noqa: SLF001 - and leaves none to the next
 
 
+@pytest.fixture
+def nothing_when_back(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace what runs when an outage ends (the sweeper's reseed) by a note of the call."""
+    calls: list[str] = []
+    monkeypatch.setattr(outage, "_when_back", [lambda: calls.append("back")])
+    return calls
+
+
 def terminate_backend_of_this_thread() -> None:
     """Terminate the server process of this thread's connection, from another connection
     (a restart, a pooler or a firewall cutting it): the next statement on it fails."""
@@ -88,7 +96,7 @@ def queue_bell(due_seconds_ago: float = 1.0) -> int:
 # The outage log -----------------------------------------------------------------------
 
 
-def test_outage__logs_one_warning_per_outage_and_one_info_when_back(caplog):
+def test_outage__logs_one_warning_per_outage_and_one_info_when_back(caplog, nothing_when_back):
     caplog.set_level(logging.INFO, logger=OUTAGE_LOGGER)
     for attempt in range(5):
         outage.lost("default", OperationalError(f"connection refused\n(attempt {attempt})"))
@@ -106,6 +114,28 @@ def test_outage__logs_one_warning_per_outage_and_one_info_when_back(caplog):
     assert info[1].startswith(f"database available again: alias=default pid={os.getpid()} ")
     assert "away_seconds=" in info[1]
     assert not outage.is_lost()
+    assert nothing_when_back == ["back"]  # once per outage, not per success
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outage__its_end_restarts_a_sweeper_chain_whose_link_is_overdue():
+    from django_q.models import OrmQ
+
+    from django_workerflow.models import WorkerHeartbeat
+    from django_workerflow.workers import sweep_chain
+
+    # The chain's next link was due a second ago: its task ran during the outage and failed.
+    WorkerHeartbeat.objects.create(
+        queue=sweep_chain.queue_name(),
+        beat_at=timezone.now() - timezone.timedelta(seconds=3),
+        next_beat_at=timezone.now() - timezone.timedelta(seconds=1),
+    )
+    outage.lost("default", OperationalError("server closed the connection"))
+    outage.back()
+
+    row = WorkerHeartbeat.objects.get()
+    assert row.next_beat_at > timezone.now()
+    assert OrmQ.objects.count() == 1  # the new link
 
 
 # The broker ---------------------------------------------------------------------------

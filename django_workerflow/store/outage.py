@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from time import monotonic
 
 logger = logging.getLogger(__name__)
@@ -20,6 +21,16 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 #: pid -> (monotonic time of the first failure, the database alias): this process's outage.
 _lost_since: dict[int, tuple[float, str]] = {}
+#: Called (in the process that noticed) when an outage ends.
+_when_back: list[Callable[[], None]] = []
+
+
+def when_back(callback: Callable[[], None]) -> None:
+    """Call ``callback`` in each process that notices the database back after an outage
+    (the sweeper's chain reseeds itself so). Registering the same callback again is a
+    no-op."""
+    if callback not in _when_back:
+        _when_back.append(callback)
 
 
 def lost(alias: str, error: BaseException) -> None:
@@ -54,6 +65,11 @@ def back() -> None:
             pid,
             monotonic() - began,
         )
+        for callback in _when_back:
+            try:
+                callback()
+            except Exception:  # the outage may not be over: the next one logs it
+                logger.warning("after the outage, %s raised", callback.__qualname__, exc_info=True)
 
 
 def is_lost() -> bool:

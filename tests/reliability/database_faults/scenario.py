@@ -39,13 +39,14 @@ from tests.reliability.database_faults.server import PrivateServer
 #: through the lease is seconds, not minutes.
 LEASE_SECONDS = 3.0
 SWEEP_SECONDS = 2.0
-#: How soon after the server is back an instance whose tick the fault broke moves again at
-#: the latest: its lease runs out (at most a lease after the server is back), the sweeper's
-#: next link (at most a sweep later) rings it, and a claim and a tick start (a second).
-RECOVERY_BOUND = LEASE_SECONDS + SWEEP_SECONDS + 1.0
 INSTANCES_PER_FAULT = 12
 STEPS = 4
 STEP_SECONDS = (0.3, 0.9)
+#: How soon after the server is back an instance whose tick the fault broke moves again at
+#: the latest: its callback ends (at most a step's time), its lease runs out (a lease after
+#: its last renewal), the sweeper's next link (at most a sweep later) rings it, and a claim
+#: and a tick start (a second).
+RECOVERY_BOUND = STEP_SECONDS[1] + LEASE_SECONDS + SWEEP_SECONDS + 1.0
 
 
 def main() -> None:
@@ -106,12 +107,12 @@ class Scenario:
             figures["completed_within_s"] = self._drain()
             figures.update(self._check())
         finally:
-            self.web.stop()
             for cluster in clusters:
                 try:
                     cluster.stop()
                 except RuntimeError as exc:
                     figures["stop_error"] = str(exc)
+            self.web.stop()
         log = "\n".join(cluster.log() for cluster in clusters)
         figures["processes_died"] = log.count("reincarnated")
         figures["pusher_failures"] = log.count("Failed to pull task from broker")
@@ -159,10 +160,11 @@ class Scenario:
 
     def _moved_by_finishing(self, keys: set[str], moved: dict[str, float], since: float) -> None:
         """An in-flight instance whose interrupted step was its last moves by finishing."""
-        from django.db import Error
+        from django.db import Error, close_old_connections
 
         from django_workerflow.models import WorkflowInstance
 
+        close_old_connections()
         try:
             finished = WorkflowInstance.objects.filter(key__in=keys - set(moved)).finished()
             for key, at in finished.values_list("key", "finished_at"):
@@ -185,8 +187,11 @@ class Scenario:
         return time.monotonic() - began
 
     def _start_batch(self, name: str) -> list[int]:
+        from django.db import close_old_connections
+
         from django_workerflow import start
 
+        close_old_connections()  # as a request starts: a connection the fault killed goes
         pks = [
             start(
                 "fault-steps",
@@ -218,9 +223,12 @@ class Scenario:
     def _check(self) -> dict[str, Any]:
         from collections import Counter
 
+        from django.db import close_old_connections
+
         from django_workerflow.models import InboundEvent, WorkflowInstance
         from tests.reliability.faults.conftest import Trace, check_steps_recorded_once
 
+        close_old_connections()
         statuses = Counter(
             WorkflowInstance.objects.filter(pk__in=self.pks).values_list("status", flat=True)
         )
@@ -244,10 +252,11 @@ class Scenario:
 
     @staticmethod
     def _wait(predicate: Any, timeout: float, what: str) -> None:
-        from django.db import Error
+        from django.db import Error, close_old_connections
 
         deadline = time.monotonic() + timeout
         while True:
+            close_old_connections()
             try:
                 if predicate():
                     return
@@ -264,20 +273,21 @@ class Web(threading.Thread):
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.sent = 0
         self.errors: dict[str, int] = {}
         self.fail_seconds: list[float] = []
         self.outage: dict[str, Any] = {}
 
     def run(self) -> None:
-        from django.db import Error, connection
+        from django.db import Error, close_old_connections, connection
 
         from django_workerflow import send_event
         from django_workerflow.models import Step, StepState, StepType
 
         keyed = "idempotency_key" in inspect.signature(send_event).parameters
-        while not self._stop.is_set():
+        while not self._halt.is_set():
+            close_old_connections()  # as each request starts
             try:
                 waiting = list(
                     Step.objects.filter(
@@ -298,7 +308,7 @@ class Web(threading.Thread):
             except Error as error:
                 self._failed(error, time.monotonic())
                 connection.close()
-            self._stop.wait(0.2)
+            self._halt.wait(0.2)
         connection.close()
 
     def _failed(self, error: Exception, began: float) -> None:
@@ -334,7 +344,7 @@ class Web(threading.Thread):
         self.outage["health_first_line"] = re.sub(r"\s+", " ", output[0])[:160] if output else ""
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         if self.is_alive():
             self.join(10)
 

@@ -74,7 +74,8 @@ def run_scenario(server: PrivateServer, seed: int, out: Path) -> dict[str, Any]:
         check=False,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("FIGURES ")]
-    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-6000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert lines, done.stdout[-3000:]
     return json.loads(lines[-1].removeprefix("FIGURES "))
 
 
