@@ -226,6 +226,58 @@ def test_broker__an_sqlite_database_locked_beyond_the_timeout_is_an_outage_not_a
     assert "database is locked" in outage_lines(caplog)[0][1]
 
 
+@on_sqlite
+@pytest.mark.django_db(transaction=True)
+def test_broker__a_read_only_sqlite_database_is_an_outage_and_a_web_write_fails_clearly(
+    caplog, monkeypatch
+):
+    caplog.set_level(logging.INFO, logger=OUTAGE_LOGGER)
+    queued = broker()
+    pk = queue_bell()
+    options = connection.settings_dict["OPTIONS"]
+    connection.close()
+    # Every new connection read-only, as with a file the process may not write to (root
+    # ignores file modes, so the test cannot use them).
+    monkeypatch.setitem(options, "init_command", options["init_command"] + " PRAGMA query_only=ON;")
+
+    assert queued.dequeue() is None
+    with pytest.raises(OperationalError, match="readonly database"):
+        queue_bell()
+    monkeypatch.setitem(
+        options, "init_command", options["init_command"].replace(" PRAGMA query_only=ON;", "")
+    )
+    connection.close()
+
+    assert [bell for bell, _payload in queued.dequeue() or []] == [pk]  # nothing lost
+    lines = outage_lines(caplog)
+    assert [level for level, _ in lines] == ["WARNING", "INFO"]
+    assert "attempt to write a readonly database" in lines[0][1]
+
+
+@on_sqlite
+@pytest.mark.django_db(transaction=True)
+def test_tick__on_an_sqlite_database_locked_beyond_the_timeout__database_unavailable_error(
+    define, monkeypatch
+):
+    from django_workerflow import tasks
+
+    instance = workerflow.start(define(lambda self: self.run("one", lambda: 1)), key="locked")
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 0.2)
+    holder = sqlite3.connect(connection.settings_dict["NAME"])
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(DatabaseUnavailableError, match="database is locked"):
+            tasks.tick(instance.pk)
+    finally:
+        holder.rollback()
+        holder.close()
+
+    tasks.tick(instance.pk)  # the lock is gone: the same tick again, nothing lost
+    instance.refresh_from_db()
+    assert (instance.status, instance.result) == ("completed", 1)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
