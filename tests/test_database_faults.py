@@ -173,6 +173,20 @@ def test_broker__an_acknowledgement_on_a_terminated_connection_is_not_lost(caplo
 
 @on_postgres
 @pytest.mark.django_db(transaction=True)
+def test_broker__an_enqueue_on_a_terminated_connection_is_queued_on_a_new_one():
+    from django_q.models import OrmQ
+
+    queued = broker()
+    assert queued.dequeue() is None
+    terminate_backend_of_this_thread()
+
+    pk = queued.enqueue("a task")
+
+    assert OrmQ.objects.filter(pk=pk).exists()
+
+
+@on_postgres
+@pytest.mark.django_db(transaction=True)
 def test_broker__with_the_server_gone_claims_nothing_keeps_acknowledgements_and_logs_once(
     caplog, monkeypatch
 ):
