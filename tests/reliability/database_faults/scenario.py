@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,12 @@ from tests.reliability.database_faults.server import PrivateServer
 #: through the lease is seconds, not minutes.
 LEASE_SECONDS = 3.0
 SWEEP_SECONDS = 2.0
+#: The engine's log line of a tick that takes up an instance whose tick broke.
+TAKEOVER = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) WARNING django_workerflow\.runtime\.tick: "
+    r"taking over an expired lease key=(\S+)",
+    re.MULTILINE,
+)
 INSTANCES_PER_FAULT = 12
 STEPS = 4
 STEP_SECONDS = (0.3, 0.9)
@@ -81,6 +88,7 @@ class Scenario:
         self.trace_path = self.out / "trace"
         self.pks: list[int] = []
         self.web = Web()
+        self.clusters: list[Any] = []
 
     def run(self) -> dict[str, Any]:
         from django.core.management import call_command
@@ -89,7 +97,7 @@ class Scenario:
 
         call_command("migrate", verbosity=0)
         env = cluster_environment({})
-        clusters = [
+        clusters = self.clusters = [
             Cluster(f"qcluster-{index}", self.out / f"qcluster-{index}.log", env)
             for index in range(2)
         ]
@@ -155,15 +163,32 @@ class Scenario:
                     moved[callback.key] = callback.started - back_at
             self._moved_by_finishing(in_flight, moved, back_at)
             time.sleep(0.1)
+        taken_up = dict(moved)
+        for key, at in self._takeovers(back_at).items():
+            if key in in_flight:
+                taken_up[key] = min(taken_up.get(key, at), at)
         return {
             "instances": len(batch),
             "callbacks_in_flight": len(in_flight),
             "downtime_s": round(downtime, 2),
             "fault_to_back_s": round(back_at - fault_at, 2),
             "first_step_after_back_s": None if first_step is None else round(first_step, 2),
-            "in_flight_moved_max_s": round(max(moved.values()), 2) if moved else None,
+            # A tick took the instance up again (its expired lease taken over, or it ran on).
+            "in_flight_taken_up_max_s": round(max(taken_up.values()), 2) if taken_up else None,
+            # Its next callback ran (after the retry's backoff, for an interrupted attempt).
+            "in_flight_next_callback_max_s": round(max(moved.values()), 2) if moved else None,
             "in_flight_not_moved_in_60s": len(in_flight) - len(moved),
         }
+
+    def _takeovers(self, since: float) -> dict[str, float]:
+        """Seconds after ``since`` of the first "taking over an expired lease" per key."""
+        found: dict[str, float] = {}
+        for cluster in self.clusters:
+            for stamp, key in TAKEOVER.findall(cluster.log()):
+                at = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp() - since
+                if at > 0 and at < found.get(key, at + 1):
+                    found[key] = at
+        return found
 
     def _moved_by_finishing(self, keys: set[str], moved: dict[str, float], since: float) -> None:
         """An in-flight instance whose interrupted step was its last moves by finishing."""
