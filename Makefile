@@ -8,6 +8,8 @@
 #   make check   Django's system checks and the migrations check
 #   make test-suite  pytest with coverage (fails under pyproject's fail_under)
 #   make test-fast  pytest on SQLite without the slow tests (real worker processes) or the browser
+#   make test-faults  the database faults: a PostgreSQL server of its own, killed, restarted
+#                     and stopped under two clusters (minutes; needs initdb and pg_ctl)
 #
 # Override on the command line, e.g.
 #   make test PYTHON=python3.13 VENV=.venv-py313 DJANGO='django>=6,<7' PYTEST_ARGS='-x -k foo'
@@ -20,11 +22,12 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-suite test-fast lint check format demo bench clean
+.PHONY: help install test test-suite test-fast test-faults lint check format demo bench clean
 
 help:
 	@echo "Targets: install test lint check test-suite format demo bench clean"
 	@echo "         test-fast (pytest on SQLite, without slow and browser tests)"
+	@echo "         test-faults (the database faults, on a PostgreSQL server of their own)"
 	@echo "Demo:    make demo [DEMO_PORT=8000] [DEMO_KEEP_DB=1]  (port 8000 by default, a free"
 	@echo "         one, printed, when it is busy; a fresh database each run unless DEMO_KEEP_DB=1)"
 	@echo "Variables: PYTHON=$(PYTHON) VENV=$(VENV) DJANGO='$(DJANGO)' PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -57,6 +60,12 @@ check: install
 # The inner loop: SQLite, no test that starts real processes or takes seconds (`slow`), no browser.
 test-fast: install
 	@WORKERFLOW_DB=sqlite $(BIN)/pytest -q -rfE -m 'not slow and not browser' $(PYTEST_ARGS)
+
+# The database faults (tests/reliability/database_faults): about three minutes a seed, so
+# not in test-suite. They start a PostgreSQL server of their own (initdb into a temporary
+# directory, a free port), never touching the one the other tests use, and print figures.
+test-faults: install
+	WORKERFLOW_DATABASE_FAULTS=1 $(BIN)/pytest -q -s -rfE tests/reliability/database_faults $(PYTEST_ARGS)
 
 # Static checks: they do not depend on the database or the Django version, so .ci/run runs
 # them once.

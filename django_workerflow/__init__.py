@@ -12,6 +12,7 @@ from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import SettledResult
 from django_workerflow.exceptions import (
+    DatabaseUnavailableError,
     DuplicateStepIdError,
     MaxAttemptsExceededError,
     NondeterminismError,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from django_workerflow.models import InboundEvent, WorkflowInstance
 
 __all__ = [
+    "DatabaseUnavailableError",
     "DuplicateStepIdError",
     "MaxAttemptsExceededError",
     "NonRetryableStepError",
@@ -121,17 +123,25 @@ def send_event(
     payload: Any = None,
     *,
     missing_ok: bool = False,
+    idempotency_key: str | None = None,
 ) -> InboundEvent | None:
     """Send an event to an instance (a key or the instance) and return the stored event.
 
     Returns None if the instance has finished, or if the key is unknown and ``missing_ok``
     (for signal handlers). Raises ``WorkflowInstance.DoesNotExist`` for an unknown key, and
-    :class:`WorkflowInputError` for a bad event name or a payload that is not JSON.
+    :class:`WorkflowInputError` for a bad event name, idempotency key or a payload that is
+    not JSON.
+
+    With ``idempotency_key`` (up to 200 characters), a second send with the same key to the
+    same instance stores nothing and returns the event the first one stored: retry with the
+    same key after any error (a database error during the commit included).
     """
     # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import verbs
 
-    return verbs.send_event(instance, event_name, payload, missing_ok=missing_ok)
+    return verbs.send_event(
+        instance, event_name, payload, missing_ok=missing_ok, idempotency_key=idempotency_key
+    )
 
 
 def pause(instance: WorkflowInstance | str) -> bool:
@@ -267,9 +277,12 @@ async def asend_event(
     payload: Any = None,
     *,
     missing_ok: bool = False,
+    idempotency_key: str | None = None,
 ) -> InboundEvent | None:
     """:func:`send_event` for async code: the same parameters, returns and errors."""
-    return await sync_to_async(send_event)(instance, event_name, payload, missing_ok=missing_ok)
+    return await sync_to_async(send_event)(
+        instance, event_name, payload, missing_ok=missing_ok, idempotency_key=idempotency_key
+    )
 
 
 async def await_result(

@@ -49,10 +49,13 @@ class WorkerflowConfig(AppConfig):
             from django_q.signals import post_spawn
 
             from django_workerflow.runtime.tick import recheck_unregistered
+            from django_workerflow.store import outage
             from django_workerflow.workers import task_lines
-            from django_workerflow.workers.sweep_chain import seed_on_spawn
+            from django_workerflow.workers.sweep_chain import seed_after_outage, seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")
             # A worker started after a deploy runs at once what an older one could not.
             post_spawn.connect(recheck_unregistered, dispatch_uid="workerflow-recheck-unregistered")
+            # A link that ran during an outage failed and queued no next one.
+            outage.when_back(seed_after_outage)
             task_lines.install()  # django-q2's lines about our own tasks go to DEBUG

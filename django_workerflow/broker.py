@@ -29,6 +29,14 @@ both; see :func:`~django_workerflow.store.bell_channel.wake_at`). On SQLite, or
 where notifications do not arrive (another driver, a transaction-pooling proxy), it sleeps
 django-q2's ``poll`` between claims, as django-q2 does.
 
+No method lets a database error escape to django-q2, whose pusher sleeps 10 s and exits on
+one, and whose monitor dies of one: a call that fails closes the broker's connections and
+tries once more on a new one (an idle connection a restart or a pooler killed); if that fails
+too, the database is away (:mod:`~django_workerflow.store.outage` logs it once per process).
+A claim then returns nothing and waits :data:`RECONNECT_SECONDS`, an acknowledgement is kept
+and sent again with the next one, an enqueue outside a transaction raises the error to its
+caller.
+
 Use it with ``Q_CLUSTER = {..., "orm": "default",
 "broker_class": "django_workerflow.broker.DueFirstOrmBroker"}``.
 """
@@ -40,17 +48,19 @@ from datetime import datetime, timedelta
 from time import sleep, time
 from typing import Any
 
-from django.db import connections
+from django.db import Error, connections
 from django.utils import timezone
 from django_q.brokers.orm import ORM
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from django_workerflow.conf import settings
-from django_workerflow.store import sql
+from django_workerflow.store import outage, sql
 from django_workerflow.store.bell_channel import DUE_MARGIN, BellListener
 
 QUEUE = OrmQ._meta.db_table
+#: Seconds between claims while the database cannot be reached.
+RECONNECT_SECONDS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +97,30 @@ def _claim_statement(connection: Any) -> str:
     return "claim_due_bells" if connection.in_atomic_block else "claim_due_bells_no_flush"
 
 
+def _close_connections() -> None:
+    """Close the broker's connections (outside a transaction): the next call reconnects."""
+    for alias in {Conf.ORM, settings.BELL_LISTEN_DATABASE or Conf.ORM}:
+        connection = connections[alias]
+        if not connection.in_atomic_block:
+            try:
+                connection.close()
+            except Error:
+                connection.connection = None  # already gone: forget it
+
+
 class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types: ORM is Any
     """django-q2's ORM broker, dequeuing the earliest-due rows first."""
 
     # Class defaults: django-q2 pickles a broker into its processes by its list key only.
     _listener: BellListener | None = None
     _idle: _Idle | None = None
+    #: Bells whose acknowledgement failed: deleted with the next acknowledgement.
+    _unacknowledged: tuple[Any, ...] = ()
+
+    def _failed(self) -> None:
+        """A statement failed: forget the listening session and close the connections."""
+        self._idle = None
+        _close_connections()
 
     @staticmethod
     def get_connection(list_key: str | None = None) -> Any:
@@ -100,6 +128,36 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
         return OrmQ.objects.using(Conf.ORM)
 
     def dequeue(self) -> list[tuple[int, Any]] | None:
+        """Claim the earliest-due bells (None: none due, or the database is away)."""
+        for attempt in (1, 2):
+            try:
+                taken = self._dequeue()
+            except Error as error:
+                self._failed()
+                if attempt == 2:
+                    outage.lost(Conf.ORM, error)
+                    sleep(RECONNECT_SECONDS)
+            else:
+                outage.back()
+                return taken
+        return None
+
+    def enqueue(self, task: Any) -> Any:
+        """Queue a task; outside a transaction, on a new connection if the idle one is dead."""
+        if connections[Conf.ORM].in_atomic_block:
+            return super().enqueue(task)
+        try:
+            return super().enqueue(task)
+        except Error:
+            self._failed()
+        try:
+            return super().enqueue(task)
+        except Error as error:
+            self._failed()
+            outage.lost(Conf.ORM, error)
+            raise
+
+    def _dequeue(self) -> list[tuple[int, Any]] | None:
         self.get_connection()
         connection = connections[Conf.ORM]
         if connection.vendor != "postgresql":
@@ -160,7 +218,26 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
         return [(pk, payload) for pk, payload in due if pk in claimed]
 
     def delete(self, task_id: Any) -> None:
-        """Remove a bell: handled (acknowledged) or unreadable (failed)."""
+        """Remove a bell: handled (acknowledged) or unreadable (failed). While the database
+        is away the bell is kept and removed with the next call (if the process lives
+        that long: else it is handed out again after django-q2's ``retry``, and its tick
+        finds nothing to do)."""
+        self._unacknowledged = (*self._unacknowledged, task_id)
+        for attempt in (1, 2):
+            try:
+                self._delete_unacknowledged()
+            except Error as error:
+                self._failed()
+                if attempt == 2:
+                    outage.lost(Conf.ORM, error)
+            else:
+                outage.back()
+                return
+
+    def _delete_unacknowledged(self) -> None:
         self.get_connection()
         with connections[Conf.ORM].cursor() as cursor:
-            cursor.execute(sql.queue_statement("delete_bell", QUEUE), {"id": task_id})
+            while self._unacknowledged:
+                statement = sql.queue_statement("delete_bell", QUEUE)
+                cursor.execute(statement, {"id": self._unacknowledged[0]})
+                self._unacknowledged = self._unacknowledged[1:]

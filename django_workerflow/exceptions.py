@@ -126,3 +126,12 @@ class WorkflowFailedError(StepOutcomeError):
 
 class WorkflowCancelledError(WorkflowFailedError):
     """The awaited workflow instance was cancelled."""
+
+
+class DatabaseUnavailableError(WorkerflowError):
+    """The database could not be reached (a restart, a failover, a dropped connection).
+
+    A worker's tick that lost its connection ends with it: nothing more was recorded, the
+    instance's lease runs out and the next tick recovers it. Retry once the database is back
+    (``manage.py workerflow health`` answers ``DATABASE UNAVAILABLE`` until then).
+    """

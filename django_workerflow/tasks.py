@@ -7,13 +7,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import QuerySet
 
+from django_workerflow.exceptions import DatabaseUnavailableError
 from django_workerflow.runtime import verbs
 from django_workerflow.runtime.composition import deliveries
 from django_workerflow.runtime.flow import schedules
-from django_workerflow.store import process_metrics
+from django_workerflow.store import outage, process_metrics
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.control_flow import TickAborted
 from django_workerflow.workers import sweep_chain
 
 
@@ -28,10 +31,31 @@ class SweepArea(StrEnum):
 
 def tick(instance_pk: int) -> str:
     """Run one tick of the instance (a bell rang); return what it did. Then flush this
-    process's metrics if they are due (:mod:`django_workerflow.store.process_metrics`)."""
-    outcome = verbs.tick(instance_pk, renew_lease=True).outcome
+    process's metrics if they are due (:mod:`django_workerflow.store.process_metrics`).
+
+    A tick that loses the database raises :class:`DatabaseUnavailableError` (an
+    ``Exception``: django-q2's worker reports it and lives on); the bell is acknowledged as a
+    failure and the instance's lease, running out, leads the sweeper to ring it again."""
+    try:
+        outcome = verbs.tick(instance_pk, renew_lease=True).outcome
+    except (TickAborted, OperationalError, InterfaceError) as error:
+        raise _unavailable(instance_pk, error) from None
+    outage.back()
     process_metrics.flush_if_due()
     return outcome
+
+
+def _unavailable(instance_pk: int, error: BaseException) -> DatabaseUnavailableError:
+    """The error a tick that lost the database ends with; the outage is logged once."""
+    cause = error.__cause__ if isinstance(error, TickAborted) else error
+    cause = cause or error
+    outage.lost(connection.alias, cause)
+    reason = " ".join(str(cause).split()) or type(cause).__name__
+    return DatabaseUnavailableError(
+        f"The tick of instance {instance_pk} stopped: the database is unavailable "
+        f"({type(cause).__name__}: {reason}). Nothing more was recorded; the instance is "
+        "taken up again when its lease runs out."
+    )
 
 
 def sweep() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +38,17 @@ class SendEventForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "cols": 60, "spellcheck": "false"}),
         help_text='JSON, for example {"amount": 42}. Empty means null.',
     )
+    # A new key per page shown: submitting the same page twice (a double click, a resubmit
+    # after an error) sends the event once.
+    idempotency_key = forms.CharField(
+        required=False,
+        max_length=jsonvalue.MAX_IDENTIFIER_LENGTH,
+        widget=forms.HiddenInput,
+        initial=lambda: uuid.uuid4().hex,
+    )
+
+    def clean_idempotency_key(self) -> str | None:
+        return self.cleaned_data["idempotency_key"].strip() or None
 
     def clean_event_name(self) -> str:
         name = self.cleaned_data["event_name"]

@@ -77,7 +77,9 @@ class ControlViews:
         )
         if form.is_valid():
             data = form.cleaned_data
-            report = operations.send_event([instance], data["event_name"], data["payload"])
+            report = operations.send_event(
+                [instance], data["event_name"], data["payload"], data["idempotency_key"]
+            )
             return self._done(request, report, instance)
         return confirmation_page(
             self.model_admin, request, ControlName.SEND_EVENT, form, [instance]

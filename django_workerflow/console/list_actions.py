@@ -76,7 +76,7 @@ def send_event(
         ControlName.SEND_EVENT,
         "send_event",
         lambda data: operations.send_event(
-            queryset.order_by("pk"), data["event_name"], data["payload"]
+            queryset.order_by("pk"), data["event_name"], data["payload"], data["idempotency_key"]
         ),
     )
 

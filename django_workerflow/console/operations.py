@@ -115,13 +115,20 @@ def cancel(instances: Iterable[WorkflowInstance], reason: str | None) -> Report:
     return report
 
 
-def send_event(instances: Iterable[WorkflowInstance], event_name: str, payload: Any) -> Report:
-    """Send the event to each instance; a waiting step claims it, or it is queued."""
+def send_event(
+    instances: Iterable[WorkflowInstance],
+    event_name: str,
+    payload: Any,
+    idempotency_key: str | None = None,
+) -> Report:
+    """Send the event to each instance; a waiting step claims it, or it is queued. With
+    ``idempotency_key``, an instance that already received an event with it gets nothing
+    more (the report describes the first one)."""
     report = Report()
     sent = f"event '{event_name}'"
     for instance in instances:
         try:
-            event = verbs.send_event(instance, event_name, payload)
+            event = verbs.send_event(instance, event_name, payload, idempotency_key=idempotency_key)
         except WorkflowInputError as exc:
             report.add(instance, False, str(exc))
             continue

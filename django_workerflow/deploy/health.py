@@ -14,6 +14,10 @@ in django-q2's ORM queue although no cluster that reports serves it. A web proce
 ``Q_CLUSTER["name"]`` differs from the workers' writes its bells there; the sweeper still
 rings those instances from the workers' queue once overdue, so events take seconds instead
 of a tenth of one and nothing else looks wrong.
+
+A probe that cannot reach the database says so instead, with an answer of its own: the
+workers wait for the database and resume by themselves, so a supervisor must not restart
+them for it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.apps import apps
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count, Max, Min
 
 from django_workerflow.models import WorkerHeartbeat, WorkflowInstance
@@ -33,7 +38,8 @@ DEFAULT_MAX_LAG = timedelta(seconds=60)
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """What the probe found; ``ok`` is False when the workers do not keep up."""
+    """What the probe found; ``ok`` is False when the workers do not keep up, or when the
+    database could not be reached (``database_available`` False: nothing else is known)."""
 
     ok: bool
     message: str
@@ -41,6 +47,7 @@ class Health:
     oldest_alarm: datetime | None
     last_beat: datetime | None
     stranded: tuple[StrandedQueue, ...] = ()
+    database_available: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +95,21 @@ def stranded_queues(now: datetime, max_lag: timedelta = DEFAULT_MAX_LAG) -> list
 
 
 def check(max_lag: timedelta = DEFAULT_MAX_LAG, now: datetime | None = None) -> Health:
-    """Probe the workers: bells overdue by more than ``max_lag``, or no recent report."""
-    now = now or clock_now()
+    """Probe the workers: bells overdue by more than ``max_lag``, or no recent report; or
+    say that the database is unavailable."""
+    try:
+        return _check(max_lag, now or clock_now())
+    except (OperationalError, InterfaceError) as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        message = (
+            f"DATABASE UNAVAILABLE: cannot reach database {connection.alias!r} "
+            f"({type(error).__name__}: {reason}). The workers wait for it and resume on "
+            "their own: do not restart them; bring the database back."
+        )
+        return Health(False, message, 0, None, None, database_available=False)
+
+
+def _check(max_lag: timedelta, now: datetime) -> Health:
     limit = now - max_lag
     late = WorkflowInstance.objects.active().filter(alarm_at__lt=limit)
     found = late.aggregate(oldest=Min("alarm_at"))

@@ -136,10 +136,18 @@ def export(command: BaseCommand, *, key: str, output: str | None, **_: Any) -> N
     command.stdout.write(f"Wrote the history of {key!r} to {output}.")
 
 
+#: ``health``'s exit status when the workers do not keep up (restart them).
+HEALTH_UNHEALTHY = 1
+#: ``health``'s exit status when the database cannot be reached (do not restart the workers).
+HEALTH_DATABASE_UNAVAILABLE = 3
+
+
 def health(command: BaseCommand, *, max_lag: timedelta, **_: Any) -> None:
     found = health_probe.check(max_lag)
+    if not found.database_available:
+        raise CommandError(found.message, returncode=HEALTH_DATABASE_UNAVAILABLE)
     if not found.ok:
-        raise CommandError(found.message, returncode=1)
+        raise CommandError(found.message, returncode=HEALTH_UNHEALTHY)
     command.stdout.write(found.message)
 
 

@@ -44,7 +44,7 @@ def remove_priority(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("workerflow", "0017_bell_notify_once")]
+    dependencies = [("workerflow", "0019_event_idempotency")]
     if "django_q" in settings.INSTALLED_APPS:
         dependencies.append(
             ("django_q", "0019_alter_task_options_alter_ormq_key_alter_ormq_lock_and_more")

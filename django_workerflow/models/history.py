@@ -312,6 +312,11 @@ class InboundEvent(models.Model):
     # The W3C trace context of the span that sent the event (django_workerflow.tracing):
     # the tick that receives it links to that span. NULL without OpenTelemetry or a span.
     trace_context = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no trace
+    # The sender's idempotency key: a second send_event() with it to the instance returns
+    # this event and stores nothing. NULL: sent without one (never deduplicated).
+    idempotency_key = models.CharField(  # noqa: DJ001 - NULL: no key, unconstrained
+        max_length=200, null=True, blank=True
+    )
 
     #: Not stored: set by send_event() on an event no step claimed, the event names the
     #: instance's waiting steps wait for (so a misspelt name shows at once).
@@ -324,6 +329,13 @@ class InboundEvent(models.Model):
                 fields=["instance", "event_name", "created_at"],
                 name="workerflow_inbound_queued",
                 condition=Q(claimed_at__isnull=True),
+            )
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance", "idempotency_key"],
+                name="workerflow_event_idempotency",
+                condition=Q(idempotency_key__isnull=False),
             )
         ]
 

@@ -335,12 +335,19 @@ class WorkflowInstance(models.Model):
         return verbs.cancel(self, reason=reason)
 
     def send_event(
-        self, event_name: str, payload: Any = None, *, missing_ok: bool = False
+        self,
+        event_name: str,
+        payload: Any = None,
+        *,
+        missing_ok: bool = False,
+        idempotency_key: str | None = None,
     ) -> InboundEvent | None:
         """Send an event to this instance. See :func:`django_workerflow.send_event`."""
         from django_workerflow.runtime import verbs  # upward, at call time: see above
 
-        return verbs.send_event(self, event_name, payload, missing_ok=missing_ok)
+        return verbs.send_event(
+            self, event_name, payload, missing_ok=missing_ok, idempotency_key=idempotency_key
+        )
 
     def retry(self, reason: str | None = None, *, with_children: bool = False) -> None:
         """Run a failed instance again from the step that failed it; ``with_children`` also

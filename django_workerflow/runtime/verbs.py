@@ -79,8 +79,13 @@ def send_event(
     payload: Any = None,
     *,
     missing_ok: bool = False,
+    idempotency_key: str | None = None,
 ) -> InboundEvent | None:
     """Deliver an event: it satisfies the earliest waiting step of that name, or is queued.
+
+    With ``idempotency_key``, a send that finds an event of the instance sent with that key
+    returns it and stores nothing (the instance's row lock orders concurrent sends), so a
+    caller can retry after any error, even one raised during the commit.
 
     A paused instance only queues it; a finished one ignores it and None is returned, and
     so is an unknown key with ``missing_ok`` (for signal handlers). A queued event's
@@ -91,6 +96,8 @@ def send_event(
     """
     jsonvalue.check_identifier(event_name, what="An event name")
     payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
+    if idempotency_key is not None:
+        jsonvalue.check_identifier(idempotency_key, what="An idempotency key")
     with transaction.atomic():
         locked = instance_rows.lock_of(instance)
         if locked is None:
@@ -98,6 +105,18 @@ def send_event(
                 logger.info("event dropped key=%s event=%s: no such instance", instance, event_name)
                 return None
             raise instance_rows.missing(instance)
+        if idempotency_key is not None:
+            sent = InboundEvent.objects.filter(
+                instance_id=locked.pk, idempotency_key=idempotency_key
+            ).first()
+            if sent is not None:
+                logger.info(
+                    "event already sent key=%s event=%s idempotency_key=%s: nothing changed",
+                    locked.key,
+                    sent.event_name,
+                    idempotency_key,
+                )
+                return sent
         if locked.is_terminal:
             return None
         now = clock_now()
@@ -107,6 +126,10 @@ def send_event(
             event = _deliver_at_once(locked, event_name, payload_json, now)
         else:
             event = _deliver_in_steps(locked, event_name, payload_json, now)
+        if idempotency_key is not None:
+            # A statement of its own: the delivery's statement stays the same with or without.
+            InboundEvent.objects.filter(pk=event.pk).update(idempotency_key=idempotency_key)
+            event.idempotency_key = idempotency_key
     if event.waiting_for is not None and event_name not in event.waiting_for:
         logger.info(
             "event queued key=%s event=%s: no step waits for it; waiting_for=%s",

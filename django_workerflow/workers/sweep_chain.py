@@ -7,7 +7,9 @@ precise bells (the ORM broker) each sweep task instead queues the next one, due
 ``SWEEP_SECONDS`` later, in the same transaction that records its beat. One chain per queue:
 the row's ``next_beat_at`` names the link that may continue it, so a duplicate link (a
 redelivered task, a reseed racing a late link) records its beat and ends. The schedule, and
-every worker as it spawns, reseed a chain that broke (its next link is long overdue).
+every worker as it spawns, reseed a chain that broke (its next link is long overdue); so does
+each process that sees the database come back after an outage (a link that ran during it
+failed and queued no next one), as soon as the next link is overdue at all.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def beat(
     link: datetime | None,
     probes: Mapping[str, Sequence[QuerySet[Any]]] | None = None,
     soon: Callable[[datetime], QuerySet[Any]] | None = None,
+    *,
+    overdue_is_broken: bool = False,
 ) -> Beat:
     """Record that a worker of this queue runs tasks, and queue the chain's next link if
     ``link`` is the current one (None: a reseed, which continues only a broken chain).
@@ -64,7 +68,9 @@ def beat(
     An area is busy if any of its querysets has a row (all are, on the row's first beat).
     ``soon(until)`` names the rows that keep the chain at ``SWEEP_SECONDS`` if any exists
     (instances whose alarm comes by ``until``); with none and no busy area, the next link
-    is ``SWEEP_IDLE_SECONDS`` ahead (an idle backoff; without ``soon``, none)."""
+    is ``SWEEP_IDLE_SECONDS`` ahead (an idle backoff; without ``soon``, none).
+    ``overdue_is_broken``: a reseed counts the chain broken as soon as its next link is
+    overdue (after an outage), not only long overdue."""
     now = clock_now()
     interval = timedelta(seconds=settings.SWEEP_SECONDS)
     idle = timedelta(seconds=settings.SWEEP_IDLE_SECONDS)
@@ -89,7 +95,8 @@ def beat(
         )
         row.beat_at = now
         expected = row.next_beat_at
-        broken = expected is None or expected < now - max(3 * interval, timedelta(seconds=15))
+        late = timedelta(0) if overdue_is_broken else max(3 * interval, timedelta(seconds=15))
+        broken = expected is None or expected < now - late
         chained = bells.uses_delayed_bells() and interval.total_seconds() > 0
         continues = chained and (broken or (link is not None and link == expected))
         if continues:
@@ -106,6 +113,12 @@ def seed_on_spawn(**_: Any) -> None:
         beat(None)
     except DatabaseError:
         logger.warning("heartbeat seed failed queue=%s", queue_name(), exc_info=True)
+
+
+def seed_after_outage() -> None:
+    """After an outage (:func:`.outage.when_back`): restart a chain whose next link is
+    overdue; a link still queued then finds itself replaced and ends."""
+    beat(None, overdue_is_broken=True)
 
 
 def _enqueue(when: datetime) -> None:

@@ -242,7 +242,8 @@ class FaultSteps(WorkflowDefinition):
 
     Input: ``trace`` (a file shared by all instances), ``steps``, ``seconds`` (the range of a
     callback's duration), ``linger`` (seconds a callback waits after its effect), ``nap``
-    (seconds of a sleep in the middle, or None) and ``max_attempts``.
+    (seconds of a sleep in the middle, or None), ``wait`` (an event name the instance waits
+    for in the middle, after the sleep, or None) and ``max_attempts``.
 
     Every callback appends ``start <key> <step> <pid> <time> <seconds>`` to the trace before
     its work and ``end <key> <step> <pid> <time>`` after its effect. The end line is a plain
@@ -260,6 +261,8 @@ class FaultSteps(WorkflowDefinition):
         for index in range(self.input["steps"]):
             if index == self.input["steps"] // 2 and self.input.get("nap"):
                 self.sleep("nap", self.input["nap"])
+            if index == self.input["steps"] // 2 and self.input.get("wait"):
+                self.wait("wait", self.input["wait"])
             step_id = f"step-{index}"
             atomic = index % 2 == 1
             total += self.run(

@@ -86,6 +86,10 @@ class Command(BaseCommand):
         send.add_argument("key", metavar="KEY")
         send.add_argument("event", metavar="EVENT")
         send.add_argument("--payload", default="null", help="The payload as JSON.")
+        send.add_argument(
+            "--idempotency-key",
+            help="Send once per key and instance: a second send with it changes nothing.",
+        )
 
         for name, text in (("pause", "Pause a running instance."), ("resume", "Resume it.")):
             sub.add_parser(name, help=text).add_argument("key", metavar="KEY")
@@ -172,9 +176,17 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"Started instance {what}: {instance.status}.")
 
-    def handle_send_event(self, *, key: str, event: str, payload: str, **_: Any) -> None:
+    def handle_send_event(
+        self,
+        *,
+        key: str,
+        event: str,
+        payload: str,
+        idempotency_key: str | None = None,
+        **_: Any,
+    ) -> None:
         value = _json(payload, "--payload")
-        sent = verbs.send_event(key, event, value)
+        sent = verbs.send_event(key, event, value, idempotency_key=idempotency_key)
         if sent is None:
             raise CommandError(f"Instance {key!r} is {_status(key)}: the event was not delivered.")
         if sent.claimed_by_id is not None:
