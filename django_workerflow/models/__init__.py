@@ -15,8 +15,8 @@ from django_workerflow.models.history import (
     InboundEvent,
     Step,
     StepEvent,
+    StoredStepEvent,
     WorkflowEvent,
-    merged_step_events,
     step_events_of,
 )
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
@@ -53,6 +53,5 @@ __all__ = [
     "WorkflowInstanceQuerySet",
     "WorkflowSchedule",
     "WorkflowStatus",
-    "merged_step_events",
     "step_events_of",
 ]
