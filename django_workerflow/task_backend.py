@@ -432,51 +432,50 @@ def _history(
     instance: WorkflowInstance,
 ) -> tuple[list[tuple[str, datetime, str]], list[TaskError]]:
     """The started attempts of a task's instance (worker, start, state) and the errors of
-    the attempts that failed. One query, and one more when an attempt failed.
+    the attempts that failed, read from its step history in one query: every attempt, also
+    those a ``retry()`` ran again in the step of an earlier one (its attempt numbers
+    continue), in the order they started.
 
-    A succeeded attempt's step result names its worker and start; a failed one's start is
-    its step's creation and its worker is in its traceback's note; an interrupted attempt
-    raised nothing and recorded nothing: its worker is unknown ("")."""
+    A succeeded attempt's result names its worker and start; a failed one's worker is in
+    its traceback's note; an interrupted attempt raised nothing and recorded nothing: its
+    worker is unknown (""). An attempt not ended yet has its step's state."""
     # Late: a @task declaration loads this backend, maybe before the app registry is ready.
-    from django_workerflow.models import Step, StepEvent, StepEventType, StepState, StepType
+    from django_workerflow.models import StepEvent, StepEventType, StepState, StepType
 
-    steps = {
-        step_id: (pk, state, result, created_at)
-        for pk, step_id, state, result, created_at in Step.objects.filter(
-            instance=instance, type=StepType.RUN
-        ).values_list("pk", "step_id", "state", "result", "created_at")
-    }
     attempts: list[tuple[str, datetime, str]] = []
-    failed: dict[int, int] = {}  # step pk -> its index in attempts
-    number = 1
-    while ATTEMPT_STEP.format(number) in steps:
-        pk, state, outcome, created = steps[ATTEMPT_STEP.format(number)]
-        if state == StepState.SUCCEEDED and isinstance(outcome, dict):
-            attempts.append(
-                (outcome["worker"], datetime.fromisoformat(outcome["started_at"]), state)
-            )
-        else:
-            attempts.append(("", created, state))
-        if state == StepState.FAILED:
-            failed[pk] = len(attempts) - 1
-        number += 1
-    if not failed:
-        return attempts, []
     errors = []
-    for step_pk, name, text in (
-        StepEvent.objects.filter(step__in=failed, type=StepEventType.ATTEMPT_FAILED)
-        .order_by("recorded_at", "id")
-        .values_list("step", "error_name", "traceback")
-    ):
-        if name == INTERRUPTED_ERROR_NAME:
-            continue
-        note = WORKER_NOTE_LINE.findall(text)
-        if note:
-            index = failed[int(step_pk)]
-            attempts[index] = (note[-1], attempts[index][1], attempts[index][2])
-        errors.append(
-            TaskError(exception_class_path=exception_class_path(name, text), traceback=text)
-        )
+    for event_type, at, outcome, error_name, text, step_state in StepEvent.objects.filter(
+        instance=instance,
+        step__type=StepType.RUN,
+        type__in=(
+            StepEventType.ATTEMPT_STARTED,
+            StepEventType.ATTEMPT_SUCCEEDED,
+            StepEventType.ATTEMPT_FAILED,
+        ),
+    ).values_list("type", "recorded_at", "result", "error_name", "traceback", "step__state"):
+        if event_type == StepEventType.ATTEMPT_STARTED:
+            attempts.append(("", at, step_state))
+        elif not attempts:
+            continue  # an end without a start: not an attempt this reader can place
+        elif event_type == StepEventType.ATTEMPT_SUCCEEDED:
+            if isinstance(outcome, dict):
+                attempts[-1] = (
+                    outcome["worker"],
+                    datetime.fromisoformat(outcome["started_at"]),
+                    StepState.SUCCEEDED,
+                )
+            else:
+                attempts[-1] = (attempts[-1][0], attempts[-1][1], StepState.SUCCEEDED)
+        else:
+            note = WORKER_NOTE_LINE.findall(text)
+            worker = note[-1] if note else attempts[-1][0]
+            attempts[-1] = (worker, attempts[-1][1], StepState.FAILED)
+            if error_name != INTERRUPTED_ERROR_NAME:
+                errors.append(
+                    TaskError(
+                        exception_class_path=exception_class_path(error_name, text), traceback=text
+                    )
+                )
     return attempts, errors
 
 

@@ -191,7 +191,10 @@ def test_at_one_instant__events_are_ordered_step_by_step(claimed_store):
         pytest.param(lambda event: StepEvent.objects.update(error_name="x"), id="update"),
         pytest.param(
             lambda event: StepEvent.objects.create(
-                instance_id=event.instance_id, step_id=event.step_id, type=STARTED, recorded_at=now()
+                instance_id=event.instance_id,
+                step_id=event.step_id,
+                type=STARTED,
+                recorded_at=now(),
             ),
             id="create",
         ),
