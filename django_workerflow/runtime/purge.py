@@ -22,7 +22,7 @@ from django_workerflow.models import (
     FinishDelivery,
     InboundEvent,
     Step,
-    StepEvent,
+    StoredStepEvent,
     WorkflowEvent,
     WorkflowInstance,
 )
@@ -31,7 +31,7 @@ from django_workerflow.values.clock import now as clock_now
 
 DEFAULT_BATCH_SIZE = 500
 # Children before parents: every table that points at an instance, then the instances.
-TABLES = (StepEvent, InboundEvent, WorkflowEvent, Step, FinishDelivery)
+TABLES = (StoredStepEvent, InboundEvent, WorkflowEvent, Step, FinishDelivery)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 

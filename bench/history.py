@@ -1,0 +1,95 @@
+"""Scenario 36 (issue 36): what the complete ``StepEvent`` costs.
+
+WAL: a run step's WAL bytes beside a raw one-row commit's whose row carries a 64-byte
+payload (an autocommit INSERT), in alternating windows as scenario 13 measures them
+(PostgreSQL only). Read: one instance's history of 1,000 run steps (2,000 events, all kept
+on the steps' rows) read through the model (the view: one query) and through the merge that
+``step_events_of()`` did before it (two queries and a merge in Python), each timed and its
+queries counted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_workerflow.models import StepEvent
+from tests.step_history_oracle import old_step_events_of
+
+from .common import Sizes
+from .inline import drive, start_inline
+from .wal import WINDOWS, _figures, _window
+
+#: The raw commit's table: a 64-byte payload per row.
+PAYLOAD_TABLE = "bench_commit_probe_64"
+PAYLOAD = "x" * 64
+#: The history read: run steps in the instance, and timed reads of each kind.
+HISTORY_STEPS = 1_000
+READS = 7
+
+
+def history(sizes: Sizes) -> dict[str, Any]:
+    return {"wal": _wal(sizes), "read": _read(sizes)}
+
+
+def _wal(sizes: Sizes) -> dict[str, Any]:
+    if connection.vendor != "postgresql":
+        return {"skipped": "PostgreSQL only"}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE IF NOT EXISTS {PAYLOAD_TABLE} (id bigserial PRIMARY KEY, payload text)"
+        )
+        cursor.execute("CHECKPOINT")  # see bench.wal: full-page images outside the windows
+    each = max(1, sizes.profile_steps // WINDOWS)
+
+    def inserts(count: int = each) -> None:
+        with connection.cursor() as cursor:
+            for _ in range(count):
+                cursor.execute(f"INSERT INTO {PAYLOAD_TABLE} (payload) VALUES (%s)", [PAYLOAD])
+
+    drive(start_inline("bench-steps", 20))
+    inserts(20)
+    pks = [start_inline("bench-steps", each) for _window_number in range(WINDOWS)]
+    steps, raw = [], []
+    with connection.cursor() as cursor:
+        for pk in pks:
+            steps.append(_window(cursor, lambda pk=pk: drive(pk)))
+            raw.append(_window(cursor, inserts))
+    run_step, raw_commit = _figures(steps, each), _figures(raw, each)
+    return {
+        "run_step": run_step,
+        "raw_commit_64": raw_commit,
+        "times_raw": run_step["wal_bytes_each"] / raw_commit["wal_bytes_each"],
+    }
+
+
+def _read(sizes: Sizes) -> dict[str, Any]:
+    steps = min(HISTORY_STEPS, sizes.replay_steps)
+    pk = start_inline("bench-steps", steps)
+    drive(pk)
+    view = _timed(lambda: list(StepEvent.objects.filter(instance_id=pk).select_related("step")))
+    merge = _timed(lambda: old_step_events_of(pk))
+    return {"steps": steps, "events": view.pop("rows"), "view": view, "merge": merge}
+
+
+def _timed(read: Callable[[], list[Any]]) -> dict[str, Any]:
+    """The read's median, min and max milliseconds over READS runs, its queries and rows."""
+    read()  # warm
+    times = []
+    for _ in range(READS):
+        with CaptureQueriesContext(connection) as queries:
+            began = time.perf_counter()
+            rows = read()
+            times.append(1000 * (time.perf_counter() - began))
+    return {
+        "ms_median": statistics.median(times),
+        "ms_min": min(times),
+        "ms_max": max(times),
+        "queries": len(queries),
+        "rows": len(rows),
+    }
