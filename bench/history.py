@@ -2,7 +2,9 @@
 
 WAL: a run step's WAL bytes beside a raw one-row commit's whose row carries a 64-byte
 payload (an autocommit INSERT), in alternating windows as scenario 13 measures them
-(PostgreSQL only). Read: one instance's history of 1,000 run steps (2,000 events, all kept
+(PostgreSQL only). Two counts: the server's WAL position moved (scenario 13's figure, which
+also counts whatever other sessions wrote meanwhile), and the records of this database's
+transactions alone, read back with ``pg_walinspect`` (the medians of the windows). Read: one instance's history of 1,000 run steps (2,000 events, all kept
 on the steps' rows) read through the model (the view: one query) and through the merge that
 ``step_events_of()`` did before it (two queries and a merge in Python), each timed and its
 queries counted.
@@ -23,7 +25,7 @@ from tests.step_history_oracle import old_step_events_of
 
 from .common import Sizes
 from .inline import drive, start_inline
-from .wal import WINDOWS, _figures, _window
+from .wal import WINDOWS
 
 #: The raw commit's table: a 64-byte payload per row.
 PAYLOAD_TABLE = "bench_commit_probe_64"
@@ -41,6 +43,7 @@ def _wal(sizes: Sizes) -> dict[str, Any]:
     if connection.vendor != "postgresql":
         return {"skipped": "PostgreSQL only"}
     with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         cursor.execute(
             f"CREATE TABLE IF NOT EXISTS {PAYLOAD_TABLE} (id bigserial PRIMARY KEY, payload text)"
         )
@@ -58,13 +61,54 @@ def _wal(sizes: Sizes) -> dict[str, Any]:
     steps, raw = [], []
     with connection.cursor() as cursor:
         for pk in pks:
-            steps.append(_window(cursor, lambda pk=pk: drive(pk)))
-            raw.append(_window(cursor, inserts))
-    run_step, raw_commit = _figures(steps, each), _figures(raw, each)
+            steps.append(_measured(cursor, lambda pk=pk: drive(pk)))
+            raw.append(_measured(cursor, inserts))
+    run_step, raw_commit = _per_item(steps, each), _per_item(raw, each)
     return {
         "run_step": run_step,
         "raw_commit_64": raw_commit,
-        "times_raw": run_step["wal_bytes_each"] / raw_commit["wal_bytes_each"],
+        "times_raw": run_step["own_wal_bytes_each"] / raw_commit["own_wal_bytes_each"],
+        "times_raw_server": run_step["wal_bytes_each"] / raw_commit["wal_bytes_each"],
+    }
+
+
+def _measured(cursor: Any, run: Callable[[], Any]) -> tuple[int, int]:
+    """(The WAL position's move, the bytes of this database's records) over one ``run``."""
+    cursor.execute("SELECT pg_current_wal_flush_lsn()::text")
+    start = cursor.fetchone()[0]
+    run()
+    cursor.execute("SELECT pg_current_wal_flush_lsn()::text")
+    end = cursor.fetchone()[0]
+    cursor.execute(OWN_WAL, {"start": start, "end": end, "database": _database_pattern(cursor)})
+    moved, own = cursor.fetchone()
+    return int(moved), int(own)
+
+
+#: The bytes of the WAL records between two positions that touch this database's relations,
+#: and of the other records (the commits) of the transactions that wrote them; each record
+#: padded to 8 bytes as the WAL lays it out.
+OWN_WAL = """
+    WITH records AS (
+        SELECT xid, record_length, block_ref
+        FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
+    ), ours AS (
+        SELECT DISTINCT xid FROM records WHERE block_ref LIKE %(database)s AND xid <> 0
+    )
+    SELECT %(end)s::pg_lsn - %(start)s::pg_lsn, coalesce(sum((record_length + 7) / 8 * 8), 0)
+    FROM records
+    WHERE block_ref LIKE %(database)s OR xid IN (SELECT xid FROM ours)"""
+
+
+def _database_pattern(cursor: Any) -> str:
+    cursor.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
+    return f"% rel %/{cursor.fetchone()[0]}/%"
+
+
+def _per_item(windows: list[tuple[int, int]], each: int) -> dict[str, Any]:
+    return {
+        "count": each * len(windows),
+        "wal_bytes_each": statistics.median(moved for moved, _own in windows) / each,
+        "own_wal_bytes_each": statistics.median(own for _moved, own in windows) / each,
     }
 
 

@@ -15,8 +15,10 @@ def step_wal(r: dict[str, Any]) -> str:
     figures = dig(r, "history", "wal")
     if "skipped" in figures:
         raise Missing(("PostgreSQL only",))
-    step, raw = figures["run_step"]["wal_bytes_each"], figures["raw_commit_64"]["wal_bytes_each"]
-    return check(f"{step:,.0f} / {raw:,.0f} B = x{figures['times_raw']:.2f}", step / raw <= STEP_WAL_TIMES_RAW_64)
+    step = figures["run_step"]["own_wal_bytes_each"]
+    raw = figures["raw_commit_64"]["own_wal_bytes_each"]
+    figure = f"{step:,.0f} / {raw:,.0f} B = x{figures['times_raw']:.2f}"
+    return check(figure, step / raw <= STEP_WAL_TIMES_RAW_64)
 
 
 def history_read(r: dict[str, Any]) -> str:
