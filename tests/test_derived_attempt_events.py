@@ -135,7 +135,9 @@ def test_a_step_written_before_the_column__stores_its_success_in_the_fused_write
     store.create_started_run_step("new", parent_step_id=None, max_attempts=1)
 
     stored = list(
-        StoredStepEvent.objects.filter(instance=instance).values_list("step__step_id", "type", "result")
+        StoredStepEvent.objects.filter(instance=instance).values_list(
+            "step__step_id", "type", "result"
+        )
     )
     assert stored == [("old", SUCCEEDED, 7)]
     assert history(instance) == [("old", SUCCEEDED, 1), ("new", STARTED, 1)]

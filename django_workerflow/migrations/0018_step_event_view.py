@@ -42,9 +42,7 @@ def derived(event_type: str, pk: str, attempt: str, result: str, at: str, where:
 CREATE_VIEW = f"""
 CREATE VIEW {VIEW} AS
     SELECT {COLUMNS} FROM workerflow_stepevent
-    UNION ALL{
-    derived("attempt_started", "-2 * s.id - 1", "1", "NULL", "s.created_at", "")
-}
+    UNION ALL{derived("attempt_started", "-2 * s.id - 1", "1", "NULL", "s.created_at", "")}
     UNION ALL{
     derived(
         "attempt_succeeded",
