@@ -4,10 +4,11 @@ WAL: a run step's WAL bytes beside a raw one-row commit's whose row carries a 64
 payload (an autocommit INSERT), in alternating windows as scenario 13 measures them
 (PostgreSQL only). Two counts: the server's WAL position moved (scenario 13's figure, which
 also counts whatever other sessions wrote meanwhile), and the records of this database's
-transactions alone, read back with ``pg_walinspect`` (the medians of the windows). Read: one instance's history of 1,000 run steps (2,000 events, all kept
-on the steps' rows) read through the model (the view: one query) and through the merge that
-``step_events_of()`` did before it (two queries and a merge in Python), each timed and its
-queries counted.
+transactions alone, read back with ``pg_walinspect`` (the medians of the windows).
+
+Read: one instance's history of 1,000 run steps (2,000 events, all kept on the steps' rows)
+read through the model (the view: one query) and through the merge that ``step_events_of()``
+did before it (two queries and a merge in Python), each timed and its queries counted.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from factory.django import DjangoModelFactory
 from django_workerflow.models import (
     InboundEvent,
     Step,
-    StoredStepEvent,
     StepEventType,
     StepState,
     StepType,
+    StoredStepEvent,
     WorkflowEvent,
     WorkflowEventType,
     WorkflowInstance,

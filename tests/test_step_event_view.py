@@ -114,7 +114,8 @@ def test_derived_events__have_negative_primary_keys_that_stay_the_same(define, h
         derived_event_pk(after.pk, STARTED),
         derived_event_pk(after.pk, SUCCEEDED),
     )
-    assert start.pk < 0 and success.pk < 0
+    assert start.pk < 0
+    assert success.pk < 0
     assert StepEvent.objects.get(pk=success.pk).result == 7
     stored_pks = set(StoredStepEvent.objects.values_list("pk", flat=True))
     assert stored_pks <= set(StepEvent.objects.values_list("pk", flat=True))

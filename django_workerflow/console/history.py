@@ -102,8 +102,8 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
     if step_count > len(steps):  # the events of the steps shown only
         shown = shown.filter(step__in=list(by_pk))
     events = list(shown)
-    for event in events:
-        event.step = by_pk[event.step_id]
+    for step_event in events:
+        step_event.step = by_pk[step_event.step_id]
     nodes = step_tree(steps, events)
     if instance.is_terminal:
         for node in nodes:

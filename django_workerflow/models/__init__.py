@@ -46,6 +46,7 @@ __all__ = [
     "StepEventType",
     "StepState",
     "StepType",
+    "StoredStepEvent",
     "WorkerHeartbeat",
     "WorkflowEvent",
     "WorkflowEventType",

@@ -10,7 +10,6 @@ from django.db import models
 from django.db.models import Case, DurationField, ExpressionWrapper, F, Q, Value, When
 
 from django_workerflow.exceptions import ReadOnlyHistoryError
-
 from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.instance import WorkflowInstance
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowEventType
