@@ -352,10 +352,12 @@ class WorkflowTaskBackend(BaseTaskBackend):
         attempt's run step, whose start is already recorded. A failure leaves the worker in
         a note of the exception, which its recorded traceback shows."""
         worker, started = worker_id(), clock_now()
-        if attempt > 1:
+        # A context's attempt number counts the attempts before this one, also those of the
+        # same step before a retry() reran it: read them, unless nothing reads them.
+        if attempt > 1 or task.takes_context:
             result = self.get_result(key)
             result.worker_ids[-1] = worker  # the running attempt has not recorded it yet
-        else:  # no attempt before this one: nothing to read
+        else:  # the first step, no context: task_started's result is built without a read
             result = TaskResult(
                 task=task,
                 id=key,

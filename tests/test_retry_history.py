@@ -143,3 +143,22 @@ def test_retry__a_task_retried_after_its_retries_ran_out_keeps_them_all(
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.attempts == 4
     assert len(result.errors) == 3
+
+
+def test_retry__a_retried_task_s_context_sees_the_attempt_numbers_continue(
+    task_harness, tmp_path: Path
+):
+    path = tmp_path / "context"
+    # One attempt on the default queue: attempt 1 fails, and the retry runs attempt 2.
+    result = tasks.flaky_with_context.using(queue_name="default").enqueue(str(path))
+    task_harness.drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+
+    workerflow.retry(result.id)
+    task_harness.drain()
+    result.refresh()
+
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"attempt": 2, "errors": 1}
+    assert path.read_text().splitlines() == ["1", "2"]
