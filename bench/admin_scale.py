@@ -21,7 +21,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from django_workerflow.models import Step, StepEvent, WorkflowInstance
+from django_workerflow.models import Step, StoredStepEvent, WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
 from .common import Sizes
@@ -85,7 +85,7 @@ def fill_instances(
 def _fill_sleeps() -> None:
     """A sleep step for every fourth instance, due a minute after its creation and woken up
     to 999 ms late, with its ``sleep_elapsed`` event: what the overview's wake lag reads."""
-    step, event = Step._meta.db_table, StepEvent._meta.db_table
+    step, event = Step._meta.db_table, StoredStepEvent._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
             f"""

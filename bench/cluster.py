@@ -100,23 +100,15 @@ def seconds_between(later: datetime, earlier: datetime) -> float:
 
 def attempts_started_at(steps: Any, attempt: int) -> dict[str, datetime]:
     """When attempt ``attempt`` of each of ``steps`` (a ``Step`` queryset) started, by its
-    instance's key: a run step's first start is derived from its row (``created_at``), a
-    retry's is stored. Two queries, whatever the number of steps."""
-    from django_workerflow.models import StepEvent, StepEventType, merged_step_events
+    instance's key, read from the step history (first starts included). One query, whatever
+    the number of steps."""
+    from django_workerflow.models import StepEvent, StepEventType
 
-    rows = list(steps.select_related("instance"))
-    stored = StepEvent.objects.filter(
-        step__in=[step.pk for step in rows], type=StepEventType.ATTEMPT_STARTED
-    ).order_by("recorded_at", "id")
-    by_step: dict[int, list[Any]] = {}
-    for event in stored:
-        by_step.setdefault(event.step_id, []).append(event)
-    started: dict[str, datetime] = {}
-    for step in rows:
-        for event in merged_step_events([step], by_step.get(step.pk, [])):
-            if event.type == StepEventType.ATTEMPT_STARTED and event.attempt_number == attempt:
-                started[step.instance.key] = event.recorded_at
-    return started
+    return dict(
+        StepEvent.objects.filter(
+            step__in=steps, type=StepEventType.ATTEMPT_STARTED, attempt_number=attempt
+        ).values_list("instance__key", "recorded_at")
+    )
 
 
 # 4. Fleet -----------------------------------------------------------------------------

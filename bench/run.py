@@ -39,6 +39,7 @@ SCENARIOS = (
     "wal",
     "tasks",
     "metrics",
+    "history",
 )
 
 
@@ -113,6 +114,7 @@ def scenario_runners(
         composition,
         deploy,
         flow,
+        history,
         inline,
         metrics_scale,
         peer,
@@ -141,6 +143,7 @@ def scenario_runners(
         "wal": lambda: wal.wal(sizes),
         "tasks": lambda: tasks.tasks_scenario(sizes, workdir, progress),
         "metrics": lambda: metrics_scale.metrics_scale(sizes, progress),
+        "history": lambda: history.history(sizes),
     }
 
 

@@ -17,7 +17,13 @@ from typing import Any
 
 from django.db import connection
 
-from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
+from django_workerflow.models import (
+    InboundEvent,
+    Step,
+    StoredStepEvent,
+    WorkflowEvent,
+    WorkflowInstance,
+)
 from django_workerflow.runtime import verbs
 from django_workerflow.store.instance_ids import id_block
 from django_workerflow.workers import bells
@@ -26,7 +32,7 @@ from .common import Sizes, timed
 
 INSTANCE = WorkflowInstance._meta.db_table
 STEP = Step._meta.db_table
-STEP_EVENT = StepEvent._meta.db_table
+STEP_EVENT = StoredStepEvent._meta.db_table
 WORKFLOW_EVENT = WorkflowEvent._meta.db_table
 INBOUND = InboundEvent._meta.db_table
 # Children first: SQLite checks the foreign keys of each DELETE.

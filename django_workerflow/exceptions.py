@@ -30,6 +30,11 @@ class InstanceTransitionError(WorkflowStateError):
     """
 
 
+class ReadOnlyHistoryError(WorkerflowError, TypeError):
+    """A write to :class:`~django_workerflow.models.StepEvent`, which reads a database view of
+    the whole step history: the engine alone records step events."""
+
+
 class WorkflowNotRegisteredError(WorkerflowError, LookupError):
     """No definition is registered under the requested name (and version)."""
 

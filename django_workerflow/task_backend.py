@@ -31,7 +31,7 @@ import re
 import socket
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -99,8 +99,7 @@ WORKER_NOTE_LINE = re.compile(r"^django\.tasks worker=(\S*)$", re.MULTILINE)
 STEP_FAILURES = (MaxAttemptsExceededError, NonRetryableStepError, WaitStepTimedOutError)
 WORKER_LOST = f"{WorkerLostError.__module__}.{WorkerLostError.__qualname__}"
 #: What get_result() reads, in one query: the instance's columns (but its key), then per
-#: row one of its steps and one of that step's failed attempts (an outer join: either may
-#: be missing).
+#: row one event of its step history (an outer join: a task not started has none).
 _INSTANCE_FIELDS = (
     "definition_name",
     "definition_version",
@@ -112,14 +111,16 @@ _INSTANCE_FIELDS = (
     "error_name",
     "error_traceback",
 )
-_STEP_FIELDS = (
-    "steps__step_id",
-    "steps__type",
-    "steps__state",
-    "steps__result",
-    "steps__created_at",
+#: A step event as the attempts' reader takes it (see _attempts_in).
+_EVENT_FIELDS = (
+    "type",
+    "recorded_at",
+    "result",
+    "error_name",
+    "traceback",
+    "step__state",
+    "step__type",
 )
-_FAILURE_FIELDS = ("steps__events__type", "steps__events__error_name", "steps__events__traceback")
 
 
 def worker_id() -> str:
@@ -347,16 +348,17 @@ class WorkflowTaskBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The result of the task enqueued as ``result_id``, read from the database in one
-        query (the instance, its run steps and their failures, joined)."""
+        query (the instance and its step history, joined)."""
         # Late: a @task declaration loads this backend, maybe before the app registry is ready.
         from django_workerflow.models import WorkflowInstance
+        from django_workerflow.models.history import history_order
 
         if not _storable_key(result_id):
             raise TaskResultDoesNotExist(result_id)  # no row can have this key
         rows = list(
             WorkflowInstance.objects.filter(key=result_id)
-            .values_list(*_INSTANCE_FIELDS, *_STEP_FIELDS, *_FAILURE_FIELDS)
-            .order_by("steps__id", "steps__events__recorded_at", "steps__events__id")
+            .values_list(*_INSTANCE_FIELDS, *(f"step_events__{f}" for f in _EVENT_FIELDS))
+            .order_by(*history_order("step_events__"))
         )
         if not rows:
             raise TaskResultDoesNotExist(result_id)
@@ -371,19 +373,9 @@ class WorkflowTaskBackend(BaseTaskBackend):
             or instance.input.get("backend") != self.alias
         ):
             raise TaskResultDoesNotExist(result_id)
-        steps: dict[str, tuple[str, Any, datetime]] = {}
-        failures: dict[str, list[tuple[str, str]]] = {}
-        for row in rows:
-            step_id, step_type, state, outcome, created, event_type, error, text = row[
-                len(_INSTANCE_FIELDS) :
-            ]
-            if step_type != StepType.RUN:
-                continue
-            steps[step_id] = (state, outcome, created)
-            if event_type == StepEventType.ATTEMPT_FAILED:
-                failures.setdefault(step_id, []).append((error, text))
         task = self.task_of(instance.definition_name, instance.input, instance.priority)
-        return self._result(task, instance, *_attempts_of(steps, failures))
+        events = (row[len(_INSTANCE_FIELDS) :] for row in rows)
+        return self._result(task, instance, *_attempts_in(events))
 
     def result_of(self, task: Task[Any, Any], instance: WorkflowInstance) -> TaskResult[Any, Any]:
         """The result of ``task``'s ``instance``, with its attempts read from the database."""
@@ -444,10 +436,12 @@ class WorkflowTaskBackend(BaseTaskBackend):
         attempt's run step, whose start is already recorded. A failure leaves the worker in
         a note of the exception, which its recorded traceback shows."""
         worker, started = worker_id(), clock_now()
-        if attempt > 1:
+        # A context's attempt number counts the attempts before this one, also those of the
+        # same step before a retry() reran it: read them, unless nothing reads them.
+        if attempt > 1 or task.takes_context:
             result = self.get_result(key)
             result.worker_ids[-1] = worker  # the running attempt has not recorded it yet
-        else:  # no attempt before this one: nothing to read
+        else:  # the first step, no context: task_started's result is built without a read
             result = TaskResult(
                 task=task,
                 id=key,
@@ -545,60 +539,53 @@ def _status(instance_status: str, attempt_state: str | None) -> TaskResultStatus
 def _history(
     instance: WorkflowInstance,
 ) -> tuple[list[tuple[str, datetime, str]], list[TaskError]]:
-    """The started attempts of a task's instance and the errors of those that failed (see
-    :func:`_attempts_of`). One query, and one more when an attempt failed."""
+    """The started attempts of a task's instance and the errors of those that failed, read
+    from its step history in one query (see :func:`_attempts_in`)."""
     # Late: a @task declaration loads this backend, maybe before the app registry is ready.
-    from django_workerflow.models import Step, StepEvent
+    from django_workerflow.models import StepEvent
 
-    steps = {
-        step_id: (state, result, created_at)
-        for step_id, state, result, created_at in Step.objects.filter(
-            instance=instance, type=StepType.RUN
-        ).values_list("step_id", "state", "result", "created_at")
-    }
-    failures: dict[str, list[tuple[str, str]]] = {}
-    if any(state == StepState.FAILED for state, _result, _created in steps.values()):
-        for step_id, name, text in (
-            StepEvent.objects.filter(
-                step__instance=instance, step__type=StepType.RUN, type=StepEventType.ATTEMPT_FAILED
-            )
-            .order_by("step_id", "recorded_at", "id")
-            .values_list("step__step_id", "error_name", "traceback")
-        ):
-            failures.setdefault(step_id, []).append((name, text))
-    return _attempts_of(steps, failures)
+    return _attempts_in(StepEvent.objects.filter(instance=instance).values_list(*_EVENT_FIELDS))
 
 
-def _attempts_of(
-    steps: dict[str, tuple[str, Any, datetime]], failures: dict[str, list[tuple[str, str]]]
+def _attempts_in(
+    events: Iterable[tuple[Any, ...]],
 ) -> tuple[list[tuple[str, datetime, str]], list[TaskError]]:
-    """The started attempts (worker, start, state) of a task whose run steps are ``steps``
-    (step id -> state, result, creation) and the errors of those that failed, from
-    ``failures`` (step id -> each failed attempt's error name and traceback, in order).
+    """The started attempts (worker, start, state) of a task and the errors of those that
+    failed, from its step ``events`` in history order, each as :data:`_EVENT_FIELDS` (other
+    steps' events and rows without an event are skipped): every attempt, also those a
+    ``retry()`` ran again in the step of an earlier one (its attempt numbers continue).
 
-    A succeeded attempt's step result names its worker and start; a failed one's start is
-    its step's creation and its worker is in its traceback's note; an interrupted attempt
-    raised nothing and recorded nothing: its worker is unknown ("")."""
+    A succeeded attempt's result names its worker and start; a failed one's worker is in
+    its traceback's note; an interrupted attempt raised nothing and recorded nothing: its
+    worker is unknown (""). An attempt not ended yet has its step's state."""
     attempts: list[tuple[str, datetime, str]] = []
     errors: list[TaskError] = []
-    number = 1
-    while ATTEMPT_STEP.format(number) in steps:
-        step_id = ATTEMPT_STEP.format(number)
-        state, outcome, created = steps[step_id]
-        worker, started = "", created
-        if state == StepState.SUCCEEDED and isinstance(outcome, dict):
-            worker, started = outcome["worker"], datetime.fromisoformat(outcome["started_at"])
-        for name, text in failures.get(step_id, []) if state == StepState.FAILED else []:
-            if name == INTERRUPTED_ERROR_NAME:
-                continue
+    for event_type, at, outcome, error_name, text, step_state, step_type in events:
+        if step_type != StepType.RUN:
+            continue
+        if event_type == StepEventType.ATTEMPT_STARTED:
+            attempts.append(("", at, step_state))
+        elif not attempts:
+            continue  # an end without a start: not an attempt this reader can place
+        elif event_type == StepEventType.ATTEMPT_SUCCEEDED:
+            if isinstance(outcome, dict):
+                attempts[-1] = (
+                    outcome["worker"],
+                    datetime.fromisoformat(outcome["started_at"]),
+                    StepState.SUCCEEDED,
+                )
+            else:
+                attempts[-1] = (attempts[-1][0], attempts[-1][1], StepState.SUCCEEDED)
+        elif event_type == StepEventType.ATTEMPT_FAILED:
             note = WORKER_NOTE_LINE.findall(text)
-            if note:
-                worker = note[-1]
-            errors.append(
-                TaskError(exception_class_path=exception_class_path(name, text), traceback=text)
-            )
-        attempts.append((worker, started, state))
-        number += 1
+            worker = note[-1] if note else attempts[-1][0]
+            attempts[-1] = (worker, attempts[-1][1], StepState.FAILED)
+            if error_name != INTERRUPTED_ERROR_NAME:
+                errors.append(
+                    TaskError(
+                        exception_class_path=exception_class_path(error_name, text), traceback=text
+                    )
+                )
     return attempts, errors
 
 

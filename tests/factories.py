@@ -16,10 +16,10 @@ from factory.django import DjangoModelFactory
 from django_workerflow.models import (
     InboundEvent,
     Step,
-    StepEvent,
     StepEventType,
     StepState,
     StepType,
+    StoredStepEvent,
     WorkflowEvent,
     WorkflowEventType,
     WorkflowInstance,
@@ -103,7 +103,7 @@ class StepEventFactory(DjangoModelFactory):
     """An ``attempt_started`` event for attempt 1 of a new run step."""
 
     class Meta:
-        model = StepEvent
+        model = StoredStepEvent
 
     step = factory.SubFactory(StepFactory)
     instance = factory.SelfAttribute("step.instance")

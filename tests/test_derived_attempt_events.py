@@ -1,5 +1,7 @@
 """A run step's first start and its success live on its row (``derived_attempt_events``):
-not stored as step events, derived by ``step_events_of`` exactly as they were stored before.
+not stored as step events, derived by the ``StepEvent`` view exactly as they were stored
+before (the ``test_merge__`` tests pin the merge ``step_events_of`` did before the view, the
+oracle of ``tests/test_step_event_view.py``).
 Everything else a step records (later starts, failures, sleeps, waits) stays stored.
 """
 
@@ -19,12 +21,13 @@ from django_workerflow.models import (
     StepEvent,
     StepEventType,
     StepState,
+    StoredStepEvent,
     WorkflowStatus,
-    merged_step_events,
     step_events_of,
 )
 from django_workerflow.store import transactions
 from django_workerflow.values.clock import now
+from tests.step_history_oracle import merged_step_events
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +53,7 @@ def test_run_steps__store_no_start_or_success_and_read_both_back_from_their_rows
 
     instance.refresh_from_db()
     assert instance.status == WorkflowStatus.COMPLETED
-    assert not StepEvent.objects.filter(instance=instance).exists()
+    assert not StoredStepEvent.objects.filter(instance=instance).exists()
     a, b = Step.objects.filter(instance=instance).order_by("created_at", "id")
     assert (a.derived_attempt_events, b.derived_attempt_events) == (True, True)
     events = step_events_of(instance)
@@ -66,7 +69,7 @@ def test_run_steps__store_no_start_or_success_and_read_both_back_from_their_rows
         b.created_at,
         b.resolved_at,
     ]
-    assert all(e.pk is None and e.instance_id == instance.pk for e in events)
+    assert all(e.pk < 0 and e.instance_id == instance.pk for e in events)
 
 
 def test_a_retried_step__its_first_start_and_last_success_derived_around_the_stored_attempts(
@@ -86,7 +89,7 @@ def test_a_retried_step__its_first_start_and_last_success_derived_around_the_sto
     harness.drain()
 
     stored = list(
-        StepEvent.objects.filter(instance=instance)
+        StoredStepEvent.objects.filter(instance=instance)
         .order_by("recorded_at", "id")
         .values_list("type", "attempt_number")
     )
@@ -116,7 +119,7 @@ def test_a_step_written_before_the_column__keeps_its_stored_events_and_stores_it
 
     store.mark_attempt_succeeded("old", 1, '"done"')
 
-    stored = list(StepEvent.objects.filter(instance=instance).values_list("type", "result"))
+    stored = list(StoredStepEvent.objects.filter(instance=instance).values_list("type", "result"))
     assert stored == [(STARTED, None), (SUCCEEDED, "done")]
     assert history(instance) == [("old", STARTED, 1), ("old", SUCCEEDED, 1)]
 
@@ -132,7 +135,9 @@ def test_a_step_written_before_the_column__stores_its_success_in_the_fused_write
     store.create_started_run_step("new", parent_step_id=None, max_attempts=1)
 
     stored = list(
-        StepEvent.objects.filter(instance=instance).values_list("step__step_id", "type", "result")
+        StoredStepEvent.objects.filter(instance=instance).values_list(
+            "step__step_id", "type", "result"
+        )
     )
     assert stored == [("old", SUCCEEDED, 7)]
     assert history(instance) == [("old", SUCCEEDED, 1), ("new", STARTED, 1)]

@@ -21,7 +21,6 @@ from django_workerflow.models import (
     WorkflowEventType,
     WorkflowInstance,
     WorkflowStatus,
-    step_events_of,
 )
 
 # Steps shown on one page; an instance with more says how many it leaves out.
@@ -98,7 +97,13 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
     step_count = len(steps)
     if step_count == MAX_STEPS:
         step_count = Step.objects.filter(instance=instance).count()
-    events = step_events_of(instance, steps)
+    by_pk = {step.pk: step for step in steps}
+    shown = instance.step_events.all()
+    if step_count > len(steps):  # the events of the steps shown only
+        shown = shown.filter(step__in=list(by_pk))
+    events = list(shown)
+    for step_event in events:
+        step_event.step = by_pk[step_event.step_id]
     nodes = step_tree(steps, events)
     unreached = set(instance.unreached_step_ids or ())
     for node in nodes:

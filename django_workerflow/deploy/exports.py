@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from django_workerflow.exceptions import WorkflowInputError
-from django_workerflow.models import Step, WorkflowEvent, WorkflowInstance, step_events_of
+from django_workerflow.models import Step, WorkflowEvent, WorkflowInstance
 from django_workerflow.store.records import STEP_FIELDS, StepRecord, name_parents
 
 #: The version of the exported document's layout.
@@ -41,7 +41,7 @@ def export_history(instance: WorkflowInstance) -> dict[str, Any]:
     rows = [{name: getattr(step, name) for name in STEP_FIELDS} for step in steps]
     step_ids = {row["id"]: row["step_id"] for row in rows}
     events: dict[int, list[dict[str, Any]]] = {}
-    for event in step_events_of(instance, steps):
+    for event in instance.step_events.all():
         fields = {name: getattr(event, name) for name in _EVENT_FIELDS}
         events.setdefault(event.step_id, []).append(_times(fields))
     return {

@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("workerflow", "0017_bell_notify_once")]
+    dependencies = [("workerflow", "0018_step_event_view")]
 
     operations = [
         migrations.AddField(

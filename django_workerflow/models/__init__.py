@@ -15,8 +15,8 @@ from django_workerflow.models.history import (
     InboundEvent,
     Step,
     StepEvent,
+    StoredStepEvent,
     WorkflowEvent,
-    merged_step_events,
     step_events_of,
 )
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
@@ -46,6 +46,7 @@ __all__ = [
     "StepEventType",
     "StepState",
     "StepType",
+    "StoredStepEvent",
     "WorkerHeartbeat",
     "WorkflowEvent",
     "WorkflowEventType",
@@ -53,6 +54,5 @@ __all__ = [
     "WorkflowInstanceQuerySet",
     "WorkflowSchedule",
     "WorkflowStatus",
-    "merged_step_events",
     "step_events_of",
 ]

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any, TypeVar
 
 from django.db import models
-from django.db.models import DurationField, ExpressionWrapper, F, Q
+from django.db.models import Case, DurationField, ExpressionWrapper, F, Q, Value, When
 
+from django_workerflow.exceptions import ReadOnlyHistoryError
 from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.instance import WorkflowInstance
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowEventType
 from django_workerflow.values.storable import MAX_INTEGER
+
+_Event = TypeVar("_Event", bound=models.Model)
 
 
 class Step(models.Model):
@@ -58,7 +61,7 @@ class Step(models.Model):
     )
     # True on the run steps the engine creates: their first attempt's start and their
     # success are read from this row (created_at; resolved_at and the result), not stored
-    # as step events, which were half of a step's commit. step_events_of() derives them.
+    # as step events, which were half of a step's commit. the StepEvent view derives them.
     # False on the rows written before the column and on a fork's copies (which copy steps
     # without their events).
     derived_attempt_events = models.BooleanField(db_default=False)
@@ -137,21 +140,74 @@ WAKE_LAG_SINCE = "step__wake_at"
 WAKE_LAG = ExpressionWrapper(F("recorded_at") - F(WAKE_LAG_SINCE), output_field=DurationField())
 
 
-class StepEventQuerySet(models.QuerySet["StepEvent"]):
-    def woken_sleeps(self) -> StepEventQuerySet:
+#: The view the public :class:`StepEvent` reads (migration 0018 creates it).
+STEP_EVENT_VIEW = "workerflow_stepevent_history"
+
+
+def history_order(path: str = "") -> tuple[Any, ...]:
+    """The history's order, of step events reached through the relation ``path`` (for
+    example ``"step_events__"`` from an instance): by time; at one instant, step by step (in
+    primary key order), each step's derived start, stored events (in the order they were
+    stored) and derived success. The view gives derived rows negative primary keys
+    (:func:`derived_event_pk`)."""
+    phase = Case(
+        When(**{f"{path}id__gte": 0}, then=Value(1)),
+        When(**{f"{path}type": StepEventType.ATTEMPT_STARTED}, then=Value(0)),
+        default=Value(2),
+    )
+    return (f"{path}recorded_at", f"{path}step_id", phase.asc(), f"{path}id")
+
+
+#: The order of :class:`StepEvent` (see :func:`history_order`).
+STEP_EVENT_ORDER = history_order()
+
+
+def derived_event_pk(step_pk: int, event_type: str) -> int:
+    """The primary key the view gives an event it derives from the row of step ``step_pk``:
+    negative, so that it never meets a stored event's."""
+    return -2 * step_pk - (1 if event_type == StepEventType.ATTEMPT_STARTED else 0)
+
+
+class StepEventQuerySet(models.QuerySet[_Event]):
+    def woken_sleeps(self) -> StepEventQuerySet[_Event]:
         """The ``sleep_elapsed`` events: one per sleep a tick woke (a fork copies steps, not
         their events, so a copied sleep is not counted again). Filtered on ``recorded_at``,
         the partial index ``workerflow_event_woken`` finds them without reading the rest."""
         return self.filter(type=StepEventType.SLEEP_ELAPSED, step__wake_at__isnull=False)
 
 
-class StepEvent(models.Model):
-    """One entry of a step's history: an attempt, a wait or a sleep transition."""
+class HistoryQuerySet(StepEventQuerySet["StepEvent"]):
+    """The whole step history, read only: a write says what to use instead."""
 
-    instance = models.ForeignKey(
-        WorkflowInstance, on_delete=models.CASCADE, related_name="step_events"
+    def update(self, **kwargs: Any) -> int:
+        raise _read_only("updated")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise _read_only("deleted")
+
+    def bulk_create(self, *args: Any, **kwargs: Any) -> list[StepEvent]:
+        raise _read_only("created")
+
+    def bulk_update(self, *args: Any, **kwargs: Any) -> int:
+        raise _read_only("updated")
+
+
+def _read_only(verb: str) -> ReadOnlyHistoryError:
+    return ReadOnlyHistoryError(
+        f"Step events cannot be {verb} through StepEvent: it reads the database view "
+        f"{STEP_EVENT_VIEW!r}, the whole step history, stored and derived from the steps' "
+        "rows. The engine alone records step events; to remove an instance's history, purge "
+        "or delete the instance (its steps and events go with it)."
     )
-    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="events")
+
+
+class StoredStepEvent(models.Model):
+    """A step event as the engine stores it: every event except a run step's first start
+    and its success, which its row keeps (``Step.derived_attempt_events``). Private: read
+    the history through :class:`StepEvent`."""
+
+    instance = models.ForeignKey(WorkflowInstance, on_delete=models.CASCADE, related_name="+")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="+")
     type = models.CharField(max_length=24, choices=StepEventType.choices)
     attempt_number = models.PositiveIntegerField(null=True, blank=True)
     result = JSONTextField(null=True, blank=True)
@@ -167,9 +223,11 @@ class StepEvent(models.Model):
     # statements leave the column out, so the database fills in the blank.
     traceback = models.TextField(blank=True, db_default="")
 
-    objects = StepEventQuerySet.as_manager()
+    objects = StepEventQuerySet["StoredStepEvent"].as_manager()
 
     class Meta:
+        db_table = "workerflow_stepevent"
+        verbose_name = "step event"
         ordering = ["recorded_at", "id"]
         # Partial: the sleeps woken, by time (the overview's wake lag over the last hour);
         # one index entry per sleep, none for the other events.
@@ -185,98 +243,72 @@ class StepEvent(models.Model):
         return f"{self.type} of step #{self.step_id}"
 
 
+class StepEvent(models.Model):
+    """One entry of a step's history: an attempt, a wait or a sleep transition.
+
+    Every event of the history, read only: the rows of the database view
+    ``workerflow_stepevent_history``, which unions the stored events with the two a run step
+    keeps on its row (its first attempt's start at ``created_at``; once it succeeded, its
+    last attempt's success at ``resolved_at`` with its result). A derived event has a
+    negative primary key (:func:`derived_event_pk`) and a blank traceback. Ordered by
+    :data:`STEP_EVENT_ORDER`. Saving or deleting raises :class:`ReadOnlyHistoryError`.
+    """
+
+    instance = models.ForeignKey(
+        WorkflowInstance,
+        on_delete=models.DO_NOTHING,
+        related_name="step_events",
+        db_constraint=False,
+    )
+    step = models.ForeignKey(
+        Step, on_delete=models.DO_NOTHING, related_name="events", db_constraint=False
+    )
+    type = models.CharField(max_length=24, choices=StepEventType.choices)
+    attempt_number = models.PositiveIntegerField(null=True, blank=True)
+    result = JSONTextField(null=True, blank=True)
+    error_name = models.CharField(max_length=200, blank=True, default="")
+    error_message = models.TextField(blank=True, default="")
+    next_attempt_at = EngineDateTimeField(null=True, blank=True)
+    wake_at = EngineDateTimeField(null=True, blank=True)
+    event_name = models.CharField(max_length=200, blank=True, default="")
+    timeout_at = EngineDateTimeField(null=True, blank=True)
+    payload = JSONTextField(null=True, blank=True)
+    recorded_at = EngineDateTimeField()
+    traceback = models.TextField(blank=True, default="")
+
+    objects = HistoryQuerySet.as_manager()
+
+    class Meta:
+        managed = False
+        db_table = STEP_EVENT_VIEW
+        ordering = STEP_EVENT_ORDER
+
+    def __str__(self) -> str:
+        return f"{self.type} of step #{self.step_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        raise _read_only("saved")
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise _read_only("deleted")
+
+
 def step_events_of(
     instance: WorkflowInstance | int, steps: Sequence[Step] | None = None
 ) -> list[StepEvent]:
-    """Every step event of ``instance`` (of ``steps`` only, if given: its steps), stored and
-    derived, oldest first, each with its ``step`` set: the history the console, the export
-    and tests read. Read the step events through it, not through ``StepEvent.objects``,
-    which holds only the stored ones."""
+    """Every step event of ``instance`` (of ``steps`` only, if given: its steps), oldest
+    first, each with its ``step`` set: ``instance.step_events.all()`` (one query) with the
+    steps given attached. An alias kept for the readers written before :class:`StepEvent`
+    held the whole history."""
     instance_pk = instance if isinstance(instance, int) else instance.pk
-    stored_events = StepEvent.objects.filter(instance_id=instance_pk)
+    events = StepEvent.objects.filter(instance_id=instance_pk)
     if steps is None:
-        steps = list(Step.objects.filter(instance_id=instance_pk).order_by("created_at", "id"))
-    else:
-        stored_events = stored_events.filter(step__in=[step.pk for step in steps])
+        return list(events.select_related("step"))
     by_pk = {step.pk: step for step in steps}
-    stored = list(stored_events.order_by("recorded_at", "id"))
-    for event in stored:
+    found = list(events.filter(step__in=list(by_pk)))
+    for event in found:
         event.step = by_pk[event.step_id]
-    return merged_step_events(steps, stored)
-
-
-def merged_step_events(steps: Iterable[Step], stored: Sequence[StepEvent]) -> list[StepEvent]:
-    """``stored`` (ordered by recorded_at, id; their order is kept) with the events the
-    ``steps`` keep on their rows put in their place: by time, a step's derived start before
-    its stored events and its derived success after them; at one instant, after the stored
-    events of the steps created before it. An event also stored is not derived again (an
-    earlier release, during a rolling deploy, may finish a step this one started)."""
-    derived = [event for step in steps for event in _derived_step_events(step)]
-    if not derived:
-        return list(stored)
-    times = [event.recorded_at for event in stored]
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    kept = set()
-    for index, event in enumerate(stored):
-        first.setdefault(event.step_id, index)
-        last[event.step_id] = index
-        kept.add((event.step_id, event.type, event.attempt_number))
-    placed: list[tuple[int, datetime, int, int, StepEvent]] = []
-    for event in derived:
-        if (event.step_id, event.type, event.attempt_number) in kept:
-            continue
-        # The first stored event after this instant, or at it and of a later step.
-        at = bisect_left(times, event.recorded_at)
-        end = bisect_right(times, event.recorded_at)
-        while at < end and stored[at].step_id <= event.step_id:
-            at += 1
-        if event.type == StepEventType.ATTEMPT_STARTED:
-            rank, index = 0, min(at, first.get(event.step_id, at))
-        else:
-            rank, index = 1, max(at, last.get(event.step_id, -1) + 1)
-        placed.append((index, event.recorded_at, event.step_id, rank, event))
-    placed.sort(key=lambda entry: entry[:4])
-    merged: list[StepEvent] = []
-    position = 0
-    for index, *_, event in placed:
-        merged.extend(stored[position:index])
-        position = max(position, index)
-        merged.append(event)
-    merged.extend(stored[position:])
-    return merged
-
-
-def _derived_step_events(step: Step) -> list[StepEvent]:
-    """The events ``step`` keeps on its row (none unless ``derived_attempt_events``): its
-    first attempt started at ``created_at``, and once it succeeded, the success of its last
-    attempt at ``resolved_at`` with its result. Not saved; no primary key."""
-    # "is not True": an unsaved row holds the column's DatabaseDefault, which is truthy.
-    if step.derived_attempt_events is not True:
-        return []
-    events = [
-        StepEvent(
-            instance_id=step.instance_id,
-            step=step,
-            type=StepEventType.ATTEMPT_STARTED,
-            attempt_number=1,
-            recorded_at=step.created_at,
-            traceback="",
-        )
-    ]
-    if step.state == StepState.SUCCEEDED and step.resolved_at is not None:
-        events.append(
-            StepEvent(
-                instance_id=step.instance_id,
-                step=step,
-                type=StepEventType.ATTEMPT_SUCCEEDED,
-                attempt_number=step.attempt_count,
-                result=step.result,
-                recorded_at=step.resolved_at,
-                traceback="",
-            )
-        )
-    return events
+    return found
 
 
 class WorkflowEvent(models.Model):

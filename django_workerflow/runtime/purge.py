@@ -22,7 +22,7 @@ from django_workerflow.models import (
     FinishDelivery,
     InboundEvent,
     Step,
-    StepEvent,
+    StoredStepEvent,
     WorkflowEvent,
     WorkflowInstance,
 )
@@ -31,7 +31,7 @@ from django_workerflow.values.clock import now as clock_now
 
 DEFAULT_BATCH_SIZE = 500
 # Children before parents: every table that points at an instance, then the instances.
-TABLES = (StepEvent, InboundEvent, WorkflowEvent, Step, FinishDelivery)
+TABLES = (StoredStepEvent, InboundEvent, WorkflowEvent, Step, FinishDelivery)
 # What a report calls one and several rows of each table (Django's default plural of
 # FinishDelivery would read "finish deliverys").
 NOUNS = {
@@ -43,7 +43,7 @@ NOUNS = {
     "finish deliveries": "finish delivery",
 }
 _PLURALS = {
-    StepEvent: "step events",
+    StoredStepEvent: "step events",
     InboundEvent: "inbound events",
     WorkflowEvent: "workflow events",
     Step: "steps",

@@ -19,13 +19,19 @@ import re
 from functools import cache
 from typing import Any
 
-from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
+from django_workerflow.models import (
+    InboundEvent,
+    Step,
+    StoredStepEvent,
+    WorkflowEvent,
+    WorkflowInstance,
+)
 from django_workerflow.store.records import STEP_FIELDS
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowStatus
 
 INSTANCE = WorkflowInstance._meta.db_table
 STEP = Step._meta.db_table
-STEP_EVENT = StepEvent._meta.db_table
+STEP_EVENT = StoredStepEvent._meta.db_table
 INBOUND = InboundEvent._meta.db_table
 WORKFLOW_EVENT = WorkflowEvent._meta.db_table
 
