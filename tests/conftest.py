@@ -15,6 +15,7 @@ import importlib
 import itertools
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -158,9 +159,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep(
         "=", f"{len(skipped)} browser test modules skipped", yellow=True, bold=True
     )
+    # The venv this run uses, as the project names it (make's VENV), not a machine's path.
+    venv = Path(sys.prefix).name
     terminalreporter.write_line(
         "Playwright or Debian's chromium is missing. Include the browser tests with "
-        "`bash .ci/install-browser .venv` (installs both), then run again."
+        f"`bash .ci/install-browser {venv}` (installs both), then run again."
     )
 
 
