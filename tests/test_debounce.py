@@ -89,9 +89,7 @@ def test_max_debounce__bounds_the_delay_from_the_first_start(define_with):
     definition = define_with(record_input)
     with Harness(start=T0) as harness:
         for index in range(30):
-            workerflow.start(
-                definition, key="k", input=index, debounce=5, max_debounce=12
-            )
+            workerflow.start(definition, key="k", input=index, debounce=5, max_debounce=12)
             harness.advance(timedelta(seconds=1))  # a start every second, for 30 seconds
             if RUNS:
                 break
@@ -264,14 +262,14 @@ def test_start__a_max_debounce_shorter_than_the_definitions_debounce_is_refused(
 
 def test_start__without_a_key_cannot_be_debounced(define_with):
     definition = define_with(record_input)
-    with pytest.raises(WorkflowInputError, match="needs a key: .* pass key="):
+    with pytest.raises(WorkflowInputError, match=r"needs a key: .* pass key="):
         workerflow.start(definition, input=1, debounce=5)
     assert not WorkflowInstance.objects.exists()
 
 
 def test_start__of_a_workflow_with_flow_control_cannot_be_debounced(define_with):
     definition = define_with(record_input, max_concurrency=2)
-    with pytest.raises(WorkflowInputError, match="concurrency or rate limit.*without debounce"):
+    with pytest.raises(WorkflowInputError, match=r"concurrency or rate limit.*without debounce"):
         workerflow.start(definition, key="k", input=1, debounce=5)
     assert not WorkflowInstance.objects.exists()
 

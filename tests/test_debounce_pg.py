@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 
 import pytest
 from django.db import connection
 
 import django_workerflow as workerflow
+from django_workerflow import WorkflowDefinition
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs
 from tests.threads import in_threads
@@ -27,68 +29,77 @@ pytestmark = [
 define_with = flow_helpers.define_with
 
 ROUNDS = 20
+RAN: list[tuple[str, object]] = []
+RAN_LOCK = threading.Lock()
+
+
+def record_input(self: WorkflowDefinition) -> object:
+    def record() -> object:
+        with RAN_LOCK:
+            RAN.append((self.key, self.input))
+        return self.input
+
+    return self.run("record", record)
+
+
+@dataclass
+class Round:
+    """One race: a starter's debounced starts against two workers ticking the instance."""
+
+    definition: type[WorkflowDefinition]
+    key: str
+    done: threading.Event = field(default_factory=threading.Event)
+    replaced: list[int] = field(default_factory=list)
+    after_start: list[int] = field(default_factory=list)
+
+    def starter(self) -> None:
+        """Start with a new input every time until three starts found the instance started."""
+        for index in range(10_000):
+            instance = workerflow.start(
+                self.definition, key=self.key, input=index, debounce=0.03, max_debounce=0.25
+            )
+            if instance.status == WorkflowStatus.PENDING and instance.input == index:
+                self.replaced.append(index)
+            else:
+                self.after_start.append(index)
+                if len(self.after_start) >= 3:
+                    break
+        self.done.set()
+
+    def worker(self) -> int:
+        """Tick the instance as fast as possible (a tick not due does nothing)."""
+        ticks = 0
+        while not self.done.is_set():
+            pk = WorkflowInstance.objects.filter(key=self.key).values_list("pk", flat=True).first()
+            if pk is not None:
+                verbs.tick(pk)
+                ticks += 1
+        return ticks
 
 
 def test_debounced_starts_racing_ticks__the_run_sees_the_last_replaced_input(
     transactional_db, define_with
 ):
-    ran: list[tuple[str, object]] = []
-    ran_lock = threading.Lock()
-
-    def execute(self):
-        def record():
-            with ran_lock:
-                ran.append((self.key, self.input))
-            return self.input
-
-        return self.run("record", record)
-
-    definition = define_with(execute)
+    RAN.clear()
+    definition = define_with(record_input)
     figures = []
-    for round_ in range(ROUNDS):
-        key = f"race-{round_}"
-        done = threading.Event()
-        replaced: list[int] = []
-        after_start: list[int] = []
-
-        def starter() -> None:
-            for index in range(10_000):
-                instance = workerflow.start(
-                    definition, key=key, input=index, debounce=0.03, max_debounce=0.25
-                )
-                if instance.status == WorkflowStatus.PENDING and instance.input == index:
-                    replaced.append(index)
-                else:
-                    after_start.append(index)
-                    if len(after_start) >= 3:
-                        break
-            done.set()
-
-        def worker() -> int:
-            ticks = 0
-            while not done.is_set():
-                pk = WorkflowInstance.objects.filter(key=key).values_list("pk", flat=True).first()
-                if pk is not None:
-                    verbs.tick(pk)
-                    ticks += 1
-            return ticks
-
-        started = time.monotonic()
-        results = in_threads(starter, worker, worker, timeout=60)
-        elapsed = time.monotonic() - started
-        instance = WorkflowInstance.objects.get(key=key)
-        runs = [value for ran_key, value in ran if ran_key == key]
+    for number in range(ROUNDS):
+        race = Round(definition, f"race-{number}")
+        began = time.monotonic()
+        results = in_threads(race.starter, race.worker, race.worker, timeout=60)
+        elapsed = time.monotonic() - began
+        instance = WorkflowInstance.objects.get(key=race.key)
+        runs = [value for key, value in RAN if key == race.key]
         debounced = WorkflowEvent.objects.filter(instance=instance, type="debounced").count()
-        figures.append((len(replaced), len(after_start), sum(results[1:]), elapsed))
+        figures.append((len(race.replaced), len(race.after_start), sum(results[1:]), elapsed))
         assert instance.status == WorkflowStatus.COMPLETED
         # The run saw the last input a start replaced; no later start changed it.
-        assert runs == [replaced[-1]]
-        assert instance.input == replaced[-1]
-        assert debounced == len(replaced) - 1  # the first start created the instance
-        assert after_start  # the race reached its end: starts that found it started
+        assert runs == [race.replaced[-1]]
+        assert instance.input == race.replaced[-1]
+        assert debounced == len(race.replaced) - 1  # the first start created the instance
     print()
-    for round_, (replacing, late, ticks, elapsed) in enumerate(figures):
+    for number, (replacing, late, ticks, elapsed) in enumerate(figures):
         print(
-            f"round {round_:2}: debounced starts {replacing:4}, starts after the first step "
+            f"round {number:2}: debounced starts {replacing:4}, starts after the first step "
             f"{late}, ticks tried {ticks:5}, {elapsed:.3f} s"
         )
