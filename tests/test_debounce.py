@@ -279,3 +279,14 @@ def test_start_many__of_a_debounced_workflow_is_refused(define_with):
     with pytest.raises(WorkflowInputError, match="start_many\\(\\) does not debounce"):
         workerflow.start_many(definition, [("a", 1), ("b", 2)])
     assert not WorkflowInstance.objects.exists()
+
+
+def test_wake__runs_a_debounced_instance_at_once(define_with):
+    from django_workerflow.runtime import verbs
+
+    definition = define_with(record_input)
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="k", input="now", debounce=3600)
+        assert verbs.wake("k")
+        harness.drain()
+    assert RUNS == ["now"]
