@@ -290,3 +290,20 @@ def test_wake__runs_a_debounced_instance_at_once(define_with):
         assert verbs.wake("k")
         harness.drain()
     assert RUNS == ["now"]
+
+
+def test_child_of_a_debounced_definition__starts_after_the_debounce(define_with):
+    child = define_with(record_input, debounce=30)
+
+    def parent(self: WorkflowDefinition) -> object:
+        return self.child("child", child, input="from-parent")
+
+    parent_definition = define_with(parent)
+    with Harness(start=T0) as harness:
+        workerflow.start(parent_definition, key="p")
+        harness.drain()
+        assert RUNS == []
+        assert WorkflowInstance.objects.get(key="p/child").alarm_at == T0 + timedelta(seconds=30)
+        harness.advance(timedelta(seconds=30))
+    assert RUNS == ["from-parent"]
+    assert WorkflowInstance.objects.get(key="p").result == "from-parent"
