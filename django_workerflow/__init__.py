@@ -86,20 +86,39 @@ def start(
     input: Any = None,
     version: str | None = None,
     priority: int = 0,
+    debounce: float | timedelta | None = None,
+    max_debounce: float | timedelta | None = None,
 ) -> WorkflowInstance:
     """Start a workflow and return its instance; idempotent on ``key``.
 
     The first start under a key pins the input and the version; a later one returns that
     instance. ``priority`` orders the queue of a workflow with a concurrency or rate limit
-    (lower first). Raises :class:`WorkflowNotRegisteredError` for an unknown definition or
-    version, :class:`WorkflowVersionConflictError` for another ``version`` of an unfinished
+    (lower first).
+
+    With ``debounce`` (seconds or a timedelta; default: the definition's), the first tick
+    comes that long after the start, and a later start under the same key, while the
+    instance has not started its first step, replaces its input and puts the first tick
+    off again, to at most ``max_debounce`` after the first start; it returns the same
+    instance. Once the instance has started, the start returns it as any start does.
+
+    Raises :class:`WorkflowNotRegisteredError` for an unknown definition or version,
+    :class:`WorkflowVersionConflictError` for another ``version`` of an unfinished
     instance, and :class:`WorkflowInputError` for input that is not JSON, a bad key or
-    priority, or a key that belongs to another workflow.
+    priority, a key that belongs to another workflow, a debounce that is not a positive
+    duration, or a debounced start without a key or of a workflow with flow control.
     """
     # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import starting
 
-    return starting.start(definition, key=key, input=input, version=version, priority=priority)
+    return starting.start(
+        definition,
+        key=key,
+        input=input,
+        version=version,
+        priority=priority,
+        debounce=debounce,
+        max_debounce=max_debounce,
+    )
 
 
 def start_many(
@@ -264,10 +283,18 @@ async def astart(
     input: Any = None,
     version: str | None = None,
     priority: int = 0,
+    debounce: float | timedelta | None = None,
+    max_debounce: float | timedelta | None = None,
 ) -> WorkflowInstance:
     """:func:`start` for async code: the same parameters, returns and errors."""
     return await sync_to_async(start)(
-        definition, key=key, input=input, version=version, priority=priority
+        definition,
+        key=key,
+        input=input,
+        version=version,
+        priority=priority,
+        debounce=debounce,
+        max_debounce=max_debounce,
     )
 
 

@@ -63,6 +63,18 @@ def test_wake_lag__start__is_creation_to_the_first_tick(define_with):
     assert lag(families, definition.name, "start") == (1, pytest.approx(2.0))
 
 
+def test_wake_lag__debounced_start__counts_from_the_debounced_first_tick(define_with):
+    definition = define_with(execute=lambda self: "done")
+    with Harness(start=T0) as harness:
+        workerflow.start(definition, key="burst", input=1, debounce=10)
+        harness.clock.advance(timedelta(seconds=5))
+        workerflow.start(definition, key="burst", input=2, debounce=10)
+        harness.clock.advance(timedelta(seconds=12))  # due at T0+15 s, ticked at T0+17 s
+        harness.drain()
+        families = scrape()
+    assert lag(families, definition.name, "start") == (1, pytest.approx(2.0))
+
+
 def test_wake_lag__retry__is_the_attempts_due_time_to_the_tick(define_with):
     calls: list[int] = []
     flaky = fail_first_attempt(calls)

@@ -1,7 +1,9 @@
-"""The schedule and flow-control settings of a definition, checked when it is declared."""
+"""The schedule, flow-control and debounce settings of a definition, checked when it is
+declared."""
 
 from __future__ import annotations
 
+import math
 import zoneinfo
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -14,6 +16,8 @@ if TYPE_CHECKING:
 #: Five fields (minute hour day month weekday), or six with seconds first (second minute
 #: hour day month weekday, as Quartz and Spring read six fields).
 CRON_FIELD_COUNTS = (5, 6)
+#: The longest debounce or max_debounce accepted (a burst, not a schedule).
+MAX_DEBOUNCE_SECONDS = 30 * 86400
 
 
 def cron(expression: str, start: datetime) -> croniter:
@@ -73,7 +77,54 @@ def problems(cls: type[WorkflowDefinition]) -> list[str]:
             f"`rate_limit` = {cls.rate_limit!r} must be (count, period): a positive integer "
             "and a positive timedelta, e.g. (10, timedelta(seconds=1))"
         )
+    found.extend(debounce_problems(cls.debounce, cls.max_debounce, what="`{}`"))
+    if cls.debounce is not None and (cls.max_concurrency is not None or cls.rate_limit is not None):
+        found.append(
+            "`debounce` cannot be combined with `max_concurrency` or `rate_limit` (a queued "
+            "instance's first tick belongs to admission); drop one of them"
+        )
     return found
+
+
+def debounce_problems(debounce: object, max_debounce: object, *, what: str) -> list[str]:
+    """Every problem with a ``debounce`` and ``max_debounce`` pair (seconds or timedeltas;
+    None: unset), each name formatted into ``what`` ("`{}`" on a class, "{}=" at a start)."""
+    found = []
+    for name, value in (("debounce", debounce), ("max_debounce", max_debounce)):
+        if value is not None and (problem := _duration_problem(value)):
+            found.append(f"{what.format(name)} {value!r} {problem}")
+    if max_debounce is not None and debounce is None:
+        found.append(
+            f"{what.format('max_debounce')} bounds a debounce: set {what.format('debounce')} too"
+        )
+    elif (
+        not found
+        and isinstance(debounce, int | float | timedelta)
+        and isinstance(max_debounce, int | float | timedelta)
+        and as_timedelta(max_debounce) < as_timedelta(debounce)
+    ):
+        found.append(
+            f"{what.format('max_debounce')} {max_debounce!r} is shorter than "
+            f"{what.format('debounce')} {debounce!r}; make it at least as long"
+        )
+    return found
+
+
+def as_timedelta(value: float | timedelta) -> timedelta:
+    """A duration checked by :func:`debounce_problems`, as a timedelta."""
+    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+
+
+def _duration_problem(value: object) -> str | None:
+    """Why ``value`` is not a positive duration (None: it is one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        return f"must be a number of seconds or a timedelta, not {type(value).__name__}"
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if not math.isfinite(seconds) or seconds <= 0:
+        return "must be a positive, finite duration"
+    if seconds > MAX_DEBOUNCE_SECONDS:
+        return "must be at most 30 days"
+    return None
 
 
 def _valid_rate(rate: object) -> bool:

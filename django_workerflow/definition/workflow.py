@@ -45,6 +45,12 @@ class WorkflowDefinition:
     max_concurrency: ClassVar[int | None] = None
     #: ``(count, period)``: at most ``count`` admissions per ``period``; None: no limit.
     rate_limit: ClassVar[tuple[int, timedelta] | None] = None
+    #: Seconds or a timedelta: a start under a key whose instance has not started its
+    #: first step replaces the input and moves the first tick to now + this. None: off.
+    debounce: ClassVar[float | timedelta | None] = None
+    #: Seconds or a timedelta: the most a debounce delays the first tick from the first
+    #: start. None: no bound.
+    max_debounce: ClassVar[float | timedelta | None] = None
     #: A registry loader registers it in any process on first use (a django.tasks task's
     #: definition): no module a worker imports needs to define it (check W011).
     registered_on_demand: ClassVar[bool] = False

@@ -500,6 +500,25 @@ class WorkflowInstance(models.Model):
             finished_at=None,
         )
 
+    def set_debounced(self, input: Any, alarm_at: datetime, now: datetime, rang: bool) -> None:
+        """A debounced start replaced the input of this pending instance, which has not
+        started its first step, and put its first tick off to ``alarm_at`` (``rang``: a bell
+        for it was queued, recorded in the same update). The status does not change."""
+        changes: dict[str, Any] = {"bell_at": alarm_at} if rang else {}
+        self._update(
+            input=input,
+            alarm_at=alarm_at,
+            alarm_cause=WakeCause.START,
+            updated_at=now,
+            **changes,
+        )
+        self._record(
+            WorkflowEventType.DEBOUNCED,
+            now,
+            previous=self.status,
+            reason=f"input replaced; first tick at {alarm_at.isoformat()}",
+        )
+
     def note_forked(self, fork: WorkflowInstance, now: datetime, reason: str | None) -> None:
         """Record on the source that ``fork`` was forked from it; nothing else changes."""
         text = f"forked to '{fork.key}'" + (f": {reason}" if reason else "")

@@ -37,6 +37,11 @@ def start_many(
     key given twice, the same one). A ``None`` key gets a random one.
     """
     name, version, definition_class = resolve(definition, version, caller="start_many()")
+    if definition_class.debounce is not None:
+        raise WorkflowInputError(
+            f"'{name}' is debounced, and start_many() does not debounce: start its instances "
+            "one by one with start(), which replaces the input of a burst's instance."
+        )
     entries = [_entry(position, item, definition_class) for position, item in enumerate(items)]
     existing = _existing(entries, name, version)
     if admission.limits_for_name(name) is not None:

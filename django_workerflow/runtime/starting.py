@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.apps import apps
@@ -33,6 +33,7 @@ from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.models.fields import engine_datetime
+from django_workerflow.runtime import debounce as debounce_module
 from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store import executor, sql
@@ -105,6 +106,8 @@ def start(
     parent_pk: int | None = None,
     detached: bool = False,
     scheduled: bool = False,
+    debounce: float | timedelta | None = None,
+    max_debounce: float | timedelta | None = None,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
@@ -116,9 +119,25 @@ def start(
     ``max_concurrency`` or ``rate_limit`` is queued (``pending``) until admitted, in order
     of ``priority`` (lower first), then creation; in the same transaction when a slot is
     free.
+
+    With ``debounce`` (or the definition's), a start replaces the input of an instance of
+    ``key`` that has not started and puts its first tick off (:mod:`.debounce`).
     """
     name, version, definition_class = resolve(definition, version, caller="start()")
     definition_class.check_input(input)
+    if debounce is not None or max_debounce is not None or definition_class.debounce is not None:
+        return _start_debounced(
+            name,
+            version,
+            definition_class,
+            key,
+            input,
+            priority,
+            parent_pk,
+            detached,
+            debounce=debounce,
+            max_debounce=max_debounce,
+        )
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
     entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
@@ -140,6 +159,61 @@ def start(
             name, definition_class.version, entry, concurrency_key, priority, parent_pk, detached
         )
     return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
+
+
+def _start_debounced(
+    name: str,
+    version: str | None,
+    definition_class: type[WorkflowDefinition],
+    key: str | None,
+    input: Any,
+    priority: int,
+    parent_pk: int | None,
+    detached: bool,
+    *,
+    debounce: float | timedelta | None,
+    max_debounce: float | timedelta | None,
+) -> WorkflowInstance:
+    """``start()`` with a debounce: create the instance with its first tick put off, or
+    replace the input of the one not started yet; otherwise the existing instance."""
+    chosen = debounce_module.debounce_for(definition_class, debounce, max_debounce)
+    assert chosen is not None  # the caller saw a debounce, and a bare max_debounce raised
+    key = debounce_module.check_debounceable(definition_class, key)
+    jsonvalue.check_identifier(key, what="An instance key", max_length=255)
+    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
+    admission.check_priority(priority)
+    if admission.takes_admission(definition_class, key, input):
+        raise WorkflowInputError(
+            f"'{name}' has a concurrency or rate limit, and a queued instance's first tick "
+            "belongs to admission: start it without debounce."
+        )
+    # Twice: an instance found here and gone before its lock (a purge) is created again.
+    for _attempt in range(2):
+        now = clock_now()
+        created = start_one(
+            name,
+            definition_class.version,
+            entry,
+            priority,
+            parent_pk,
+            detached,
+            due=chosen.first_tick(now, now),
+        )
+        if created is not None:
+            created.refresh_from_db(fields=["bell_at"])  # armed unless beyond the horizon
+            logger.info(
+                "workflow debounced key=%s definition=%s delay=%.3f",
+                key,
+                name,
+                chosen.delay.total_seconds(),
+            )
+            return created
+        found = debounce_module.replace_input(
+            key, name, version, jsonvalue.loads(entry.input_json), chosen, now
+        )
+        if found is not None:
+            return check_existing_start(found, name, version)
+    return check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
 
 
 def check_existing_start(
@@ -209,9 +283,10 @@ def start_one(
     parent_pk: int | None,
     detached: bool,
     scheduled: bool = False,
+    due: datetime | None = None,
 ) -> WorkflowInstance | None:
     """``start()`` of a definition without a concurrency limit: the new instance, or None
-    when its key is taken."""
+    when its key is taken. ``due``: its first tick, if not at once (a debounced start)."""
     created = insert_pending(
         name,
         version,
@@ -221,6 +296,7 @@ def start_one(
         parent_pk=parent_pk,
         detached=detached,
         scheduled=scheduled,
+        due=due,
     )
     if not created:
         return None
@@ -237,11 +313,19 @@ def _chosen(
     parent_pk: int | None,
     detached: bool,
     scheduled: bool,
+    due: datetime | None = None,
 ) -> dict[str, Any]:
     """A new pending instance's values by attribute name, but for its key and input; every
     other column keeps its default. Admitted at once: starts of definitions with a
     concurrency limit take admission's path. The current span's trace context goes with
-    them (NULL without one), so that their ticks continue the caller's trace."""
+    them (NULL without one), so that their ticks continue the caller's trace. ``due``: the
+    first tick, put off by a debounce (the wake lag counts from it: cause ``start``)."""
+    if due is not None:
+        return {
+            **_chosen(name, version, now, False, priority, parent_pk, detached, scheduled),
+            "alarm_at": due,
+            "alarm_cause": WakeCause.START,
+        }
     return {
         "key": "",
         "definition_name": name,
@@ -305,17 +389,22 @@ def insert_pending(
     parent_pk: int | None = None,
     detached: bool = False,
     scheduled: bool = False,
+    due: datetime | None = None,
 ) -> list[WorkflowInstance]:
-    """Create pending instances (due at ``now``) for ``entries`` whose key is free, with
-    their 'created' events and bells; return the created ones (keys taken are left out).
+    """Create pending instances (due at ``now``, or at ``due``) for ``entries`` whose key is
+    free, with their 'created' events and bells; return the created ones (keys taken are
+    left out). The bells of instances due later are armed as any alarm's are (the caller
+    reads back ``bell_at``: a bell beyond the horizon is left to the sweeper).
 
     At most :data:`BATCH_ROWS` entries; the caller splits larger sets.
     """
     if len(entries) > BATCH_ROWS:
         raise ValueError(f"insert_pending writes at most {BATCH_ROWS} rows at a time.")
-    direct_bells = bell_rows.direct_orm_bells()
+    direct_bells = due is None and bell_rows.direct_orm_bells()
     layout = _layout()
-    chosen = _chosen(name, version, now, direct_bells, priority, parent_pk, detached, scheduled)
+    chosen = _chosen(
+        name, version, now, direct_bells, priority, parent_pk, detached, scheduled, due
+    )
     template = _template(chosen)
     values = _prepared(template, chosen, layout, now)
     rows = []
@@ -330,7 +419,7 @@ def insert_pending(
         if not direct_bells:
             # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).
             for created_pk in created.values():
-                bells.arm(created_pk, now)
+                bells.arm(created_pk, now if due is None else due)
     armed = direct_bells or (not bells.is_suppressed() and apps.is_installed("django_q"))
     template.bell_at = now if armed else None
     result = []

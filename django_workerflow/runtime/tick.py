@@ -208,6 +208,8 @@ def _woken_for(instance: WorkflowInstance, now: datetime) -> WokenFor | None:
     cause kept beside the alarm, due at the alarm. None for what the wake lag does not
     count (a lease's expiry, an operator's wake, a wait's timeout, a yield)."""
     if instance.status == WorkflowStatus.PENDING:
+        if instance.alarm_cause == WakeCause.START and instance.alarm_at is not None:
+            return WakeCause.START, instance.alarm_at, now  # a debounced start put it off
         if instance.alarm_cause == WakeCause.SCHEDULE:
             return WakeCause.SCHEDULE, _occurrence(instance) or instance.created_at, now
         return WakeCause.START, instance.admitted_at or instance.created_at, now

@@ -60,6 +60,8 @@ class WorkflowEventType(models.TextChoices):
     CANCELLED = "cancelled"
     RETRIED = "retried"
     FORKED = "forked"
+    #: A debounced start replaced the input of an instance that had not started yet.
+    DEBOUNCED = "debounced"
 
 
 class TickOutcome(models.TextChoices):

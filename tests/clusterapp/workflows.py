@@ -225,6 +225,26 @@ class Hooked(WorkflowDefinition):
             time.sleep(30)
 
 
+# Debounce (tests/cluster/test_debounce_cluster.py) ---------------------------------------
+
+
+class Debounced(WorkflowDefinition):
+    """Debounced by its definition: records "<pid> <n> <time>" once it runs."""
+
+    name = "cluster-debounced"
+    version = "1"
+    debounce = 1
+    max_debounce = 10
+
+    def execute(self) -> int:
+        trace = Path(self.input["dir"]) / f"{self.key}.runs"
+        self.run(
+            "record",
+            lambda: append_line(trace, f"{os.getpid()} {self.input['n']} {time.time():.6f}"),
+        )
+        return int(self.input["n"])
+
+
 # Fault injection (tests/reliability/faults) ---------------------------------------------
 
 
