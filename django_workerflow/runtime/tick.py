@@ -30,7 +30,7 @@ from django_workerflow.meters import METERS
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
-from django_workerflow.store import instance_rows, interrupted, lease
+from django_workerflow.store import definition_pauses, instance_rows, interrupted, lease
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
@@ -172,6 +172,10 @@ def _claim(
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
+        if definition_pauses.is_paused(instance.definition_name):
+            # Held: left due and without a bell (the sweeper skips it too); resuming the
+            # definition rings it (runtime/definition_pauses.py).
+            return TickResult(TickOutcome.HELD, alarm_at=instance.alarm_at)
         if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
             return TickResult(TickOutcome.QUEUED, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
@@ -400,6 +404,11 @@ def _settle_locked(
         # Paused or cancelled during the pass: leave the state the operator set.
         locked.release_lease(None, now)
         return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+    if result.stop_reason == StopReason.DEFINITION_PAUSED:
+        # Its definition was paused during the pass: held, due, as the claim leaves it.
+        locked.release_lease(now, now)
+        logger.info("definition paused key=%s: the instance is held", locked.key)
+        return TickResult(TickOutcome.HELD, alarm_at=now, replays=replays)
     _note_unreached(locked, result.unreached)
     match result.outcome:
         case PassOutcome.COMPLETED:

@@ -111,11 +111,14 @@ class Lease:
         return renewed
 
     def stop_reason(self, cursor: Any) -> StopReason:
-        """Why a fenced write matched nothing: the lease is gone, or the status changed."""
+        """Why a fenced write matched nothing: the lease is gone, the definition is paused,
+        or the status changed."""
         executor.execute_plain(cursor, "lease_token", {"instance": self.instance_pk})
         row = cursor.fetchone()
         if row is None or row[0] != self.token:
             return StopReason.LEASE_LOST
+        if row[1]:
+            return StopReason.DEFINITION_PAUSED
         return StopReason.NOT_RUNNING
 
     def _renewal(self, adapt: Any, now: datetime) -> dict[str, Any]:
