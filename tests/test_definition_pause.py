@@ -326,3 +326,57 @@ def test_command__refuses_a_pause_without_a_reason_or_of_an_unknown_name(define,
 def test_command__resume_of_a_definition_not_paused_is_refused(define, harness):
     with pytest.raises(CommandError, match="is not paused"):
         run_cli("resume-definition", define(two_steps).name)
+
+
+# The admin ---------------------------------------------------------------------------------
+
+
+def test_admin_definitions_page__lists_definitions_with_counts_and_pauses(define, harness):
+    from django.urls import reverse
+
+    from .admin_helpers import staff_client, text
+
+    definition = define(two_steps)
+    workerflow.start(definition, key="one")
+    workerflow.pause_definition(definition.name, reason="partner down", actor="ops")
+    client = staff_client("view_workflowinstance")
+
+    page = text(client.get(reverse("admin:workerflow_definitions")))
+
+    assert definition.name in page
+    assert "paused" in page and "by ops: partner down" in page
+    assert 'value="Resume"' not in page  # no permission to change it
+    overview = text(client.get(reverse("admin:workerflow_overview")))
+    assert f"Definition {definition.name} is paused" in overview
+    assert "partner down" in overview
+
+
+def test_admin_definitions_page__pauses_and_resumes_under_its_own_permission(define, harness):
+    from django.urls import reverse
+
+    from .admin_helpers import staff_client, text
+
+    definition = define(two_steps)
+    viewer = staff_client("view_workflowinstance")
+    operator = staff_client("view_workflowinstance", "pause_definition")
+    pause_url = reverse("admin:workerflow_definitions_pause")
+    resume_url = reverse("admin:workerflow_definitions_resume")
+
+    refused = viewer.post(pause_url, {"definition": definition.name, "reason": "x"})
+    assert refused.status_code == 403
+    no_reason = operator.post(pause_url, {"definition": definition.name, "reason": ""})
+    assert no_reason.status_code == 302 and not workerflow.is_definition_paused(definition.name)
+
+    operator.post(pause_url, {"definition": definition.name, "reason": "bad deploy"})
+    pause = DefinitionPause.objects.get(definition_name=definition.name)
+    assert (pause.reason, pause.paused_by) == ("bad deploy", "user-1")
+    page = text(operator.get(reverse("admin:workerflow_definitions")))
+    assert 'value="Resume"' in page
+
+    operator.post(resume_url, {"definition": definition.name, "reason": "fixed"})
+    assert not workerflow.is_definition_paused(definition.name)
+    records = DefinitionPauseRecord.objects.filter(definition_name=definition.name)
+    assert [(r.action, r.actor, r.reason) for r in records] == [
+        ("resumed", "user-1", "fixed"),
+        ("paused", "user-1", "bad deploy"),
+    ]
