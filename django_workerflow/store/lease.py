@@ -7,10 +7,11 @@ expiry, so an instance whose worker died comes due again by itself.
 
 The fencing invariant (``docs/concepts.md`` states the same):
 
-* **Starting an attempt or creating a step** needs the live lease *and* the status
-  ``running``, checked by the statement (or in the transaction) that writes
-  (:data:`~django_workerflow.store.sql.LEASE_HELD_RUNNING`). A pause or a cancel therefore takes
-  effect at the next step boundary, and a worker whose lease was taken over starts nothing.
+* **Starting an attempt or creating a step** needs the live lease, the status ``running``
+  *and* no pause of the instance's definition, checked by the statement (or in the
+  transaction) that writes (:data:`~django_workerflow.store.sql.LEASE_HELD_RUNNING`). A pause,
+  a definition's pause or a cancel therefore takes effect at the next step boundary, and a
+  worker whose lease was taken over starts nothing.
 * **Recording the success of an attempt already started** is fenced by the step row (still
   ``running``, same attempt number), not by the lease. A worker that lost its lease still
   records the success of the attempt it started, unless the new owner already recorded that
