@@ -344,7 +344,8 @@ def test_admin_definitions_page__lists_definitions_with_counts_and_pauses(define
     page = text(client.get(reverse("admin:workerflow_definitions")))
 
     assert definition.name in page
-    assert "paused" in page and "by ops: partner down" in page
+    assert "paused" in page
+    assert "by ops: partner down" in page
     assert 'value="Resume"' not in page  # no permission to change it
     overview = text(client.get(reverse("admin:workerflow_overview")))
     assert f"Definition {definition.name} is paused" in overview
@@ -365,7 +366,8 @@ def test_admin_definitions_page__pauses_and_resumes_under_its_own_permission(def
     refused = viewer.post(pause_url, {"definition": definition.name, "reason": "x"})
     assert refused.status_code == 403
     no_reason = operator.post(pause_url, {"definition": definition.name, "reason": ""})
-    assert no_reason.status_code == 302 and not workerflow.is_definition_paused(definition.name)
+    assert no_reason.status_code == 302
+    assert not workerflow.is_definition_paused(definition.name)
 
     operator.post(pause_url, {"definition": definition.name, "reason": "bad deploy"})
     pause = DefinitionPause.objects.get(definition_name=definition.name)
