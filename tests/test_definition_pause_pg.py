@@ -65,7 +65,7 @@ def test_pause_definition__racing_ticks__no_step_starts_once_it_returned(
         def ticker(pk: int) -> TickOutcome:
             return verbs.tick(pk).outcome
 
-        def pauser(name: str = definition.name) -> int:
+        def pauser(name: str = definition.name, started: threading.Event = started) -> int:
             assert started.wait(60)
             time.sleep(rng.uniform(0, 0.01))
             assert workerflow.pause_definition(name, reason="race") is True

@@ -467,8 +467,10 @@ def oldest(link: Linker, now: datetime) -> list[Oldest]:
         )
     # One status at a time: each is an ordered range of workerflow_alarm_due, where due()'s
     # two statuses at once sort every due row (160 ms at 1,000,000 instances, 250,000 due).
+    # A paused definition's instances wait for an operator, not for a worker (unheld()).
     candidates = [
         WorkflowInstance.objects.filter(status=status, alarm_at__lte=now)
+        .unheld()
         .order_by("alarm_at", "id")
         .first()
         for status in ACTIVE
