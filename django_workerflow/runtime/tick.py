@@ -30,7 +30,7 @@ from django_workerflow.meters import METERS
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
-from django_workerflow.store import definition_pauses, instance_rows, interrupted, lease
+from django_workerflow.store import instance_rows, interrupted, lease
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
@@ -164,15 +164,16 @@ def _claim(
     tick's trace to tell the events it receives (:class:`~.tracing.TickTrace`); the last,
     what the tick was woken for, for the wake lag metric (:func:`_woken_for`)."""
     with transaction.atomic():
-        instance = instance_rows.read_instance(instance_pk, lock=True)
-        if instance is None:
+        found = instance_rows.read_for_claim(instance_pk)
+        if found is None:
             return TickResult(TickOutcome.MISSING)
+        instance, definition_paused = found
         if instance.status not in ACTIVE_STATUSES:
             return TickResult(TickOutcome.INACTIVE, alarm_at=instance.alarm_at)
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
-        if definition_pauses.is_paused(instance.definition_name):
+        if definition_paused:
             # Held: left due and without a bell (the sweeper skips it too); resuming the
             # definition rings it (runtime/definition_pauses.py).
             return TickResult(TickOutcome.HELD, alarm_at=instance.alarm_at)

@@ -1,7 +1,8 @@
 """The definition pause rows: the switch per paused definition and the audit of each change.
 
-The tick reads the switch at its claim (:func:`is_paused`) and every step start reads it in
-its fence (:data:`~django_workerflow.store.sql.DEFINITION_PAUSED`); only
+The tick's claim reads the switch with the instance row
+(:func:`~.instance_rows.read_for_claim`) and every step start reads it in its fence, both
+through :data:`~django_workerflow.store.sql.DEFINITION_PAUSED`; only
 :mod:`django_workerflow.runtime.definition_pauses` writes it. A change locks the one pause
 row it adds or removes and no instance row (see :mod:`.locks`).
 """

@@ -200,6 +200,11 @@ _FUSED_RESULT = """
 _READ_INSTANCE = (
     f"SELECT {', '.join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
 )
+# The claim's read: the row and whether its definition is paused, in one statement.
+_READ_INSTANCE_FOR_CLAIM = (
+    f"SELECT {', '.join(INSTANCE_COLUMNS)}, {DEFINITION_PAUSED} FROM {INSTANCE} "
+    "WHERE id = %(instance)s::bigint"
+)
 _READ_INSTANCE_BY_KEY = (
     f'SELECT {", ".join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE "key" = %(key)s::varchar'
 )
@@ -229,6 +234,10 @@ _STATEMENTS: dict[str, str] = {
     "read_instance": _READ_INSTANCE,
     # ... under its row lock (PostgreSQL; SQLite's IMMEDIATE transaction holds the database's).
     "lock_instance": _READ_INSTANCE + " FOR UPDATE",
+    # The tick's claim: an instance row, every column, and whether its definition is paused.
+    "read_instance_for_claim": _READ_INSTANCE_FOR_CLAIM,
+    # ... under its row lock (PostgreSQL).
+    "lock_instance_for_claim": _READ_INSTANCE_FOR_CLAIM + " FOR UPDATE",
     # An instance row by its key, every column (send_event(): the lookup and the lock in
     # one statement).
     "read_instance_by_key": _READ_INSTANCE_BY_KEY,
