@@ -382,3 +382,27 @@ def test_admin_definitions_page__pauses_and_resumes_under_its_own_permission(def
         ("resumed", "user-1", "fixed"),
         ("paused", "user-1", "bad deploy"),
     ]
+
+
+def test_resume_definition__rings_the_due_held_instances_earliest_alarm_first(
+    define, harness, monkeypatch
+):
+    from django_workerflow.runtime import definition_pauses
+
+    definition = define(lambda self: self.sleep("nap", self.input["nap"]))
+    workerflow.start(definition, key="late", input={"nap": 30})
+    workerflow.start(definition, key="early", input={"nap": 10})
+    workerflow.start(definition, key="far", input={"nap": 86_400})
+    harness.drain()
+    workerflow.pause_definition(definition.name, reason="hold")
+    harness.advance(60)
+    rung: list[tuple[str, object]] = []
+    keys = dict(WorkflowInstance.objects.values_list("pk", "key"))
+    monkeypatch.setattr(
+        definition_pauses.bells, "arm", lambda pk, when: rung.append((keys[pk], when))
+    )
+
+    workerflow.resume_definition(definition.name)
+
+    # Due ones now, earliest alarm first; one a day away is left to its own bell.
+    assert rung == [("early", harness.now()), ("late", harness.now())]
