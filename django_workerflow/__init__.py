@@ -63,9 +63,12 @@ __all__ = [
     "cancel",
     "failed_children",
     "fork",
+    "is_definition_paused",
     "pause",
+    "pause_definition",
     "registry",
     "resume",
+    "resume_definition",
     "retry",
     "send_event",
     "start",
@@ -179,6 +182,38 @@ def resume(instance: WorkflowInstance | str) -> None:
     from django_workerflow.runtime import verbs
 
     verbs.resume(instance)
+
+
+def pause_definition(name: str, *, reason: str, actor: str | None = None) -> bool:
+    """Pause every instance of the definition ``name``, in every cluster, until
+    :func:`resume_definition`: no attempt starts (a running one stops at its next step
+    boundary); starts, events and schedules are kept. ``reason`` is required and recorded
+    with ``actor`` and the time. Returns False if it was paused already (nothing changed).
+    Raises :class:`WorkflowNotRegisteredError` for an unknown name and
+    :class:`WorkflowInputError` for an empty reason."""
+    # Late: the runtime needs the app registry (see the note above start()).
+    from django_workerflow.runtime import definition_pauses
+
+    return definition_pauses.pause_definition(name, reason=reason, actor=actor)
+
+
+def resume_definition(name: str, *, reason: str = "", actor: str | None = None) -> bool:
+    """Let the instances of the paused definition ``name`` go on, the due ones earliest
+    first, under its limits; recorded with ``actor``, the time and ``reason`` (optional).
+    Returns False if it was not paused. Raises :class:`WorkflowNotRegisteredError` for a
+    name that is neither registered nor paused."""
+    # Late: the runtime needs the app registry (see the note above start()).
+    from django_workerflow.runtime import definition_pauses
+
+    return definition_pauses.resume_definition(name, reason=reason, actor=actor)
+
+
+def is_definition_paused(name: str) -> bool:
+    """Whether the definition ``name`` is paused now (False for a name never paused)."""
+    # Late: the runtime needs the app registry (see the note above start()).
+    from django_workerflow.runtime import definition_pauses
+
+    return definition_pauses.is_definition_paused(name)
 
 
 def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:

@@ -18,6 +18,7 @@ from django.urls import URLPattern
 from django_workerflow.console import controls, list_actions, rerun_actions
 from django_workerflow.console.columns import InstanceChangeList, InstanceColumns
 from django_workerflow.console.composition import DeliveryViews, TopLevelFilter, load_composition
+from django_workerflow.console.definitions import DefinitionViews
 from django_workerflow.console.estimated_count import EstimatedCountPaginator
 from django_workerflow.console.history import load_history
 from django_workerflow.console.instance_views import ControlViews
@@ -143,6 +144,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
     def get_urls(self) -> list[URLPattern]:
         return [
             *OverviewView(self).urls(),
+            *DefinitionViews(self).urls(),
             *ControlViews(self).urls(),
             *RerunViews(self).urls(),
             *DeliveryViews(self).urls(),

@@ -288,6 +288,7 @@ def _next_stop(now: datetime, when: datetime, schedules: frozenset[str] | None) 
 
     alarm = (
         WorkflowInstance.objects.active()
+        .unheld()
         .filter(alarm_at__gt=now, alarm_at__lte=when)
         .order_by("alarm_at")
         .values_list("alarm_at", flat=True)

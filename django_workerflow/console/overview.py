@@ -66,12 +66,14 @@ from django_workerflow.models import (
     WorkflowSchedule,
     WorkflowStatus,
 )
-from django_workerflow.store import instance_counts
+from django_workerflow.store import definition_pauses, instance_counts
 from django_workerflow.values.clock import now as clock_now
 
 #: The name of the page's URL in the admin's namespace: ``admin:workerflow_overview``.
 URL_NAME = "workerflow_overview"
 HOURS = 24
+#: How many pause and resume records of definitions the page shows.
+PAUSE_RECORDS = 5
 #: The chart's series: (name, label, colour), in the order the bars of an hour are drawn.
 SERIES = (
     ("started", "started", "#0969da"),
@@ -465,8 +467,10 @@ def oldest(link: Linker, now: datetime) -> list[Oldest]:
         )
     # One status at a time: each is an ordered range of workerflow_alarm_due, where due()'s
     # two statuses at once sort every due row (160 ms at 1,000,000 instances, 250,000 due).
+    # A paused definition's instances wait for an operator, not for a worker (unheld()).
     candidates = [
         WorkflowInstance.objects.filter(status=status, alarm_at__lte=now)
+        .unheld()
         .order_by("alarm_at", "id")
         .first()
         for status in ACTIVE
@@ -567,6 +571,10 @@ def build(model_admin: ModelAdmin[WorkflowInstance], now: datetime) -> dict[str,
         "deliveries": deliveries(link, now),
         "clusters": clusters(now),
         "stranded": health.stranded_queues(now),
+        "paused": [
+            (pause, format_when(pause.paused_at, now)) for pause in definition_pauses.all_paused()
+        ],
+        "pause_records": definition_pauses.recent_records(PAUSE_RECORDS),
         "schedules": schedule_rows(link),
         "series": SERIES,
         "generated": format_when(now, now, relative=False),

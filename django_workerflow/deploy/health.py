@@ -15,6 +15,10 @@ in django-q2's ORM queue although no cluster that reports serves it. A web proce
 rings those instances from the workers' queue once overdue, so events take seconds instead
 of a tenth of one and nothing else looks wrong.
 
+A paused definition (:func:`django_workerflow.pause_definition`) is a warning, not a
+problem: the probe lists it, with who paused it, when and why, and its instances (held on
+purpose) are not counted overdue; the answer stays OK if nothing else is wrong.
+
 A probe that cannot reach the database says so instead, with an answer of its own: the
 workers wait for the database and resume by themselves, so a supervisor must not restart
 them for it.
@@ -29,7 +33,8 @@ from django.apps import apps
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count, Max, Min
 
-from django_workerflow.models import WorkerHeartbeat, WorkflowInstance
+from django_workerflow.models import DefinitionPause, WorkerHeartbeat, WorkflowInstance
+from django_workerflow.store import definition_pauses
 from django_workerflow.values.clock import now as clock_now
 
 #: The default of ``--max-lag``.
@@ -48,6 +53,7 @@ class Health:
     last_beat: datetime | None
     stranded: tuple[StrandedQueue, ...] = ()
     database_available: bool = True
+    paused: tuple[DefinitionPause, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +117,8 @@ def check(max_lag: timedelta = DEFAULT_MAX_LAG, now: datetime | None = None) -> 
 
 def _check(max_lag: timedelta, now: datetime) -> Health:
     limit = now - max_lag
-    late = WorkflowInstance.objects.active().filter(alarm_at__lt=limit)
+    # A paused definition's instances are held on purpose, not late.
+    late = WorkflowInstance.objects.active().unheld().filter(alarm_at__lt=limit)
     found = late.aggregate(oldest=Min("alarm_at"))
     overdue = late.count() if found["oldest"] is not None else 0
     last_beat = WorkerHeartbeat.objects.aggregate(last=Max("beat_at"))["last"]
@@ -138,7 +145,19 @@ def _check(max_lag: timedelta, now: datetime) -> Health:
             f"OK: no bell overdue by more than {allowed}; last report "
             f"{_seconds(now - last_beat)} ago."
         )
-    return Health(not problems, message, overdue, found["oldest"], last_beat, tuple(stranded))
+    paused = tuple(definition_pauses.all_paused())
+    message += "".join(f" WARNING: {_paused_line(pause, now)}." for pause in paused)
+    return Health(
+        not problems, message, overdue, found["oldest"], last_beat, tuple(stranded), paused=paused
+    )
+
+
+def _paused_line(pause: DefinitionPause, now: datetime) -> str:
+    by = f" by {pause.paused_by}" if pause.paused_by else ""
+    return (
+        f"definition {pause.definition_name!r} paused{by} {_seconds(now - pause.paused_at)} ago "
+        f"({pause.reason}); resume it with resume-definition"
+    )
 
 
 def _seconds(delta: timedelta) -> str:

@@ -20,6 +20,7 @@ from django_workerflow.models.history import (
     step_events_of,
 )
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
+from django_workerflow.models.pauses import DefinitionPause, DefinitionPauseRecord
 from django_workerflow.models.process_metrics import ProcessMetrics
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
@@ -37,6 +38,8 @@ __all__ = [
     "WAKE_LAG",
     "WAKE_LAG_SINCE",
     "AdmissionGate",
+    "DefinitionPause",
+    "DefinitionPauseRecord",
     "FinishDelivery",
     "InboundEvent",
     "JSONTextField",

@@ -25,6 +25,7 @@ from django.db.models import Q
 from django_workerflow import registry
 from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
+from django_workerflow.models.pauses import DefinitionPause
 from django_workerflow.models.rows import record_event, save_fields
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.values import progress, transitions
@@ -46,9 +47,20 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         """Instances the engine may still tick: pending or running."""
         return self.filter(status__in=ACTIVE_STATUSES)
 
+    def unheld(self) -> WorkflowInstanceQuerySet:
+        """Instances whose definition is not paused (a paused definition's are held: no
+        bell rings for them until it is resumed)."""
+        paused = DefinitionPause.objects.values("definition_name")
+        return self.exclude(definition_name__in=paused)
+
+    def held(self, definition_name: str) -> WorkflowInstanceQuerySet:
+        """The active instances of ``definition_name``: what a pause of it holds."""
+        return self.active().filter(definition_name=definition_name)
+
     def due(self, now: datetime) -> WorkflowInstanceQuerySet:
-        """Active instances whose alarm has come, earliest first."""
-        return self.active().filter(alarm_at__lte=now).order_by("alarm_at", "id")
+        """Active instances whose alarm has come and whose definition is not paused,
+        earliest first."""
+        return self.active().unheld().filter(alarm_at__lte=now).order_by("alarm_at", "id")
 
     def finished(self) -> WorkflowInstanceQuerySet:
         return self.filter(status__in=TERMINAL_STATUSES)

@@ -164,14 +164,19 @@ def _claim(
     tick's trace to tell the events it receives (:class:`~.tracing.TickTrace`); the last,
     what the tick was woken for, for the wake lag metric (:func:`_woken_for`)."""
     with transaction.atomic():
-        instance = instance_rows.read_instance(instance_pk, lock=True)
-        if instance is None:
+        found = instance_rows.read_for_claim(instance_pk)
+        if found is None:
             return TickResult(TickOutcome.MISSING)
+        instance, definition_paused = found
         if instance.status not in ACTIVE_STATUSES:
             return TickResult(TickOutcome.INACTIVE, alarm_at=instance.alarm_at)
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
             return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
+        if definition_paused:
+            # Held: left due and without a bell (the sweeper skips it too); resuming the
+            # definition rings it (runtime/definition_pauses.py).
+            return TickResult(TickOutcome.HELD, alarm_at=instance.alarm_at)
         if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
             return TickResult(TickOutcome.QUEUED, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
@@ -402,6 +407,11 @@ def _settle_locked(
         # Paused or cancelled during the pass: leave the state the operator set.
         locked.release_lease(None, now)
         return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+    if result.stop_reason == StopReason.DEFINITION_PAUSED:
+        # Its definition was paused during the pass: held, due, as the claim leaves it.
+        locked.release_lease(now, now)
+        logger.info("definition paused key=%s: the instance is held", locked.key)
+        return TickResult(TickOutcome.HELD, alarm_at=now, replays=replays)
     _note_unreached(locked, result.unreached)
     match result.outcome:
         case PassOutcome.COMPLETED:

@@ -367,7 +367,8 @@ def _ring_in_batches(
 def sweep_backlog(now: datetime) -> tuple[QuerySet[WorkflowInstance], QuerySet[WorkflowInstance]]:
     """What :func:`sweep` rings at ``now``: the overdue instances and those whose alarm comes
     within the bell horizon without its bell (the sweeper's probe asks if either exists)."""
-    active = WorkflowInstance.objects.active()
+    # A paused definition's instances are held: no bell for them until it is resumed.
+    active = WorkflowInstance.objects.active().unheld()
     overdue = active.filter(alarm_at__lte=now - SWEEP_GRACE).filter(
         # Not again while the sweep's own bell may still be waiting in a busy queue.
         Q(bell_at__isnull=True) | Q(bell_at__lte=F("alarm_at")) | Q(bell_at__lte=now - SWEEP_RERING)
@@ -385,7 +386,7 @@ def alarms_by(until: datetime) -> QuerySet[WorkflowInstance]:
     """The active instances whose alarm (a lease expiry, a timer, a wait's deadline) comes
     by ``until``: while any exists the sweeper keeps its fast pace, as a worker that dies
     holding a lease is found by the first sweep after its expiry."""
-    return WorkflowInstance.objects.active().filter(alarm_at__lte=until)
+    return WorkflowInstance.objects.active().unheld().filter(alarm_at__lte=until)
 
 
 # Helpers ------------------------------------------------------------------------------

@@ -65,6 +65,21 @@ def read_instance(pk: int, *, lock: bool) -> WorkflowInstance | None:
     return _read(name, {"instance": pk})
 
 
+def read_for_claim(pk: int) -> tuple[WorkflowInstance, bool] | None:
+    """The instance ``pk`` under its row lock, and whether its definition is paused (None if
+    it is gone): the tick's claim reads both in one statement."""
+    name = (
+        "lock_instance_for_claim"
+        if connection.vendor == "postgresql"
+        else ("read_instance_for_claim")
+    )
+    with connection.cursor() as cursor:
+        row = executor.execute(cursor, name, {"instance": pk}).fetchone()
+    if row is None:
+        return None
+    return _instance(row[:-1]), bool(row[-1])
+
+
 def lock_of(instance: WorkflowInstance | str) -> WorkflowInstance | None:
     """The instance given as itself or by its key, under its row lock: the lookup and the
     lock in one statement (None if there is none).
@@ -85,6 +100,10 @@ def _read(name: str, values: dict[str, Any]) -> WorkflowInstance | None:
         row = executor.execute(cursor, name, values).fetchone()
     if row is None:
         return None
+    return _instance(row)
+
+
+def _instance(row: Sequence[Any]) -> WorkflowInstance:
     fields = converted(WorkflowInstance, sql.INSTANCE_COLUMNS, row)
     return WorkflowInstance.from_db(connection.alias, _attnames(), fields)
 

@@ -7,10 +7,11 @@ expiry, so an instance whose worker died comes due again by itself.
 
 The fencing invariant (``docs/concepts.md`` states the same):
 
-* **Starting an attempt or creating a step** needs the live lease *and* the status
-  ``running``, checked by the statement (or in the transaction) that writes
-  (:data:`~django_workerflow.store.sql.LEASE_HELD_RUNNING`). A pause or a cancel therefore takes
-  effect at the next step boundary, and a worker whose lease was taken over starts nothing.
+* **Starting an attempt or creating a step** needs the live lease, the status ``running``
+  *and* no pause of the instance's definition, checked by the statement (or in the
+  transaction) that writes (:data:`~django_workerflow.store.sql.LEASE_HELD_RUNNING`). A pause,
+  a definition's pause or a cancel therefore takes effect at the next step boundary, and a
+  worker whose lease was taken over starts nothing.
 * **Recording the success of an attempt already started** is fenced by the step row (still
   ``running``, same attempt number), not by the lease. A worker that lost its lease still
   records the success of the attempt it started, unless the new owner already recorded that
@@ -111,11 +112,14 @@ class Lease:
         return renewed
 
     def stop_reason(self, cursor: Any) -> StopReason:
-        """Why a fenced write matched nothing: the lease is gone, or the status changed."""
+        """Why a fenced write matched nothing: the lease is gone, the definition is paused,
+        or the status changed."""
         executor.execute_plain(cursor, "lease_token", {"instance": self.instance_pk})
         row = cursor.fetchone()
         if row is None or row[0] != self.token:
             return StopReason.LEASE_LOST
+        if row[1]:
+            return StopReason.DEFINITION_PAUSED
         return StopReason.NOT_RUNNING
 
     def _renewal(self, adapt: Any, now: datetime) -> dict[str, Any]:

@@ -20,6 +20,11 @@ PostgreSQL:
    :data:`HOUSEKEEPING_BATCH` rows (:func:`take_unlocked`, :func:`take_purgeable`): a row
    they skip is being worked on, and the next pass sees it again.
 
+5. **A definition's pause row is taken alone.** ``pause_definition`` inserts it and
+   ``resume_definition`` deletes it, each in a transaction that locks no instance row (the
+   tick's claim and the step fences only read it); resuming then rings the held instances as
+   housekeeping, rule 4 (:func:`take_unlocked`).
+
 A single instance row taken first in its transaction follows every rule: :func:`lock_instance`
 here, or the tick's and the verbs' named statements (:mod:`.instance_rows`), which look the
 row up and lock it in one statement. The one case the order cannot see ahead: an instance

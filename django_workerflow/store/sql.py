@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any
 
 from django_workerflow.models import (
+    DefinitionPause,
     InboundEvent,
     Step,
     StoredStepEvent,
@@ -34,6 +35,7 @@ STEP = Step._meta.db_table
 STEP_EVENT = StoredStepEvent._meta.db_table
 INBOUND = InboundEvent._meta.db_table
 WORKFLOW_EVENT = WorkflowEvent._meta.db_table
+DEFINITION_PAUSE = DefinitionPause._meta.db_table
 
 #: Every column of an instance, in the model's field order (a read builds the model from it).
 INSTANCE_COLUMNS = tuple(str(f.column) for f in WorkflowInstance._meta.concrete_fields)
@@ -62,8 +64,17 @@ STATE_PARAMS: dict[str, str] = {
 
 #: The instance row is leased by this token.
 LEASE_HELD = "id = %(instance)s::bigint AND lease_token = %(token)s::varchar"
-#: ... and the instance is running: starting an attempt or creating a step needs both.
-LEASE_HELD_RUNNING = f"{LEASE_HELD} AND status = %(status_running)s::varchar"
+#: The instance's definition is paused (a :class:`~django_workerflow.models.DefinitionPause`
+#: row names it; an index lookup on a table of a few rows).
+DEFINITION_PAUSED = (
+    f"EXISTS (SELECT 1 FROM {DEFINITION_PAUSE} "
+    f"WHERE {DEFINITION_PAUSE}.definition_name = {INSTANCE}.definition_name)"
+)
+#: ... and the instance is running, its definition not paused: starting an attempt or
+#: creating a step needs all three.
+LEASE_HELD_RUNNING = (
+    f"{LEASE_HELD} AND status = %(status_running)s::varchar AND NOT {DEFINITION_PAUSED}"
+)
 #: A renewal moves the lease expiry, and the alarm only while the instance is running (a
 #: paused or cancelled instance keeps the alarm its operator set).
 RENEW_LEASE_SET = (
@@ -189,6 +200,11 @@ _FUSED_RESULT = """
 _READ_INSTANCE = (
     f"SELECT {', '.join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
 )
+# The claim's read: the row and whether its definition is paused, in one statement.
+_READ_INSTANCE_FOR_CLAIM = (
+    f"SELECT {', '.join(INSTANCE_COLUMNS)}, {DEFINITION_PAUSED} FROM {INSTANCE} "
+    "WHERE id = %(instance)s::bigint"
+)
 _READ_INSTANCE_BY_KEY = (
     f'SELECT {", ".join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE "key" = %(key)s::varchar'
 )
@@ -218,6 +234,10 @@ _STATEMENTS: dict[str, str] = {
     "read_instance": _READ_INSTANCE,
     # ... under its row lock (PostgreSQL; SQLite's IMMEDIATE transaction holds the database's).
     "lock_instance": _READ_INSTANCE + " FOR UPDATE",
+    # The tick's claim: an instance row, every column, and whether its definition is paused.
+    "read_instance_for_claim": _READ_INSTANCE_FOR_CLAIM,
+    # ... under its row lock (PostgreSQL).
+    "lock_instance_for_claim": _READ_INSTANCE_FOR_CLAIM + " FOR UPDATE",
     # An instance row by its key, every column (send_event(): the lookup and the lock in
     # one statement).
     "read_instance_by_key": _READ_INSTANCE_BY_KEY,
@@ -243,8 +263,12 @@ _STATEMENTS: dict[str, str] = {
         WITH written AS (
             UPDATE {INSTANCE} SET {_PROGRESS_SET} WHERE {LEASE_HELD} RETURNING id
         ) SELECT pg_notify(%(channel)s::text, '') FROM written""",
-    # The current lease token of an instance: why a fenced write matched nothing.
-    "lease_token": f"SELECT lease_token FROM {INSTANCE} WHERE id = %(instance)s::bigint",
+    # The current lease token of an instance, and whether its definition is paused: why a
+    # fenced write matched nothing.
+    # ... and whether its definition is paused.
+    "lease_token": (
+        f"SELECT lease_token, {DEFINITION_PAUSED} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
+    ),
     # PostgreSQL: renew the lease, create a run step with attempt 1 started, and its event.
     "start_new_run_renewing": _RENEWING_FENCE + _START_NEW_RUN_TAIL + _FLUSH,
     # ... the same, committed without waiting for the WAL flush (autocommit only).

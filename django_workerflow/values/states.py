@@ -78,6 +78,8 @@ class TickOutcome(models.TextChoices):
     UNREGISTERED = "unregistered"
     MISSING = "missing"
     QUEUED = "queued"
+    #: Its definition is paused: left due, with no bell, until the definition is resumed.
+    HELD = "held"
 
 
 class AttemptOutcome(models.TextChoices):
@@ -118,3 +120,12 @@ class StopReason(models.TextChoices):
     NOT_RUNNING = "not_running"
     LEASE_LOST = "lease_lost"
     STOPPED = "stopped"
+    #: The instance's definition was paused (:func:`django_workerflow.pause_definition`).
+    DEFINITION_PAUSED = "definition_paused"
+
+
+class DefinitionPauseAction(models.TextChoices):
+    """What an operator did to a whole definition (a ``DefinitionPauseRecord``)."""
+
+    PAUSED = "paused"
+    RESUMED = "resumed"

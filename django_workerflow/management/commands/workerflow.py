@@ -7,6 +7,7 @@ argument exits non-zero with a one-line message, never a traceback.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import sys
@@ -23,8 +24,8 @@ from django_workerflow.console.terminal import render_list, render_show, safe
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError, WorkflowStateError
 from django_workerflow.management import deploy
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.runtime import definition_pauses, verbs
 from django_workerflow.runtime import purge as purging
-from django_workerflow.runtime import verbs
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
@@ -43,7 +44,8 @@ class OneLineParser(CommandParser):
 class Command(BaseCommand):
     help = (
         "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
-        "show, list, sweep, purge, metrics, retry, fork, wake, check-replay, export, health."
+        "pause-definition, resume-definition, show, list, sweep, purge, metrics, retry, fork, "
+        "wake, check-replay, export, health."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -93,6 +95,20 @@ class Command(BaseCommand):
 
         for name, text in (("pause", "Pause a running instance."), ("resume", "Resume it.")):
             sub.add_parser(name, help=text).add_argument("key", metavar="KEY")
+
+        pausing = sub.add_parser(
+            "pause-definition",
+            help="Pause every instance of a definition, in every cluster, until resumed.",
+        )
+        pausing.add_argument("name", metavar="NAME", help="The definition's name.")
+        pausing.add_argument("--reason", default="", help="Why (required; recorded).")
+        pausing.add_argument("--actor", help="Who (default: manage.py and the OS user).")
+        resuming = sub.add_parser(
+            "resume-definition", help="Let a paused definition's instances go on."
+        )
+        resuming.add_argument("name", metavar="NAME", help="The definition's name.")
+        resuming.add_argument("--reason", default="", help="Why (optional; recorded).")
+        resuming.add_argument("--actor", help="Who (default: manage.py and the OS user).")
 
         cancel = sub.add_parser("cancel", help="Cancel an unfinished instance.")
         cancel.add_argument("key", metavar="KEY")
@@ -209,6 +225,23 @@ class Command(BaseCommand):
         except WorkflowStateError:
             raise CommandError(f"Instance {key!r} is {_status(key)}, not paused.") from None
         self.stdout.write(f"Resumed {key!r}.")
+
+    def handle_pause_definition(
+        self, *, name: str, reason: str, actor: str | None, **_: Any
+    ) -> None:
+        if not definition_pauses.pause_definition(name, reason=reason, actor=_actor(actor)):
+            raise CommandError(f"Definition {name!r} is paused already: nothing changed.")
+        self.stdout.write(
+            f"Paused definition {name!r}: no attempt of its instances starts until "
+            "resume-definition; running ones stop at their next step boundary."
+        )
+
+    def handle_resume_definition(
+        self, *, name: str, reason: str, actor: str | None, **_: Any
+    ) -> None:
+        if not definition_pauses.resume_definition(name, reason=reason, actor=_actor(actor)):
+            raise CommandError(f"Definition {name!r} is not paused: nothing changed.")
+        self.stdout.write(f"Resumed definition {name!r}: its due instances are rung.")
 
     def handle_cancel(self, *, key: str, reason: str | None, **_: Any) -> None:
         if not verbs.cancel(key, reason=reason or None):
@@ -327,3 +360,13 @@ def _duration(text: str) -> timedelta:
         return purging.parse_duration(text)
     except WorkerflowError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _actor(given: str | None) -> str:
+    """Who runs the command: ``--actor``, else ``manage.py`` and the OS user if known."""
+    if given:
+        return given
+    try:
+        return f"manage.py ({getpass.getuser()})"
+    except (KeyError, OSError):  # no user name in this environment
+        return "manage.py"

@@ -1,6 +1,6 @@
 WITH fence AS (
             UPDATE workerflow_workflowinstance SET lease_expires_at = %(expires)s::timestamptz, alarm_at = CASE WHEN status = %(status_running)s::varchar THEN %(expires)s::timestamptz ELSE alarm_at END
-            WHERE id = %(instance)s::bigint AND lease_token = %(token)s::varchar AND status = %(status_running)s::varchar
+            WHERE id = %(instance)s::bigint AND lease_token = %(token)s::varchar AND status = %(status_running)s::varchar AND NOT EXISTS (SELECT 1 FROM workerflow_definitionpause WHERE workerflow_definitionpause.definition_name = workerflow_workflowinstance.definition_name)
             RETURNING id
         ),
         new_step AS (

@@ -1,1 +1,1 @@
-SELECT lease_token FROM workerflow_workflowinstance WHERE id = %(instance)s
+SELECT lease_token, EXISTS (SELECT 1 FROM workerflow_definitionpause WHERE workerflow_definitionpause.definition_name = workerflow_workflowinstance.definition_name) FROM workerflow_workflowinstance WHERE id = %(instance)s

@@ -1,6 +1,6 @@
 WITH fence AS (
             UPDATE workerflow_workflowinstance SET lease_expires_at = %(expires)s, alarm_at = CASE WHEN status = %(status_running)s THEN %(expires)s ELSE alarm_at END
-            WHERE id = %(instance)s AND lease_token = %(token)s AND status = %(status_running)s
+            WHERE id = %(instance)s AND lease_token = %(token)s AND status = %(status_running)s AND NOT EXISTS (SELECT 1 FROM workerflow_definitionpause WHERE workerflow_definitionpause.definition_name = workerflow_workflowinstance.definition_name)
             RETURNING id
         ),
         new_step AS (

@@ -10,7 +10,7 @@ WITH done AS (
         ),
         fence AS (
             SELECT id FROM workerflow_workflowinstance
-            WHERE id = %(instance)s AND lease_token = %(token)s AND status = %(status_running)s AND EXISTS (SELECT 1 FROM done) FOR SHARE
+            WHERE id = %(instance)s AND lease_token = %(token)s AND status = %(status_running)s AND NOT EXISTS (SELECT 1 FROM workerflow_definitionpause WHERE workerflow_definitionpause.definition_name = workerflow_workflowinstance.definition_name) AND EXISTS (SELECT 1 FROM done) FOR SHARE
         ),
         new_step AS (
             INSERT INTO workerflow_step (instance_id, step_id, type, state, parent_id, attempt_count, max_attempts, error_name, error_message, wake_at, event_name, timeout_at, created_at, derived_attempt_events)
