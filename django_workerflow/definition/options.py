@@ -1,4 +1,4 @@
-"""The schedule and flow-control settings of a definition, checked when it is declared."""
+"""The schedule, flow-control and step settings of a definition, checked when it is declared."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from croniter import CroniterBadDateError, croniter
+
+from django_workerflow.engine.step_timer import timeout_problem
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -57,7 +59,7 @@ def timezone_problem(name: object) -> str | None:
 
 
 def problems(cls: type[WorkflowDefinition]) -> list[str]:
-    """Every problem with the schedule and flow-control settings of ``cls``."""
+    """Every problem with the schedule, flow-control and step settings of ``cls``."""
     found = []
     if cls.schedule is not None and (problem := cron_problem(cls.schedule)):
         found.append(f"`schedule` = {cls.schedule!r} {problem}")
@@ -73,6 +75,8 @@ def problems(cls: type[WorkflowDefinition]) -> list[str]:
             f"`rate_limit` = {cls.rate_limit!r} must be (count, period): a positive integer "
             "and a positive timedelta, e.g. (10, timedelta(seconds=1))"
         )
+    if cls.step_timeout is not None and (problem := timeout_problem(cls.step_timeout)):
+        found.append(f"`step_timeout` = {cls.step_timeout!r} {problem}")
     return found
 
 
