@@ -105,8 +105,13 @@ class _Alarm:
         self.outer_deadline = now + outer_left if outer_left > 0 else None
         self.own_first = self.outer_deadline is None or self.deadline <= self.outer_deadline
         self.armed = True
-        signal.signal(signal.SIGALRM, self._fire)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds if self.own_first else outer_left)
+        try:
+            signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds if self.own_first else outer_left)
+        except BaseException:
+            # The enclosing timer fired in between and its handler raised: put it all back.
+            self.__exit__()
+            raise
 
     def __exit__(self, *exc_info: object) -> None:
         self.armed = False
