@@ -80,12 +80,17 @@ def _signals_usable() -> bool:
 
 
 def _message(step_id: str, seconds: float, elapsed: float | None = None) -> str:
-    took = "" if elapsed is None else f" (it took {elapsed:.3g} s)"
+    """Interrupted at the deadline (``elapsed`` None), or found over time on return."""
+    what = (
+        "was interrupted"
+        if elapsed is None
+        else f"was found over time when it returned after {elapsed:.3g} s (the timer could "
+        "not interrupt it there, or it caught the interruption); its result is discarded"
+    )
     return (
-        f"Run step '{step_id}' ran longer than its timeout of {seconds:g} s{took} and was "
-        "stopped. The attempt is retried under the step's max_attempts; make the callback "
-        "finish sooner (a shorter network timeout, smaller pieces of work), or raise the "
-        "step's timeout."
+        f"Run step '{step_id}' ran longer than its timeout of {seconds:g} s and {what}. The "
+        "attempt is retried under the step's max_attempts; make the callback finish sooner "
+        "(a shorter network timeout, smaller pieces of work), or raise the step's timeout."
     )
 
 
