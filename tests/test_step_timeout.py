@@ -6,6 +6,7 @@ in the test's (main) thread, so these tests use the signal timer a django-q2 wor
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 import socket
 import threading
@@ -128,6 +129,37 @@ def test_run__a_socket_read_that_never_gets_data_is_interrupted(harness, declare
 
     assert instance.status == WorkflowStatus.FAILED
     assert last_failure(instance, "read").error_name == StepTimeoutError.__name__
+
+
+def test_run__a_callback_that_catches_the_interruption_still_fails_its_attempt(harness, declare):
+    def swallows() -> str:
+        try:
+            time.sleep(30)
+        except Exception:
+            return "carried on"
+        return "slept"
+
+    definition = declare(lambda self: self.run("slow", swallows, timeout=0.2, max_attempts=1))
+    instance = run_once(harness, definition)
+
+    assert instance.status == WorkflowStatus.FAILED
+    failed = last_failure(instance, "slow")
+    assert failed.error_name == StepTimeoutError.__name__
+    assert "found over time when it returned" in failed.error_message
+
+
+def test_run__a_c_call_is_failed_when_it_returns_late(harness, declare):
+    # os.system waits for its child in C, retrying when the signal interrupts the wait.
+    definition = declare(
+        lambda self: self.run("shell", lambda: os.system("sleep 0.6"), timeout=0.2, max_attempts=1)
+    )
+    began = time.monotonic()
+    instance = run_once(harness, definition)
+    took = time.monotonic() - began
+
+    assert instance.status == WorkflowStatus.FAILED
+    assert last_failure(instance, "shell").error_name == StepTimeoutError.__name__
+    assert took >= 0.6  # not interrupted: the call ran to its end
 
 
 def test_run__a_timed_out_attempt_is_retried_and_a_later_one_succeeds(harness, declare):
