@@ -57,6 +57,13 @@ workerflow.W011
     by a view alone is registered in the web process and missing in the worker, and its
     instances wait forever. Move it into (or import it from) a ``workflows`` module. A
     ``django.tasks`` task's definition never warns: workers define it on demand.
+workerflow.W012
+    A definition's ``step_timeout`` is not below ``Q_CLUSTER["timeout"]``: django-q2 kills the
+    worker before the step's own limit fires, so a slow attempt costs a worker and is counted
+    as interrupted (``WorkerLostError`` after three) instead of failing with
+    ``StepTimeoutError`` and being retried. Lower ``step_timeout`` below ``timeout`` minus
+    ``WORKERFLOW_TICK_BUDGET``, or raise ``timeout``. Only the definitions' defaults are
+    checked: a ``timeout`` given to ``run()`` is known when the step runs.
 workerflow.E001
     ``Q_CLUSTER`` selects a django-q2 broker whose package is not installed, most often the
     Redis broker django-q2 falls back to when ``Q_CLUSTER`` names no other (no ``orm``): every
@@ -67,12 +74,14 @@ workerflow.E001
 from __future__ import annotations
 
 import importlib.util
+from datetime import timedelta
 from typing import Any
 
 from django import conf as django_conf
 from django.apps import apps
 from django.core.checks import Error, Tags, Warning, register
 
+from django_workerflow import registry
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
 
@@ -261,6 +270,34 @@ def check_definition_modules(app_configs: Any = None, **kwargs: Any) -> list[War
         )
         for definition in unimported_definitions()
     ]
+
+
+@register(Tags.compatibility)
+def check_step_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """W012: a definition's ``step_timeout`` that django-q2's process timeout pre-empts."""
+    timeout = _q_cluster().get("timeout")
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        return []  # no process timeout (W002) or one django-q2 itself rejects
+    return [
+        Warning(
+            f"Workflow definition {definition.name!r} version {definition.version!r} has "
+            f"step_timeout {seconds:g} s, not below Q_CLUSTER 'timeout' ({timeout} s): the "
+            "worker is killed before a slow step's own timeout fires.",
+            hint=f"Set step_timeout below {timeout} s minus WORKERFLOW_TICK_BUDGET, or raise "
+            "Q_CLUSTER['timeout']." + see("workerflow.W012"),
+            obj=definition,
+            id="workerflow.W012",
+        )
+        for definition in registry.definitions()
+        if (seconds := _step_timeout_seconds(definition)) is not None and seconds >= timeout
+    ]
+
+
+def _step_timeout_seconds(definition: type[Any]) -> float | None:
+    value = definition.step_timeout
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return None if value is None else float(value)
 
 
 # django-q2's brokers in the order it picks them (django_q.brokers.get_broker), each with the

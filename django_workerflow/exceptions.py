@@ -76,6 +76,16 @@ class WorkerLostError(StepOutcomeError):
     of run again."""
 
 
+class StepTimeoutError(StepOutcomeError):
+    """A run step's attempt ran longer than its ``timeout`` and was interrupted (or, where it
+    could not be interrupted, was found over time when its callback returned).
+
+    It fails that attempt only: the step is retried under its own ``max_attempts`` and
+    ``backoff`` like any failure. It is not a :class:`TimeoutError` on purpose: network code
+    often catches ``OSError`` around a read, and would swallow it.
+    """
+
+
 class WaitStepTimedOutError(StepOutcomeError):
     """A wait step's deadline passed before a matching event arrived."""
 

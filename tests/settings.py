@@ -20,6 +20,10 @@ INSTALLED_APPS = [*INSTALLED_APPS, "tests.clusterapp", "tests.readyapp"]
 if "WORKERFLOW_TEST_WORKERS" in os.environ:
     Q_CLUSTER = {**Q_CLUSTER, "workers": int(os.environ["WORKERFLOW_TEST_WORKERS"])}
 
+# A test's clusters may kill a task's worker sooner (django-q2's process timeout, seconds).
+if "WORKERFLOW_TEST_Q_TIMEOUT" in os.environ:
+    Q_CLUSTER = {**Q_CLUSTER, "timeout": int(os.environ["WORKERFLOW_TEST_Q_TIMEOUT"])}
+
 # A test's clusters may start without TASKS, as a worker started before TASKS named the
 # backend (tests/cluster/test_tasks_restart_cluster.py).
 if os.environ.get("WORKERFLOW_TEST_NO_TASKS"):

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 from django.test import override_settings
 
-from django_workerflow import checks
+from django_workerflow import WorkflowDefinition, checks, registry
 from django_workerflow.checks import (
     check_connection_reuse,
     check_definition_modules,
     check_sqlite_database,
+    check_step_timeouts,
     check_worker_settings,
 )
 
@@ -149,3 +151,33 @@ def test_checks__w006_says_how_late_timers_are_without_the_orm_broker():
     assert "0.25 s retry backoffs took 30 s" in warning.msg
     assert "15 to 47 s late" in warning.msg
     assert "0.04 s with the ORM broker" in warning.msg
+
+
+@pytest.mark.parametrize(
+    ("step_timeout", "warned"),
+    [(60, True), (timedelta(minutes=2), True), (59.5, False), (timedelta(seconds=30), False)],
+)
+def test_checks__warn_about_a_step_timeout_the_process_timeout_pre_empts(step_timeout, warned):
+    class Timed(WorkflowDefinition):
+        name = "checks-step-timeout"
+        version = "1"
+
+        def execute(self) -> None:
+            pass
+
+    Timed.step_timeout = step_timeout
+    try:
+        with override_settings(Q_CLUSTER=RECOMMENDED):
+            warnings = [w for w in check_step_timeouts() if w.obj is Timed]
+    finally:
+        registry.unregister(Timed)
+
+    assert [w.id for w in warnings] == (["workerflow.W012"] if warned else [])
+    if warned:
+        assert "'checks-step-timeout'" in warnings[0].msg
+        assert "below 60 s" in warnings[0].hint
+
+
+def test_checks__no_step_timeout_warning_without_a_process_timeout():
+    with override_settings(Q_CLUSTER={**RECOMMENDED, "timeout": None}):
+        assert check_step_timeouts() == []

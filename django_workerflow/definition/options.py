@@ -1,5 +1,5 @@
-"""The schedule, flow-control and debounce settings of a definition, checked when it is
-declared."""
+"""The schedule, flow-control, debounce and step settings of a definition, checked when it
+is declared."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from croniter import CroniterBadDateError, croniter
+
+from django_workerflow.engine.step_timer import timeout_problem
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -61,7 +63,7 @@ def timezone_problem(name: object) -> str | None:
 
 
 def problems(cls: type[WorkflowDefinition]) -> list[str]:
-    """Every problem with the schedule and flow-control settings of ``cls``."""
+    """Every problem with the schedule, flow-control and step settings of ``cls``."""
     found = []
     if cls.schedule is not None and (problem := cron_problem(cls.schedule)):
         found.append(f"`schedule` = {cls.schedule!r} {problem}")
@@ -83,6 +85,8 @@ def problems(cls: type[WorkflowDefinition]) -> list[str]:
             "`debounce` cannot be combined with `max_concurrency` or `rate_limit` (a queued "
             "instance's first tick belongs to admission); drop one of them"
         )
+    if cls.step_timeout is not None and (problem := timeout_problem(cls.step_timeout)):
+        found.append(f"`step_timeout` = {cls.step_timeout!r} {problem}")
     return found
 
 

@@ -54,6 +54,9 @@ class WorkflowDefinition:
     #: A registry loader registers it in any process on first use (a django.tasks task's
     #: definition): no module a worker imports needs to define it (check W011).
     registered_on_demand: ClassVar[bool] = False
+    #: The time limit of each attempt of this definition's run steps (seconds or a
+    #: timedelta) when ``run()`` gives none; None: no limit.
+    step_timeout: ClassVar[float | timedelta | None] = None
 
     def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
         # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered
@@ -137,6 +140,7 @@ class WorkflowDefinition:
         max_attempts: int = 3,
         backoff: Backoff | None = None,
         atomic: bool = False,
+        timeout: float | timedelta | None = None,
     ) -> Any:
         """Run ``fn`` once durably and return its (JSON round-tripped) result.
 
@@ -146,9 +150,21 @@ class WorkflowDefinition:
         after ``fn`` ran but before its result committed runs it again. With
         ``atomic=True``, ``fn`` runs inside the transaction that records its result, so its
         database writes happen exactly once.
+
+        ``timeout`` (seconds or a timedelta; None: the definition's ``step_timeout``) limits
+        each attempt: one that runs longer is interrupted and fails with
+        :class:`StepTimeoutError`, then is retried like any failure. See "Step timeouts" in
+        docs/concepts.md for which callbacks can be interrupted and which end with their
+        worker's process timeout. Raises :class:`WorkflowInputError` for a timeout that is
+        not a positive number of seconds or timedelta.
         """
         return self._current().run(
-            step_id, fn, max_attempts=max_attempts, backoff=backoff, atomic=atomic
+            step_id,
+            fn,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            atomic=atomic,
+            timeout=type(self).step_timeout if timeout is None else timeout,
         )
 
     def sleep(self, step_id: str, duration: float | timedelta) -> None:

@@ -252,7 +252,9 @@ class ReplayStore(RecordedSteps, StepLedger):
 class ReplayExecution(Execution):
     """An execution that never calls a run step's callback."""
 
-    def _attempt(self, record: StepRecord, fn: Any, backoff: Any, atomic: bool) -> Any:
+    def _attempt(
+        self, record: StepRecord, fn: Any, backoff: Any, atomic: bool, timeout: float | None
+    ) -> Any:
         # An attempt in progress: its outcome is not in the history yet.
         raise HistoryEnd(record.step_id)
 

@@ -12,12 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from django.db import DatabaseError, transaction
 
 from django_workerflow import tracing
 from django_workerflow.conf import settings
+from django_workerflow.engine import step_timer
 from django_workerflow.engine.failures import (
     INTERRUPTED_ERROR_NAME,
     INTERRUPTED_MESSAGE,
@@ -35,6 +37,7 @@ from django_workerflow.exceptions import (
     DuplicateStepIdError,
     NondeterminismError,
     NonRetryableStepError,
+    StepTimeoutError,
     WaitStepTimedOutError,
     WorkerflowError,
     WorkerLostError,
@@ -272,8 +275,11 @@ class Execution:
         max_attempts: int = 3,
         backoff: Backoff | None = None,
         atomic: bool = False,
+        timeout: float | timedelta | None = None,
     ) -> Any:
         self._reach(step_id)
+        # The limit is checked on every reach, so a bad one fails even a recorded step.
+        seconds = None if timeout is None else step_timer.timeout_seconds(timeout, step_id=step_id)
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise WorkflowInputError(
                 f"max_attempts of run step '{step_id}' must be a whole number >= 1, "
@@ -298,7 +304,7 @@ class Execution:
                 fuse=True,
             )
             METERS.attempt_started(self.definition_name, StepType.RUN)
-            return self._attempt(record, fn, backoff, atomic)
+            return self._attempt(record, fn, backoff, atomic, seconds)
         self._check_kind(record, StepType.RUN)
         if record.state == StepState.SUCCEEDED:
             return record.result
@@ -307,7 +313,7 @@ class Execution:
         if record.state == StepState.RUNNING:
             if not self._was_interrupted(step_id):
                 # Suspended by a child step in an earlier tick: the same attempt goes on.
-                return self._attempt(record, fn, backoff, atomic)
+                return self._attempt(record, fn, backoff, atomic, seconds)
             # A step whose attempts keep killing their worker must not loop for ever.
             interruptions = 1 + store.interrupted_attempts(step_id, INTERRUPTED_ERROR_NAME)
             lost = interruptions >= settings.MAX_INTERRUPTED_ATTEMPTS
@@ -336,7 +342,7 @@ class Execution:
         self._boundary()
         record = self._write(store.mark_attempt_started, step_id, record.attempt_count + 1)
         METERS.attempt_started(self.definition_name, StepType.RUN)
-        return self._attempt(record, fn, backoff, atomic)
+        return self._attempt(record, fn, backoff, atomic, seconds)
 
     def _was_interrupted(self, step_id: str) -> bool:
         """A 'running' step was interrupted if the tick that ran it crashed (its lease was
@@ -351,8 +357,16 @@ class Execution:
         return not self.store.has_running_or_waiting_child_steps(step_id)
 
     def _attempt(
-        self, record: StepRecord, fn: Callable[[], Any], backoff: Backoff | None, atomic: bool
+        self,
+        record: StepRecord,
+        fn: Callable[[], Any],
+        backoff: Backoff | None,
+        atomic: bool,
+        timeout: float | None,
     ) -> Any:
+        if timeout is not None:
+            # Only a step with a limit pays for the timer.
+            fn = partial(step_timer.run_limited, fn, step_id=record.step_id, seconds=timeout)
         self.parents.append(record.step_id)
         # The attempt's duration, as the metric counts it, on the engine's clock (the test
         # harness's virtual time applies).
@@ -370,7 +384,7 @@ class Execution:
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, started, non_retryable=True)
         except BaseException as exc:  # exit() or Ctrl-C in a callback fails its attempt too
-            if passes_through(exc):
+            if passes_through(exc) or self._enclosing_timeout(exc, record.step_id):
                 raise
             if self.fatal is not None:
                 raise self.fatal from exc
@@ -388,6 +402,15 @@ class Execution:
             return self._record_success(record, value, started)
         except _UnserializableResult as exc:
             self._record_failure(record, exc.failure, backoff, started, non_retryable=True)
+
+    def _enclosing_timeout(self, exc: BaseException, step_id: str) -> bool:
+        """Whether ``exc`` is the timeout of an enclosing run step, which fails that step's
+        attempt, not this one's (this one goes on when the enclosing step runs again)."""
+        return (
+            isinstance(exc, StepTimeoutError)
+            and exc.step_id != step_id
+            and exc.step_id in self.parents
+        )
 
     def _call(self, record: StepRecord, fn: Callable[[], Any]) -> Any:
         """Run an attempt's callback in its span (the tick is traced)."""

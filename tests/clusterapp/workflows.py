@@ -377,6 +377,46 @@ class LongStep(WorkflowDefinition):
         return pid
 
 
+# Step timeouts (tests/cluster/test_step_timeout_cluster.py) ------------------------------
+
+
+class TimedStep(WorkflowDefinition):
+    """One run step with a timeout (input ``timeout``, seconds) whose attempts overrun it the
+    way ``how`` says: ``sleep`` (time.sleep), ``loop`` (a busy Python loop) or ``c-call``
+    (``os.system``, which waits for its child in C and retries when a signal interrupts
+    that wait). The first attempt of ``sleep`` and ``loop`` overruns, later ones return at
+    once; every ``c-call`` attempt overruns. Each attempt appends ``<attempt start, epoch
+    seconds> <pid>`` to the file ``trace``.
+    """
+
+    name = "cluster-timed-step"
+    version = "1"
+
+    def execute(self) -> int:
+        return self.run(
+            "timed",
+            self.overrun,
+            timeout=self.input["timeout"],
+            max_attempts=self.input.get("max_attempts", 3),
+        )
+
+    def overrun(self) -> int:
+        trace, how = self.input["trace"], self.input["how"]
+        first = not Path(trace).exists()
+        append_line(trace, f"{time.time():.6f} {os.getpid()}")
+        if how == "c-call":
+            return os.system(f"sleep {self.input['hold']}")
+        if not first:
+            return 0
+        if how == "sleep":
+            time.sleep(self.input["hold"])
+        else:
+            deadline = time.monotonic() + self.input["hold"]
+            while time.monotonic() < deadline:
+                pass
+        return 1
+
+
 if os.environ.get("WORKERFLOW_TEST_EVERY_SECOND"):
     # Only in the clusters of tests/cluster/test_schedule_on_time.py: a schedule declared in
     # every test process would start instances in every harness test that walks time.
