@@ -297,8 +297,8 @@ def reminder(port: int, password: str, tour: Tour) -> str:
   - failed, to Retry or Fork after {tour.partner_up_at}: {tour.failed}
   - queued behind a concurrency limit: {tour.queued}
   - showing its progress bar (1 of 2, waiting for the warehouse): {tour.first}
-  - held by their paused definition {PAUSED}: {", ".join(tour.held)}
-    (Resume it on {definitions_url(base)})
+  - held by their paused definition, {PAUSED}: {", ".join(tour.held)}
+    Resume it on {definitions_url(base)}
   - started three times, run once with the last title (debounced): {tour.debounced}
   - {SCHEDULE}, a schedule firing every minute: Workflows > Workflow schedules
   Press Ctrl-C to stop.
@@ -329,11 +329,12 @@ def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
   - {tour.first} shows its progress bar on its page (1 of 2: waiting for the
     warehouse). {tour.queued} is queued behind it (one handover per warehouse at a
     time): send {tour.first} the event warehouse.handed-over and the queued one starts.
-  - {PAUSED} is paused ("{PAUSE_REASON}", by demo): {" and ".join(tour.held)}
-    wait, pending. Press Resume on {definitions_url(base)}
-    (or run `manage.py workerflow resume-definition {PAUSED}`) and they complete.
-  - {tour.debounced} was started three times in a row with debounce: it runs once, 5 s
-    after the last start, with the last title.
+  - {PAUSED} is paused ("{PAUSE_REASON}", by demo): {tour.held[0]} and
+    {tour.held[1]} wait, pending. Press its Resume on the Definitions page,
+    {definitions_url(base)}
+    (or run `manage.py workerflow resume-definition {PAUSED}`): they complete.
+  - {tour.debounced} was started three times in a row (debounced): it runs once, 5 s after
+    the last start, with the last title.
   - {SCHEDULE} runs every minute, Paris time: see Workflows > Workflow schedules.
 
   Press Ctrl-C to stop.

@@ -183,15 +183,15 @@ def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
         in reminder
     )
     assert (
-        '- demo-partner-sync is paused ("partner API down (demo)", by demo): sync-AB12-1 and '
-        "sync-AB12-2\n    wait, pending. Press Resume on "
-        "http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/\n"
-        "    (or run `manage.py workerflow resume-definition demo-partner-sync`) and they "
-        "complete.\n"
+        '- demo-partner-sync is paused ("partner API down (demo)", by demo): sync-AB12-1 and\n'
+        "    sync-AB12-2 wait, pending. Press its Resume on the Definitions page,\n"
+        "    http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/\n"
+        "    (or run `manage.py workerflow resume-definition demo-partner-sync`): they complete.\n"
     ) in banner
-    assert "- held by their paused definition demo-partner-sync: sync-AB12-1, sync-AB12-2\n" in (
-        reminder
-    )
+    assert (
+        "- held by their paused definition, demo-partner-sync: sync-AB12-1, sync-AB12-2\n"
+        "    Resume it on http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/\n"
+    ) in reminder
 
 
 def test_demo__waits_for_the_invoice_to_fail_while_the_worker_runs(demo_tour, monkeypatch):
