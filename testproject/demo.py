@@ -73,6 +73,10 @@ def main() -> int:
         print("\nStopping the worker and the web server...")
         return 0
     finally:
+        # A second signal must not cut the stop short and leave the worker running alone:
+        # `timeout make demo` and make itself each send one.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stop(web)
         stop(worker)
 
