@@ -4,7 +4,8 @@ Starts from a fresh SQLite demo database (``DEMO_KEEP_DB=1`` keeps the last run'
 it, creates an admin login with a fresh random password,
 starts one `qcluster` and `runserver`, places a few example orders (each starts an order
 workflow), starts the tour's instances (one that fails, so Retry and Fork can be tried; two
-behind a concurrency limit, one of them queued and the other showing its progress; a
+behind a concurrency limit, one of them queued and the other showing its progress; two held
+by their paused definition, to Resume; one started three times and run once, debounced; a
 schedule fires every minute) and prints where to look, then prints the admin address, the
 login and what it seeded again once the worker's start-up output is over. It serves on
 ``DEMO_PORT`` (default 8000), or on a free port it names when that one is busy. Ctrl-C stops
@@ -72,6 +73,10 @@ def main() -> int:
         print("\nStopping the worker and the web server...")
         return 0
     finally:
+        # A second signal must not cut the stop short and leave the worker running alone:
+        # `timeout make demo` and make itself each send one.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stop(web)
         stop(worker)
 
@@ -213,15 +218,23 @@ class Tour:
     partner_up_at: str  # when the partner is back ("HH:MM:SS UTC"): Retry works after it
     first: str  # the handover under way, showing its progress (1 of 2)
     queued: str  # the handover queued behind it
+    held: tuple[str, ...]  # the partner syncs held while their definition is paused
+    debounced: str  # the reindex started three times, run once with the last input
 
 
 SCHEDULE = "demo-minute-count"  # the tour's schedule (testproject/demoapp/workflows.py)
+PAUSED = "demo-partner-sync"  # the tour's paused definition
+PAUSE_REASON = "partner API down (demo)"
+REINDEX_TITLES = ("Blue mug", "Blue mug, 350 ml", "Blue mug, 350 ml, dishwasher-safe")
 
 
 def start_tour() -> Tour:
-    """The tour's instances: an invoice whose partner is down for a minute (it fails), and two
+    """The tour's instances: an invoice whose partner is down for a minute (it fails); two
     warehouse handovers behind ``max_concurrency = 1`` (the first shows its progress, the
-    second is queued). The schedule needs no start: it fires every minute on its own."""
+    second is queued); two partner syncs held because their definition is paused first (by
+    "demo"); a search reindex started three times, which runs once with the last title (its
+    definition's ``debounce``). The schedule needs no start: it fires every minute on its
+    own."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -243,11 +256,25 @@ def start_tour() -> Tour:
         ).key
         for turn in ("first", "queued")
     ]
+    # Paused before the starts: no attempt of theirs runs until it is resumed.
+    workerflow.pause_definition(PAUSED, reason=PAUSE_REASON, actor="demo")
+    held = tuple(
+        workerflow.start(
+            PAUSED, key=f"sync-{stamp}-{n}", input={"order_number": f"ORD-{stamp}-{n}"}
+        ).key
+        for n in (1, 2)
+    )
+    for title in REINDEX_TITLES:  # a burst of edits: each start puts the run off again
+        reindex = workerflow.start(
+            "demo-search-reindex", key=f"reindex-{stamp}", input={"title": title}
+        )
     return Tour(
         failed=invoice.key,
         partner_up_at=f"{up_at:%H:%M:%S} UTC",
         first=handovers[0],
         queued=handovers[1],
+        held=held,
+        debounced=reindex.key,
     )
 
 
@@ -274,6 +301,9 @@ def reminder(port: int, password: str, tour: Tour) -> str:
   - failed, to Retry or Fork after {tour.partner_up_at}: {tour.failed}
   - queued behind a concurrency limit: {tour.queued}
   - showing its progress bar (1 of 2, waiting for the warehouse): {tour.first}
+  - held by their paused definition, {PAUSED}: {", ".join(tour.held)}
+    Resume it on {definitions_url(base)}
+  - started three times, run once with the last title (debounced): {tour.debounced}
   - {SCHEDULE}, a schedule firing every minute: Workflows > Workflow schedules
   Press Ctrl-C to stop.
 """
@@ -303,10 +333,23 @@ def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
   - {tour.first} shows its progress bar on its page (1 of 2: waiting for the
     warehouse). {tour.queued} is queued behind it (one handover per warehouse at a
     time): send {tour.first} the event warehouse.handed-over and the queued one starts.
+  - {PAUSED} is paused ("{PAUSE_REASON}", by demo): {tour.held[0]} and
+    {tour.held[1]} wait, pending. Press its Resume on the Definitions page,
+    {definitions_url(base)}
+    (or run `manage.py workerflow resume-definition {PAUSED}`): they complete.
+  - {tour.debounced} was started three times in a row (debounced): it runs once, 5 s after
+    the last start, with the last title.
   - {SCHEDULE} runs every minute, Paris time: see Workflows > Workflow schedules.
 
   Press Ctrl-C to stop.
 """
+
+
+def definitions_url(base: str) -> str:
+    """The admin's Definitions page, where a paused definition is resumed."""
+    from django.urls import reverse
+
+    return f"{base}{reverse('admin:workerflow_definitions')}"
 
 
 if __name__ == "__main__":

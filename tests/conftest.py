@@ -176,7 +176,13 @@ def demo_tour(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         module = importlib.reload(sys.modules[DEMO_TOUR])
     else:
         module = importlib.import_module(DEMO_TOUR)
-    definitions = [module.InvoiceOrder, module.WarehouseHandover, module.MinuteOrderCount]
+    definitions = [
+        module.InvoiceOrder,
+        module.WarehouseHandover,
+        module.MinuteOrderCount,
+        module.PartnerSync,
+        module.SearchReindex,
+    ]
     imported = drift.worker_imported_modules
     monkeypatch.setattr(drift, "worker_imported_modules", lambda: imported() | {DEMO_TOUR})
     try:

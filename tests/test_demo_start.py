@@ -106,6 +106,58 @@ def test_demo__run_twice_starts_afresh_and_names_the_port_it_took(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads children from /proc")
+def test_demo__a_second_signal_while_stopping_still_stops_the_worker_and_the_server(tmp_path):
+    """`timeout make demo` signals make and the demo, and make signals the demo again: the
+    demo stops its worker and web server all the same, leaving neither behind."""
+    env = {
+        **os.environ,
+        "WORKERFLOW_SQLITE_PATH": str(tmp_path / "demo.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "DEMO_PORT": "0",
+    }
+    env.pop("WORKERFLOW_DB", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "testproject.demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:
+            if "django-workerflow demo is running" in line:
+                break
+        children = _children(process.pid)
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.05)  # inside its stop
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+    time.sleep(1)  # the orphans, if any, reaped by init
+    assert len(children) == 2  # qcluster and runserver
+    assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.slow
 def test_make_test__says_how_many_browser_tests_it_skipped_and_how_to_include_them(tmp_path):
     """A pytest run where Playwright cannot be imported (a stand-in package that raises
     ModuleNotFoundError, as on a machine without it) ends with a banner naming the count

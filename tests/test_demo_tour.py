@@ -1,7 +1,8 @@
 """`make demo`'s tour (testproject/demoapp, installed by the demo only): an invoice that fails
 until its partner is back, then retries; a handover queued behind another for the same
-warehouse; a schedule that fires every minute. And what testproject/demo.py seeds and prints,
-without starting its worker or web server."""
+warehouse; a schedule that fires every minute; a partner sync held by its paused definition
+until it is resumed; a reindex started three times that runs once. And what
+testproject/demo.py seeds and prints, without starting its worker or web server."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import django_workerflow as workerflow
-from django_workerflow.models import WorkflowInstance
+from django_workerflow.models import DefinitionPause, Step, WorkflowInstance
 from django_workerflow.testing import Harness
 from testproject import demo
 
@@ -106,12 +107,53 @@ def test_demo__seeds_a_failed_invoice_a_queued_handover_and_one_showing_progress
         assert {f"order-{number}" for number in orders} <= set(status)
 
 
+def test_demo__holds_the_partner_syncs_of_its_paused_definition_until_it_is_resumed(
+    demo_tour, monkeypatch
+):
+    with Harness(start=T0) as harness:
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        seeded = demo.start_tour()
+        pause = DefinitionPause.objects.get(definition_name=demo.PAUSED)
+        assert (pause.reason, pause.paused_by) == ("partner API down (demo)", "demo")
+        ticks = harness.drain() + harness.advance(timedelta(minutes=2))
+        held = WorkflowInstance.objects.filter(key__in=seeded.held)
+        assert len(seeded.held) == 2
+        assert sorted(held.values_list("status", flat=True)) == ["pending", "pending"]
+        assert not Step.objects.filter(instance__in=held).exists()
+        assert ticks > 0  # the harness ran the tour's other instances meanwhile
+
+        assert workerflow.resume_definition(demo.PAUSED, actor="you") is True
+        harness.drain()
+        assert dict(held.values_list("key", "status")) == dict.fromkeys(seeded.held, "completed")
+        first = WorkflowInstance.objects.get(key=seeded.held[0])
+        assert first.result == {"synced": first.input["order_number"]}
+
+
+def test_demo__the_reindex_started_three_times_runs_once_with_the_last_title(
+    demo_tour, monkeypatch
+):
+    with Harness(start=T0) as harness:
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        seeded = demo.start_tour()
+        harness.drain()
+        reindex = WorkflowInstance.objects.get(key=seeded.debounced)
+        assert reindex.status == "pending"  # its debounce has not passed
+        harness.advance(timedelta(seconds=5))
+        reindex.refresh_from_db()
+        assert WorkflowInstance.objects.filter(definition_name="demo-search-reindex").count() == 1
+        assert reindex.status == "completed"
+        assert reindex.result == {"indexed": "Blue mug, 350 ml, dishwasher-safe"}
+        assert list(reindex.steps.values_list("step_id", "attempt_count")) == [("reindex", 1)]
+
+
 def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
     seeded = demo.Tour(
         failed="invoice-AB12",
         partner_up_at="20:01:30 UTC",
         first="handover-AB12-first",
         queued="handover-AB12-queued",
+        held=("sync-AB12-1", "sync-AB12-2"),
+        debounced="reindex-AB12",
     )
     seen = [
         "http://127.0.0.1:8123/admin/workerflow/workflowinstance/",
@@ -124,6 +166,11 @@ def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
         "handover-AB12-first",
         "demo-minute-count",
         "every minute",
+        "sync-AB12-1",
+        "sync-AB12-2",
+        "http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/",
+        "reindex-AB12",
+        "three times",
     ]
     banner = demo.banner(8123, "s3cret", ["PAI-1", "PAR-2"], seeded)
     reminder = demo.reminder(8123, "s3cret", seeded)
@@ -135,6 +182,16 @@ def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
         "- showing its progress bar (1 of 2, waiting for the warehouse): handover-AB12-first\n"
         in reminder
     )
+    assert (
+        '- demo-partner-sync is paused ("partner API down (demo)", by demo): sync-AB12-1 and\n'
+        "    sync-AB12-2 wait, pending. Press its Resume on the Definitions page,\n"
+        "    http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/\n"
+        "    (or run `manage.py workerflow resume-definition demo-partner-sync`): they complete.\n"
+    ) in banner
+    assert (
+        "- held by their paused definition, demo-partner-sync: sync-AB12-1, sync-AB12-2\n"
+        "    Resume it on http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/\n"
+    ) in reminder
 
 
 def test_demo__waits_for_the_invoice_to_fail_while_the_worker_runs(demo_tour, monkeypatch):

@@ -1,6 +1,7 @@
 """The demo's tour: a workflow that fails (to try Retry and Fork), one with a concurrency
-limit (to see an instance queued) that reports its progress, and a schedule that fires every
-minute.
+limit (to see an instance queued) that reports its progress, a schedule that fires every
+minute, a partner sync whose definition the demo pauses (to try Resume), and a debounced
+search reindex.
 
 Installed by ``make demo`` only (``WORKERFLOW_DEMO=1``, see ``testproject/settings.py``).
 """
@@ -72,3 +73,26 @@ class MinuteOrderCount(WorkflowDefinition):
 
     def execute(self) -> dict:
         return self.run("count-orders", services.count_orders_by_status)
+
+
+class PartnerSync(WorkflowDefinition):
+    """Push an order to the shipping partner. The demo pauses this definition before starting
+    two ("partner API down"): they wait, pending, until it is resumed."""
+
+    name = "demo-partner-sync"
+    version = "1"
+
+    def execute(self) -> dict:
+        return self.run("push-order", lambda: {"synced": self.input["order_number"]})
+
+
+class SearchReindex(WorkflowDefinition):
+    """Reindex a product after an edit. A burst of edits of one product runs it once, with the
+    last edit's input: each start of the same key within 5 s puts the run off."""
+
+    name = "demo-search-reindex"
+    version = "1"
+    debounce = 5
+
+    def execute(self) -> dict:
+        return self.run("reindex", lambda: {"indexed": self.input["title"]})

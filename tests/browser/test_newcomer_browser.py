@@ -2,8 +2,9 @@
 fits; the confirmation pages (retry, fork, send event, cancel) and a schedule's page look like
 Django's own pages of this version (breadcrumbs, buttons, fields); a child step's timeline row
 has a bar; a forked instance says "forked to"; a queued one names its concurrency key; the
-schedules page lists recent instances; what `make demo` seeds reads right in the list, and its
-failed invoice completes after a Retry.
+schedules page lists recent instances; what `make demo` seeds reads right in the list, its
+failed invoice completes after a Retry, and its paused partner sync shows on the Definitions
+page, whose Resume lets its held instances complete.
 
 With WORKERFLOW_DOCS_SCREENSHOTS=1 the pictures docs/images/newcomer-*-django<N>.png are
 written (N: this Django's major version), one viewport each.
@@ -363,7 +364,8 @@ def test_schedule_change_page__looks_like_djangos_own(live_server, chromium, sch
 def demo_seeded(demo_tour, monkeypatch):
     """What `make demo` seeds, and its worker's first minute, run by the harness: the
     example orders; the invoice failed (its partner is down for a minute), two handovers
-    (one showing its progress, one queued); the minute schedule fired once. Yields the
+    (one showing its progress, one queued), two partner syncs held by their paused
+    definition, the debounced reindex completed; the minute schedule fired once. Yields the
     harness and the tour's keys.
 
     The clock starts 10 s past a minute, so that the 61 s walked cross one minute
@@ -434,5 +436,38 @@ def test_demo__the_overview_counts_the_tour(live_server, chromium, demo_seeded):
         gate.locator("a").click()
         expect(page.locator("#result_list tbody tr")).to_have_count(1)
         expect(page.locator("#result_list")).to_contain_text(tour.queued)
+    finally:
+        context.close()
+
+
+def test_demo__the_paused_partner_sync_is_listed_then_resumed_and_its_syncs_complete(
+    live_server, chromium, demo_seeded
+):
+    """The demo's paused definition, as its banner says to find it: on the overview's
+    warning and on the Definitions page (who paused it and why); its Resume button lets the
+    held syncs run."""
+    harness, tour = demo_seeded
+    context, page = operator_page(chromium, live_server)
+    try:
+        for key in tour.held:
+            expect(row(page, key).locator(".wf-badge")).to_have_text("Pending")
+        page.locator("#wf-overview-link").click()
+        expect(page.locator(".wf-paused-definition")).to_contain_text(f"{demo.PAUSED} is paused")
+        page.locator("#wf-definitions-link").click()
+        paused = page.locator(f"tr[data-definition='{demo.PAUSED}']")
+        expect(paused).to_have_class(re.compile(r"\bwf-definition-paused\b"))
+        expect(paused).to_contain_text(f"by demo: {demo.PAUSE_REASON}")
+        docs_screenshot(page, "demo-definitions")
+        paused.get_by_role("button", name="Resume").click()
+        expect(page.locator("ul.messagelist li")).to_contain_text(
+            f"Resumed definition '{demo.PAUSED}'"
+        )
+        expect(page.locator(f"tr[data-definition='{demo.PAUSED}']")).not_to_have_class(
+            re.compile(r"\bwf-definition-paused\b")
+        )
+        harness.drain()
+        page.goto(f"{live_server.url}{CHANGELIST}?level=top")
+        for key in tour.held:
+            expect(row(page, key).locator(".wf-badge")).to_have_text("Completed")
     finally:
         context.close()
