@@ -197,6 +197,19 @@ def test_schedules_page__shows_times_in_the_schedules_zone_and_in_utc(admin_clie
     assert "with Redis: 15 to 47 s late" in page
 
 
+@pytest.mark.parametrize("page_name", ["workerflow_overview", "workerflow_definitions"])
+def test_app_pages__draw_the_breadcrumbs_of_this_django_version(admin_client, page_name):
+    page = admin_client.get(reverse(f"admin:{page_name}")).content.decode()
+    app = reverse("admin:app_list", kwargs={"app_label": "workerflow"})
+    if django.VERSION >= (6, 0):
+        assert '<ol class="breadcrumbs">' in page
+        assert f'<li><a href="{app}">' in page  # Home > Workflows > the page
+    else:
+        assert '<div class="breadcrumbs">' in page
+        assert f'&rsaquo; <a href="{app}">' in page
+    assert page_name.replace("workerflow_", "wf-") in page  # the page's own body class
+
+
 # Confirmation pages ---------------------------------------------------------------------
 
 
