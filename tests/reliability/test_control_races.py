@@ -317,6 +317,22 @@ class ControlRaces(RuleBasedStateMachine):
         one still pending (one run of 25 machines reached no ``pending -> cancelled``)."""
         self.fire(self.start(fail_at), [("cancel", 0.0), ("send_event", delay)])
 
+    @rule(
+        choice=st.integers(0, MAX_INSTANCES - 1),
+        fail_at=FAIL_AT,
+        delay=st.sampled_from([0.0, 0.0005, 0.002]),
+    )
+    def cancel_of_a_paused_one_races_an_event(
+        self, choice: int, fail_at: str | None, delay: float
+    ) -> None:
+        """Pause one unfinished instance outright, then cancel it while an event is sent to
+        it: a run of 25 machines once reached no ``paused -> cancelled`` either."""
+        key = self.pick(choice, fail_at)
+        pk = WorkflowInstance.objects.values_list("pk", flat=True).get(key=key)
+        self.perform("tick", key, pk)  # a pending instance starts running
+        self.perform("pause", key, pk)
+        self.fire(key, [("cancel", 0.0), ("send_event", delay)])
+
     def pick(self, choice: int, fail_at: str | None) -> str:
         """One of the machine's unfinished instances (a new one if all finished)."""
         live = self.live_keys() or [self.start(fail_at)]
