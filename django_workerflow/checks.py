@@ -74,7 +74,6 @@ workerflow.E001
 from __future__ import annotations
 
 import importlib.util
-from datetime import timedelta
 from typing import Any
 
 from django import conf as django_conf
@@ -84,6 +83,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django_workerflow import registry
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
+from django_workerflow.definition.options import as_timedelta
 
 # Every hint ends with the address of the documentation row that explains its check.
 DOCS_URL = "https://github.com/django-workerflow/django-workerflow/blob/main/docs/operations.md"
@@ -289,15 +289,9 @@ def check_step_timeouts(app_configs: Any = None, **kwargs: Any) -> list[Warning]
             id="workerflow.W012",
         )
         for definition in registry.definitions()
-        if (seconds := _step_timeout_seconds(definition)) is not None and seconds >= timeout
+        if definition.step_timeout is not None
+        and (seconds := as_timedelta(definition.step_timeout).total_seconds()) >= timeout
     ]
-
-
-def _step_timeout_seconds(definition: type[Any]) -> float | None:
-    value = definition.step_timeout
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return None if value is None else float(value)
 
 
 # django-q2's brokers in the order it picks them (django_q.brokers.get_broker), each with the

@@ -75,14 +75,7 @@ def test_demo__run_twice_starts_afresh_and_names_the_port_it_took(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         env["DEMO_PORT"] = str(busy.getsockname()[1])
-        process = subprocess.Popen(
-            [sys.executable, "-m", "testproject.demo"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        process = _spawn_demo(env)
         lines = []
         assert process.stdout is not None
         try:
@@ -117,14 +110,7 @@ def test_demo__a_second_signal_while_stopping_still_stops_the_worker_and_the_ser
         "DEMO_PORT": "0",
     }
     env.pop("WORKERFLOW_DB", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "testproject.demo"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = _spawn_demo(env)
     assert process.stdout is not None
     try:
         for line in process.stdout:
@@ -142,6 +128,18 @@ def test_demo__a_second_signal_while_stopping_still_stops_the_worker_and_the_ser
     time.sleep(1)  # the orphans, if any, reaped by init
     assert len(children) == 2  # qcluster and runserver
     assert [pid for pid in children if Path(f"/proc/{pid}").exists()] == []
+
+
+def _spawn_demo(env: dict[str, str]) -> subprocess.Popen[str]:
+    """``python -m testproject.demo`` with ``env``, its output (both streams) read as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "testproject.demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _children(pid: int) -> list[int]:

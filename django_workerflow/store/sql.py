@@ -265,7 +265,6 @@ _STATEMENTS: dict[str, str] = {
         ) SELECT pg_notify(%(channel)s::text, '') FROM written""",
     # The current lease token of an instance, and whether its definition is paused: why a
     # fenced write matched nothing.
-    # ... and whether its definition is paused.
     "lease_token": (
         f"SELECT lease_token, {DEFINITION_PAUSED} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
     ),
