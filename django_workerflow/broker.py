@@ -8,11 +8,11 @@ table: a task of higher ``Task.priority`` starts first), then by the row's ``loc
 due time, see :mod:`django_workerflow.workers.bells`), then by id, served by the ``(key,
 workerflow_priority, lock)`` index of that migration.
 
-It claims and acknowledges bells with named statements (:mod:`.sql`) instead of the ORM's
-query compiler, which cost more than the statements themselves: on PostgreSQL one
-statement claims the earliest-due rows (skipping rows another cluster is claiming) without
-waiting for its WAL flush (a claim lost in a server crash only hands its bells out again), on
-SQLite a read (an empty queue's poll takes no write lock) then one claiming update.
+It claims and acknowledges bells with named statements (:mod:`django_workerflow.store.sql`) instead
+of the ORM's query compiler, which cost more than the statements themselves: on PostgreSQL one
+statement claims the earliest-due rows (skipping rows another cluster is claiming) without waiting
+for its WAL flush (a claim lost in a server crash only hands its bells out again), on SQLite a read
+(an empty queue's poll takes no write lock) then one claiming update.
 
 It also keeps its connection between calls: django-q2's broker closes "old" connections on
 every call, which with ``CONN_MAX_AGE = 0`` reopens the database three times per bell
@@ -66,9 +66,10 @@ RECONNECT_SECONDS = 0.5
 @dataclass(frozen=True, slots=True)
 class _Idle:
     """The broker's next claim waits for the safety-net ``poll`` or the earliest bell known
-    to be ``due`` (seconds since the epoch; see :func:`.bell_channel.wake_at`), which bell
-    notifications on ``session`` move earlier (the connection LISTENing then; after a
-    reconnect the claim runs at once, as a notification may have been missed)."""
+    to be ``due`` (seconds since the epoch; see
+    :func:`django_workerflow.store.bell_channel.wake_at`), which bell notifications on ``session``
+    move earlier (the connection LISTENing then; after a reconnect the claim runs at once, as a
+    notification may have been missed)."""
 
     session: Any
     poll: float

@@ -246,9 +246,9 @@ def replay(
     Raise :class:`NondeterminismError` naming the step and what differed when the code
     would break the history (a new step reached where the history recorded another breaks
     it too, unless ``allow_new_steps``: for a step added there, not a rename); otherwise
-    return a :class:`~.replay.ReplayReport` (check its ``unreached`` for recorded steps the
-    code no longer reaches). Runs in a read-only transaction that is rolled back, so the
-    test needs database access (``django_db``).
+    return a :class:`~django_workerflow.deploy.replay.ReplayReport` (check its ``unreached`` for
+    recorded steps the code no longer reaches). Runs in a read-only transaction that is rolled back,
+    so the test needs database access (``django_db``).
     """
     # Models need the app registry; the pytest plugin imports this before Django's setup.
     from django_workerflow.deploy import exports

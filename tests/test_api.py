@@ -334,7 +334,9 @@ def test_start__other_version_on_a_pending_instance_raises_version_conflict(defi
         workerflow.start("api-conflict", key="k", version="2")
 
     assert str(raised.value) == (
-        "Workflow definition version is already pinned to '1' and cannot be changed to '2'."
+        "Workflow definition version is already pinned to '1' and cannot be changed to '2'. "
+        "Instance 'k' has status 'pending' and keeps its version until it finishes: start it "
+        "without a version, or start the new version under another key."
     )
     assert WorkflowInstance.objects.get(key="k").definition_version == "1"
 
@@ -351,7 +353,9 @@ def test_start__other_version_on_a_running_instance_raises_version_conflict(defi
 
     assert str(raised.value) == (
         "Workflow definition version is already pinned to '2026-03-19' and cannot be "
-        "changed to '2026-04-01'."
+        "changed to '2026-04-01'. Instance 'k' has status 'running' and keeps its version "
+        "until it finishes: start it without a version, or start the new version under "
+        "another key."
     )
 
 
@@ -464,7 +468,9 @@ def test_resume__of_an_instance_that_is_not_paused_raises_state_error(
         workerflow.resume(instance)
 
     assert str(raised.value) == (
-        f"Cannot resume workflow: expected status 'paused' but got '{status}'."
+        f"Cannot resume workflow: expected status 'paused' but got '{status}'. Instance "
+        f"'{instance.key}' has status '{status}' and was left as it is: only a paused "
+        "instance resumes."
     )
     assert WorkflowEvent.objects.count() == events_before
     instance.refresh_from_db()
@@ -482,7 +488,9 @@ def test_resume__of_a_failed_instance_raises_state_error(define, harness):
         instance.resume()
 
     assert str(raised.value) == (
-        "Cannot resume workflow: expected status 'paused' but got 'failed'."
+        "Cannot resume workflow: expected status 'paused' but got 'failed'. Instance "
+        f"'{instance.key}' has status 'failed' and was left as it is: only a paused "
+        "instance resumes."
     )
 
 

@@ -130,7 +130,7 @@ def test_child__a_failed_child_fails_the_parent_once(define, workerflow_harness)
     assert refreshed(order).status == WorkflowStatus.FAILED
     assert order.error_name == "WorkflowFailedError"
     assert order.error_message == (
-        "WorkflowFailedError: Child workflow 'order-7/ship' failed: "
+        "WorkflowFailedError: Child instance 'order-7/ship' failed: "
         "MaxAttemptsExceededError: Run step 'carrier' exhausted its configured attempts."
     )
     assert reached == [1, 1]  # the first pass, and the one the child's failure woke
@@ -164,7 +164,7 @@ def test_child__a_caught_failure_carries_the_details_and_the_parent_goes_on(
     error = seen[-1]
     assert isinstance(error, WorkerflowError)
     assert not isinstance(error, WorkflowCancelledError)
-    assert str(error) == "Child workflow 'order-7/ship' failed: RuntimeError: carrier down"
+    assert str(error) == "Child instance 'order-7/ship' failed: RuntimeError: carrier down"
     assert (error.key, error.status, error.error_name, error.error_message, error.reason) == (
         "order-7/ship",
         "failed",
@@ -196,7 +196,7 @@ def test_child__a_cancelled_child_raises_workflow_cancelled_error(
     error = seen[-1]
     assert isinstance(error, WorkflowFailedError)
     assert (error.status, error.reason) == ("cancelled", "out of stock")
-    assert str(error) == "Child workflow 'order-8/ship' was cancelled: out of stock"
+    assert str(error) == "Child instance 'order-8/ship' was cancelled: out of stock"
 
 
 def test_start_child__returns_the_key_and_wait_child_the_result(

@@ -186,7 +186,7 @@ def test_resume__raises_when_the_workflow_is_not_paused(workerflow_harness, defi
 
     with pytest.raises(
         workerflow.WorkflowStateError,
-        match=r"^Cannot resume workflow: expected status 'paused' but got 'pending'\.$",
+        match=r"^Cannot resume workflow: expected status 'paused' but got 'pending'\. Instance '",
     ):
         instance.resume()
 
@@ -206,7 +206,7 @@ def test_resume__raises_when_the_workflow_is_running(workerflow_harness, define)
 
     with pytest.raises(
         workerflow.WorkflowStateError,
-        match=r"^Cannot resume workflow: expected status 'paused' but got 'running'\.$",
+        match=r"^Cannot resume workflow: expected status 'paused' but got 'running'\. Instance '",
     ):
         instance.resume()
 

@@ -310,7 +310,7 @@ def test_start__raises_when_a_non_terminal_instance_is_pinned_to_another_version
         workerflow.WorkflowVersionConflictError,
         match=(
             r"^Workflow definition version is already pinned to '2026-03-19' and cannot be "
-            r"changed to '2026-03-20'\.$"
+            r"changed to '2026-03-20'\. Instance '"
         ),
     ):
         workerflow.start(definition.name, key=instance.key, version=OTHER_VERSION)

@@ -62,7 +62,7 @@ def test_wait_result__raises_workflow_failed_error(broken, workerflow_harness):
     with pytest.raises(WorkflowFailedError) as caught:
         workerflow.wait_result("export-1")
     assert not isinstance(caught.value, WorkflowCancelledError)
-    assert str(caught.value) == "Workflow 'export-1' failed: RuntimeError: export failed"
+    assert str(caught.value) == "Instance 'export-1' failed: RuntimeError: export failed"
     assert (caught.value.key, caught.value.status, caught.value.error_name) == (
         "export-1",
         "failed",

@@ -146,17 +146,17 @@ class WorkflowDefinition:
 
         A failing ``fn`` is retried up to ``max_attempts`` attempts in all, waiting
         ``backoff(attempt)`` between attempts (default 0.25 s doubling up to 10 s). Raise
-        :class:`NonRetryableStepError` to fail at once. Steps are at-least-once: a crash
-        after ``fn`` ran but before its result committed runs it again. With
-        ``atomic=True``, ``fn`` runs inside the transaction that records its result, so its
-        database writes happen exactly once.
+        :class:`~django_workerflow.exceptions.NonRetryableStepError` to fail at once. Steps are
+        at-least-once: a crash after ``fn`` ran but before its result committed runs it again. With
+        ``atomic=True``, ``fn`` runs inside the transaction that records its result, so its database
+        writes happen exactly once.
 
         ``timeout`` (seconds or a timedelta; None: the definition's ``step_timeout``) limits
         each attempt: one that runs longer is interrupted and fails with
-        :class:`StepTimeoutError`, then is retried like any failure. See "Step timeouts" in
-        docs/concepts.md for which callbacks can be interrupted and which end with their
-        worker's process timeout. Raises :class:`WorkflowInputError` for a timeout that is
-        not a positive number of seconds or timedelta.
+        :class:`~django_workerflow.exceptions.StepTimeoutError`, then is retried like any failure.
+        See "Step timeouts" in docs/concepts.md for which callbacks can be interrupted and which end
+        with their worker's process timeout. Raises :class:`WorkflowInputError` for a timeout that
+        is not a positive number of seconds or timedelta.
         """
         return self._current().run(
             step_id,
@@ -185,8 +185,8 @@ class WorkflowDefinition:
     ) -> Any:
         """Suspend until an event named ``event_name`` arrives and return its payload.
 
-        Raises :class:`WaitStepTimedOutError` once ``timeout`` (from the first reach) or
-        ``timeout_at`` passes first.
+        Raises :class:`~django_workerflow.exceptions.WaitStepTimedOutError` once ``timeout`` (from
+        the first reach) or ``timeout_at`` passes first.
         """
         execution = self._current()
         if timeout is not None and timeout_at is not None:
@@ -223,8 +223,8 @@ class WorkflowDefinition:
         """Start the child workflow once, suspend until it finishes, return its result.
 
         ``key`` defaults to ``f"{self.key}/{step_id}"``; starting follows ``start()``. A
-        child that failed raises :class:`WorkflowFailedError` (cancelled:
-        :class:`WorkflowCancelledError`).
+        child that failed raises :class:`~django_workerflow.exceptions.WorkflowFailedError`
+        (cancelled: :class:`~django_workerflow.exceptions.WorkflowCancelledError`).
         """
         return self._current().child(step_id, workflow, input=input, key=key, version=version)
 

@@ -11,7 +11,7 @@ steps. Two things make it side-effect free by construction:
   whose attempt is still in progress also ends the replay.
 
 Whatever ``execute()`` itself does outside steps is user code: the callers run each replay
-in a read-only transaction that is always rolled back (:mod:`.readonly`).
+in a read-only transaction that is always rolled back (:mod:`django_workerflow.store.readonly`).
 """
 
 from __future__ import annotations

@@ -84,7 +84,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SettledResult:
-    """The outcome of one branch of :meth:`WorkflowDefinition.all_settled`."""
+    """The outcome of one branch of
+    :meth:`~django_workerflow.definition.workflow.WorkflowDefinition.all_settled`."""
 
     ok: bool
     value: Any = None

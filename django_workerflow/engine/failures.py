@@ -96,7 +96,7 @@ def failure(
 
     ``details`` holds ``key``, ``status``, ``error_name``, ``error_message`` and ``reason``.
     """
-    noun = "Child workflow" if child else "Workflow"
+    noun = "Child instance" if child else "Instance"
     key = details.get("key", "")
     reason = details.get("reason")
     fields = {

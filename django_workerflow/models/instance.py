@@ -200,7 +200,7 @@ class WorkflowInstance(models.Model):
     lease_expires_at = EngineDateTimeField(null=True, blank=True)
     # Recorded steps that the last whole replay did not reach: the definition changed.
     unreached_step_ids = JSONTextField(null=True, blank=True)
-    # When the last bell queued for the alarm rings (see alarms.py); None: none queued.
+    # When the last bell queued for the alarm rings (see workers/bells.py); None: none queued.
     bell_at = EngineDateTimeField(null=True, blank=True)
     # Set when something changed under a running tick: it takes one more pass.
     wake_requested = models.BooleanField(default=False)
@@ -611,7 +611,8 @@ class WorkflowInstance(models.Model):
         way the status changes. The move must be one the state machine allows
         (:func:`~django_workerflow.values.transitions.check`), and is written only if the
         row still has the status this object was read with, which is announced as the
-        previous one; otherwise :class:`InstanceTransitionError` and nothing written."""
+        previous one; otherwise :class:`~django_workerflow.exceptions.InstanceTransitionError` and
+        nothing written."""
         previous = self.status
         transitions.check(self.key, previous, target)
         changes = {"status": target, **fields}

@@ -82,7 +82,7 @@ def retry(
         locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.FAILED:
             raise WorkflowStateError(
-                f"Cannot retry workflow '{locked.key}': only a failed instance can be "
+                f"Cannot retry instance '{locked.key}': only a failed instance can be "
                 f"retried, and its status is '{locked.status}'."
             )
         family = _Retry(clock_now(), with_children=with_children)
@@ -158,7 +158,7 @@ class _Retry:
         reopening = _steps_to_reopen(instance, steps)
         revived = self._revive_children(instance)
         for step in reopening:
-            _reopen(step, self.now)
+            _reopen(instance, step, self.now)
         reopened_pks = {step.pk for step in reopening}
         for step in steps:
             # A child step that met the cancellation of a child taken back waits again.
@@ -230,12 +230,13 @@ def _reopens(step: Step) -> bool:
     return step.type == StepType.WAIT and step.state == StepState.TIMED_OUT
 
 
-def _reopen(step: Step, now: datetime) -> None:
+def _reopen(instance: WorkflowInstance, step: Step, now: datetime) -> None:
     if step.type == StepType.RUN:
         if step.attempt_count >= storable.MAX_INTEGER:
             raise WorkflowStateError(
-                f"Cannot retry run step '{step.step_id}': it made {step.attempt_count} "
-                "attempts, the largest count the database stores."
+                f"Cannot retry instance '{instance.key}' (status '{instance.status}'): its run "
+                f"step '{step.step_id}' made {step.attempt_count} attempts, the largest count "
+                "the database stores; start a new instance to run it again."
             )
         step.reopen_run()
     elif step.type == StepType.WAIT:

@@ -10,9 +10,9 @@ statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round
 one commit) and by one ``BEGIN IMMEDIATE`` transaction of three statements on SQLite. A
 bell names its instance's id, so on PostgreSQL the ids come from the table's sequence
 before the statement: a batch draws its own, a single start takes one from a block this
-process drew ahead (:class:`~.instance_ids.IdBlock`). Rows are inserted with ``ON CONFLICT
-DO NOTHING``, so a key that exists (or is created concurrently) writes nothing and is read
-back by the caller: starts stay idempotent by key.
+process drew ahead (:class:`~django_workerflow.store.instance_ids.IdBlock`). Rows are inserted with
+``ON CONFLICT DO NOTHING``, so a key that exists (or is created concurrently) writes nothing and is
+read back by the caller: starts stay idempotent by key.
 """
 
 from __future__ import annotations
@@ -229,7 +229,9 @@ def check_existing_start(
     if version is not None and version != instance.definition_version and not instance.is_terminal:
         raise WorkflowVersionConflictError(
             f"Workflow definition version is already pinned to '{instance.definition_version}' "
-            f"and cannot be changed to '{version}'."
+            f"and cannot be changed to '{version}'. Instance '{instance.key}' has status "
+            f"'{instance.status}' and keeps its version until it finishes: start it without a "
+            "version, or start the new version under another key."
         )
     return instance
 

@@ -1,10 +1,11 @@
 """The tick: claim an instance, replay ``execute()`` and keep executing, then settle.
 
-A tick claims the instance under its row lock and takes its lease (:mod:`.lease`), replays
-the definition once from the recorded steps and keeps executing new ones, each step write
-committing on its own (:mod:`.store`). The pass ends by completing, failing or suspending;
-settling it is the tick's last transaction: it sets the instance's single alarm and
-releases the lease. A pass that suspends with work already due replays again at once.
+A tick claims the instance under its row lock and takes its lease
+(:mod:`django_workerflow.store.lease`), replays the definition once from the recorded steps and
+keeps executing new ones, each step write committing on its own (:mod:`django_workerflow.store`).
+The pass ends by completing, failing or suspending; settling it is the tick's last transaction: it
+sets the instance's single alarm and releases the lease. A pass that suspends with work already due
+replays again at once.
 """
 
 from __future__ import annotations
@@ -161,8 +162,8 @@ def _claim(
 ):
     """Lock the instance and take its lease, or say why this tick has nothing to do. The
     fourth item says when a wake made the instance due (None: nothing woke it), for the
-    tick's trace to tell the events it receives (:class:`~.tracing.TickTrace`); the last,
-    what the tick was woken for, for the wake lag metric (:func:`_woken_for`)."""
+    tick's trace to tell the events it receives (:class:`~django_workerflow.tracing.TickTrace`); the
+    last, what the tick was woken for, for the wake lag metric (:func:`_woken_for`)."""
     with transaction.atomic():
         found = instance_rows.read_for_claim(instance_pk)
         if found is None:

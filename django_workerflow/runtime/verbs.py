@@ -256,7 +256,9 @@ def resume(instance: WorkflowInstance | str) -> None:
         locked = locks.lock_instance(instance_rows.pk_of(instance))
         if locked.status != WorkflowStatus.PAUSED:
             raise WorkflowStateError(
-                f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'."
+                f"Cannot resume workflow: expected status 'paused' but got '{locked.status}'. "
+                f"Instance '{locked.key}' has status '{locked.status}' and was left as it is: "
+                "only a paused instance resumes."
             )
         now = clock_now()
         locked.set_resumed(now)

@@ -1,4 +1,5 @@
-"""Instance ids drawn ahead for single starts on PostgreSQL (see :mod:`.starting`).
+"""Instance ids drawn ahead for single starts on PostgreSQL (see
+:mod:`django_workerflow.runtime.starting`).
 
 A bell names its instance's id, so a start must know the id before its one statement; a
 block of ids drawn from the table's sequence in one statement serves the next starts of

@@ -1,10 +1,10 @@
 """A transaction in which the database refuses every write, and which is always rolled back.
 
 Check replays run user code (``execute()``) against the production database; this is the
-second of their two guards (the first: :mod:`.replay` never writes). PostgreSQL is told
-``SET TRANSACTION READ ONLY`` (any write raises), SQLite ``PRAGMA query_only`` (the same, for
-the connection, switched back on exit); and the transaction is rolled back whatever happens,
-so nothing written through any other path outlives it either.
+second of their two guards (the first: :mod:`django_workerflow.deploy.replay` never writes).
+PostgreSQL is told ``SET TRANSACTION READ ONLY`` (any write raises), SQLite ``PRAGMA query_only``
+(the same, for the connection, switched back on exit); and the transaction is rolled back whatever
+happens, so nothing written through any other path outlives it either.
 """
 
 from __future__ import annotations

@@ -116,8 +116,8 @@ def seed_on_spawn(**_: Any) -> None:
 
 
 def seed_after_outage() -> None:
-    """After an outage (:func:`.outage.when_back`): restart a chain whose next link is
-    overdue; a link still queued then finds itself replaced and ends."""
+    """After an outage (:func:`django_workerflow.store.outage.when_back`): restart a chain whose
+    next link is overdue; a link still queued then finds itself replaced and ends."""
     beat(None, overdue_is_broken=True)
 
 

@@ -1,11 +1,11 @@
 """At-least-once delivery of finished instances to their definition's ``on_finish``.
 
 The delivery row is created in the transaction that finishes the instance
-(:mod:`.finishing`), so a finish is never lost. A worker claims a due delivery under a
-lease (one short transaction), calls the hook outside any transaction of ours, then records
-the acknowledgement, or the error and the next attempt: 1 s, 2 s, 4 s ... capped at one
-hour, without limit. A worker that dies mid-hook leaves the lease to expire; the sweeper
-then rings the delivery again.
+(:mod:`django_workerflow.runtime.finishing`), so a finish is never lost. A worker claims a due
+delivery under a lease (one short transaction), calls the hook outside any transaction of ours, then
+records the acknowledgement, or the error and the next attempt: 1 s, 2 s, 4 s ... capped at one
+hour, without limit. A worker that dies mid-hook leaves the lease to expire; the sweeper then rings
+the delivery again.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 ``wait_result`` and ``wait_progress`` never hold a transaction or a lock while they wait:
 they read the row in autocommit between waits. On PostgreSQL they LISTEN on the instance's
-channels (the finishing transaction NOTIFYs its finish, :mod:`.finishing`; a progress write
-its progress, :mod:`django_workerflow.store.progress`); elsewhere they poll with a short
-backoff. Under the test :class:`~django_workerflow.testing.Harness` they drain instead of
+channels (the finishing transaction NOTIFYs its finish, :mod:`django_workerflow.runtime.finishing`;
+a progress write its progress, :mod:`django_workerflow.store.progress`); elsewhere they poll with a
+short backoff. Under the test :class:`~django_workerflow.testing.Harness` they drain instead of
 waiting.
 """
 
@@ -159,7 +159,7 @@ def _poll(
 def _result(outcome: Outcome, key: str, timeout: float | timedelta | None) -> Any:
     if not outcome.finished:
         raise TimeoutError(
-            f"Workflow '{key}' has not finished within {timeout} (status '{outcome.status}')."
+            f"Instance '{key}' has not finished within {timeout} (status '{outcome.status}')."
         )
     if outcome.ok:
         return outcome.result
@@ -174,7 +174,8 @@ def _read(pk: int, key: str) -> Outcome:
 
 
 def _identify(instance: WorkflowInstance | str) -> tuple[int, str]:
-    """The instance's primary key and key (as :func:`~.instance_rows.pk_of` reads them)."""
+    """The instance's primary key and key (as :func:`~django_workerflow.store.instance_rows.pk_of`
+    reads them)."""
     pk = instance_rows.pk_of(instance)
     return pk, instance.key if isinstance(instance, WorkflowInstance) else instance
 
@@ -290,9 +291,9 @@ def _progress(
         return found
     if status in TERMINAL_STATUSES:
         raise TimeoutError(
-            f"Workflow '{key}' finished (status '{status}') without a progress newer than the "
+            f"Instance '{key}' finished (status '{status}') without a progress newer than the "
             "one given; none can come."
         )
     raise TimeoutError(
-        f"Workflow '{key}' reported no newer progress within {timeout} (status '{status}')."
+        f"Instance '{key}' reported no newer progress within {timeout} (status '{status}')."
     )

@@ -6,12 +6,12 @@ creates them ``pending`` with no alarm and ``admitted_at`` unset. Admission sets
 An admitted instance holds a slot while it is pending, running or paused (a sleep or a
 wait keeps it); finishing, failing or being cancelled frees it.
 
-Every admission decision is taken under the lock of the :class:`AdmissionGate` row of the
-workflow name and concurrency key, in the transaction that changes the count: the start
-that finds a free slot, the finish that frees one (:mod:`django_workerflow.runtime.finishing`
-admits last, once every instance row of its transaction is locked), or the tick of the
-queue head whose rate-limit bell rang. Counting the slots in use and taking one are
-therefore atomic under any number of workers, and nothing polls.
+Every admission decision is taken under the lock of the
+:class:`~django_workerflow.models.flow.AdmissionGate` row of the workflow name and concurrency key,
+in the transaction that changes the count: the start that finds a free slot, the finish that frees
+one (:mod:`django_workerflow.runtime.finishing` admits last, once every instance row of its
+transaction is locked), or the tick of the queue head whose rate-limit bell rang. Counting the slots
+in use and taking one are therefore atomic under any number of workers, and nothing polls.
 
 The lock order is the engine's (:mod:`django_workerflow.store.locks`, which takes the gate
 and the queued rows): a gate after every instance row its transaction locks, and the
