@@ -206,6 +206,22 @@ def test_timeout__a_step_s_own_shorter_timeout_stays_a_step_timeout(harness, def
     assert failed.error_name == "StepTimeoutError"
 
 
+def test_timeout__a_pass_woken_past_the_deadline_runs_none_of_the_workflow_s_code(
+    harness, define
+):
+    passes = []
+
+    def execute(self):
+        passes.append(harness.now())
+        return self.wait("go", "go")
+
+    instance = started(harness, define(execute), timeout=10)
+    assert len(passes) == 1
+    harness.advance(timedelta(seconds=10))
+    assert refreshed(instance).error_name == TIMED_OUT
+    assert len(passes) == 1
+
+
 def test_timeout__the_workflow_cannot_catch_it(harness, define):
     def execute(self):
         try:
@@ -367,6 +383,37 @@ def test_fork__of_a_timed_out_instance_gets_a_fresh_budget_from_its_first_tick(
 
 
 # Children and on_finish ------------------------------------------------------------------
+
+
+def test_retry__of_a_parent_revives_its_cancelled_child_with_a_fresh_budget(
+    harness, define_with
+):
+    child = define_with(waits_for_go, timeout=30)
+    broken = {"on": True}
+
+    def boom():
+        if broken["on"]:
+            raise ValueError("boom")
+
+    def execute(self):
+        return self.all(
+            lambda: self.child("child", child, key="kid"),
+            lambda: (self.sleep("later", 1), self.run("boom", boom, max_attempts=1)),
+        )
+
+    instance = started(harness, define_with(execute))
+    assert WorkflowInstance.objects.get(key="kid").status == WorkflowStatus.RUNNING
+    harness.advance(timedelta(seconds=1))
+    assert refreshed(instance).error_name == "MaxAttemptsExceededError"
+    assert WorkflowInstance.objects.get(key="kid").status == WorkflowStatus.CANCELLED
+
+    harness.advance(timedelta(minutes=5))
+    broken["on"] = False
+    workerflow.retry(instance)
+    kid = WorkflowInstance.objects.get(key="kid")
+    assert kid.status == WorkflowStatus.RUNNING
+    assert kid.deadline_at == harness.now() + timedelta(seconds=30)
+
 
 
 def test_timeout__cancels_the_children_and_on_finish_hears_it(harness, define_with):
