@@ -28,6 +28,7 @@ from django_workerflow.exceptions import (
     WorkflowInputError,
     WorkflowNotRegisteredError,
     WorkflowStateError,
+    WorkflowTimeoutError,
     WorkflowVersionConflictError,
 )
 from django_workerflow.store.outcomes import Outcome
@@ -57,6 +58,7 @@ __all__ = [
     "WorkflowInputError",
     "WorkflowNotRegisteredError",
     "WorkflowStateError",
+    "WorkflowTimeoutError",
     "WorkflowVersionConflictError",
     "asend_event",
     "astart",
@@ -93,6 +95,7 @@ def start(
     priority: int = 0,
     debounce: float | timedelta | None = None,
     max_debounce: float | timedelta | None = None,
+    timeout: float | timedelta | None = None,
 ) -> WorkflowInstance:
     """Start a workflow and return its instance; idempotent on ``key``.
 
@@ -106,11 +109,17 @@ def start(
     off again, to at most ``max_debounce`` after the first start; it returns the same
     instance. Once the instance has started, the start returns it as any start does.
 
+    ``timeout`` (seconds or a timedelta; default: the definition's ``timeout``) is how long
+    the new instance may run, from its first tick, paused time not counted: one not
+    finished by then fails with :class:`WorkflowTimeoutError`. An existing instance keeps
+    its own.
+
     Raises :class:`WorkflowNotRegisteredError` for an unknown definition or version,
     :class:`WorkflowVersionConflictError` for another ``version`` of an unfinished
     instance, and :class:`WorkflowInputError` for input that is not JSON, a bad key or
-    priority, a key that belongs to another workflow, a debounce that is not a positive
-    duration, or a debounced start without a key or of a workflow with flow control.
+    priority, a key that belongs to another workflow, a debounce or timeout that is not a
+    positive duration, or a debounced start without a key or of a workflow with flow
+    control.
     """
     # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import starting
@@ -123,6 +132,7 @@ def start(
         priority=priority,
         debounce=debounce,
         max_debounce=max_debounce,
+        timeout=timeout,
     )
 
 
@@ -131,14 +141,16 @@ def start_many(
     items: Iterable[tuple[str | None, Any]],
     *,
     version: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> list[WorkflowInstance]:
     """Start one instance per ``(key, input)`` pair and return them in order, idempotent by
     key like :func:`start`. Every item is validated before any write (one bad item raises
-    :class:`WorkflowInputError` and writes nothing); rows are written 1,000 per statement."""
+    :class:`WorkflowInputError` and writes nothing); rows are written 1,000 per statement.
+    ``timeout`` (default: the definition's) is each new instance's, as :func:`start`'s."""
     # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime.bulk_start import start_many as start_many_
 
-    return start_many_(definition, items, version=version)
+    return start_many_(definition, items, version=version, timeout=timeout)
 
 
 def send_event(
@@ -322,6 +334,7 @@ async def astart(
     priority: int = 0,
     debounce: float | timedelta | None = None,
     max_debounce: float | timedelta | None = None,
+    timeout: float | timedelta | None = None,
 ) -> WorkflowInstance:
     """:func:`start` for async code: the same parameters, returns and errors."""
     return await sync_to_async(start)(
@@ -332,6 +345,7 @@ async def astart(
         priority=priority,
         debounce=debounce,
         max_debounce=max_debounce,
+        timeout=timeout,
     )
 
 

@@ -86,6 +86,23 @@ class StepTimeoutError(StepOutcomeError):
     """
 
 
+class WorkflowTimeoutError(WorkerflowError):
+    """An instance did not finish within its ``timeout`` of running (its definition's, or
+    the one its ``start()`` gave), not counting the time it spent paused.
+
+    It fails the instance through the usual failure path (its unfinished children are
+    cancelled, ``on_finish`` hears it), even where the workflow's code catches it; a
+    ``retry()`` runs the instance again with a fresh budget. ``key`` names the instance and
+    ``timeout`` is its budget in seconds. Like :class:`StepTimeoutError` it is not a
+    :class:`TimeoutError`, which network code often catches.
+    """
+
+    def __init__(self, message: str, *, key: str = "", timeout: float | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.timeout = timeout
+
+
 class WaitStepTimedOutError(StepOutcomeError):
     """A wait step's deadline passed before a matching event arrived."""
 

@@ -21,6 +21,7 @@ from django.utils.text import Truncator
 
 from django_workerflow.console.queue_words import is_queued, queued_words
 from django_workerflow.definition import drift
+from django_workerflow.exceptions import WorkflowTimeoutError
 from django_workerflow.models import (
     Step,
     StepState,
@@ -125,6 +126,26 @@ def step_error(step: Step) -> str:
     if step.state == StepState.TIMED_OUT:
         return f"no event '{step.event_name}' arrived before the wait timed out"
     return step.error_message or step.error_name or "unknown error"
+
+
+def timeout_words(instance: WorkflowInstance, now: datetime) -> str:
+    """The instance's timeout and where its clock stands: "30 s; deadline 14:03:05 UTC (in
+    12 s)", "30 s; paused: 12 s left", "30 s; the clock starts at its first tick", "30 s;
+    timed out at ..."; "" for an instance without one."""
+    if instance.timeout_seconds is None:
+        return ""
+    budget = format_duration(timedelta(seconds=instance.timeout_seconds))
+    deadline = instance.deadline_at
+    if instance.is_terminal:
+        if instance.error_name == WorkflowTimeoutError.__name__ and deadline is not None:
+            return f"{budget}; timed out at {format_when(deadline, now)}"
+        return f"{budget}; its deadline was {format_when(deadline, now)}" if deadline else budget
+    if instance.status == WorkflowStatus.PAUSED and instance.timeout_left_seconds is not None:
+        left = format_duration(timedelta(seconds=instance.timeout_left_seconds))
+        return f"{budget}; paused: {left} left"
+    if deadline is None:
+        return f"{budget}; the clock starts at its first tick"
+    return f"{budget}; deadline {format_when(deadline, now)}"
 
 
 def pretty_json(value: object) -> str:

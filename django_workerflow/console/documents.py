@@ -60,6 +60,7 @@ def show_document(
         "waiting_on": summary.waiting_on or None,
         "ended": summary.outcome or None,
         "missing_definition": summary.missing_definition or None,
+        "timeout": _timeout(instance),
         "input": instance.input,
         "result": instance.result if instance.status == WorkflowStatus.COMPLETED else None,
         "error": {"name": instance.error_name, "message": instance.error_message}
@@ -114,6 +115,16 @@ def _identity(instance: WorkflowInstance) -> dict[str, Any]:
         "finished_at": iso(instance.finished_at),
         "alarm_at": iso(instance.alarm_at),
         "progress": _progress(instance.progress),
+    }
+
+
+def _timeout(instance: WorkflowInstance) -> dict[str, Any] | None:
+    if instance.timeout_seconds is None:
+        return None
+    return {
+        "seconds": instance.timeout_seconds,
+        "deadline_at": iso(instance.deadline_at),
+        "left_seconds_while_paused": instance.timeout_left_seconds,
     }
 
 

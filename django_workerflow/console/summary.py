@@ -1,6 +1,6 @@
-"""The few lines an instance page opens with: status, what it waits on, key times, and what
-needs an operator's eye (a definition no worker has, steps a changed definition no longer
-reaches, tracebacks).
+"""The few lines an instance page opens with: status, what it waits on, key times, its
+timeout's deadline, and what needs an operator's eye (a definition no worker has, steps a
+changed definition no longer reaches, tracebacks).
 
 The change list's "waiting on" column and ``manage.py workerflow show`` read the same words.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django_workerflow.console.describe import format_when, missing_definition
+from django_workerflow.console.describe import format_when, missing_definition, timeout_words
 from django_workerflow.console.history import History
 from django_workerflow.console.progress import progress_bar
 from django_workerflow.definition import drift
@@ -40,6 +40,8 @@ class Summary:
     forks: list[WorkflowInstance] = field(default_factory=list)
     # The last progress reported, as a bar with its text (HTML; "" for none).
     progress: str = ""
+    # The instance's timeout and its deadline, or what is left while paused ("" for none).
+    timeout: str = ""
 
     @property
     def unreached_warning(self) -> str:
@@ -87,6 +89,7 @@ def build_summary(history: History, now: datetime) -> Summary:
         tracebacks=tracebacks(history),
         forks=list(instance.forks.only("id", "key").order_by("created_at", "id")[:MAX_FORKS]),
         progress=progress_bar(instance.progress),
+        timeout=timeout_words(instance, now),
     )
 
 

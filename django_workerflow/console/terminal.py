@@ -19,7 +19,12 @@ from django_workerflow.console.describe import (
 )
 from django_workerflow.console.history import History
 from django_workerflow.console.progress import progress_figure, progress_line
-from django_workerflow.console.summary import MISSING_DEFINITION_HINT, Traceback, build_summary
+from django_workerflow.console.summary import (
+    MISSING_DEFINITION_HINT,
+    Summary,
+    Traceback,
+    build_summary,
+)
 from django_workerflow.models import StepState, WorkflowInstance, WorkflowStatus
 
 MAX_VALUE = 120
@@ -37,14 +42,7 @@ def render_show(history: History, now: datetime, *, tracebacks: bool = False) ->
         f"Instance {safe(instance.key)} ({safe(instance.definition_name)} "
         f"v{safe(instance.definition_version)}): {instance.status}",
     ]
-    if summary.missing_definition:
-        lines.append(f"Warning: {safe(summary.missing_definition)}. {MISSING_DEFINITION_HINT}")
-    if summary.waiting_on:
-        lines.append(f"Waiting on: {safe(summary.waiting_on)}")
-    if summary.outcome:
-        lines.append(f"Ended: {safe(summary.outcome)}")
-    if instance.progress is not None:
-        lines.append(f"Progress: {safe(progress_line(instance.progress))}")
+    lines += _state_lines(summary)
     lines += [
         f"Created {clock_text(instance.created_at)}; updated {clock_text(instance.updated_at)}"
         + (f"; finished {clock_text(instance.finished_at)}" if instance.finished_at else ""),
@@ -77,6 +75,24 @@ def render_show(history: History, now: datetime, *, tracebacks: bool = False) ->
     if tracebacks:
         lines += _traceback_lines(summary.tracebacks)
     return "\n".join(lines)
+
+
+def _state_lines(summary: Summary) -> list[str]:
+    """What needs attention, what the instance waits on or how it ended, its progress and
+    its timeout: the summary's lines, those that have something to say."""
+    lines = []
+    if summary.missing_definition:
+        lines.append(f"Warning: {safe(summary.missing_definition)}. {MISSING_DEFINITION_HINT}")
+    if summary.waiting_on:
+        lines.append(f"Waiting on: {safe(summary.waiting_on)}")
+    if summary.outcome:
+        lines.append(f"Ended: {safe(summary.outcome)}")
+    progress = summary.instance.progress
+    if progress is not None:
+        lines.append(f"Progress: {safe(progress_line(progress))}")
+    if summary.timeout:
+        lines.append(f"Timeout: {summary.timeout}")
+    return lines
 
 
 def _traceback_lines(tracebacks: list[Traceback]) -> list[str]:

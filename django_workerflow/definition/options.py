@@ -1,5 +1,5 @@
-"""The schedule, flow-control, debounce and step settings of a definition, checked when it
-is declared."""
+"""The schedule, flow-control, debounce and timeout settings of a definition, checked when
+it is declared."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from croniter import CroniterBadDateError, croniter
 
 from django_workerflow.engine.step_timer import timeout_problem
+from django_workerflow.exceptions import WorkflowInputError
+from django_workerflow.values import jsonvalue
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -87,7 +89,28 @@ def problems(cls: type[WorkflowDefinition]) -> list[str]:
         )
     if cls.step_timeout is not None and (problem := timeout_problem(cls.step_timeout)):
         found.append(f"`step_timeout` = {cls.step_timeout!r} {problem}")
+    if cls.timeout is not None and (problem := instance_timeout_problem(cls.timeout)):
+        found.append(f"`timeout` = {cls.timeout!r} {problem}")
     return found
+
+
+def instance_timeout_problem(value: object) -> str | None:
+    """Why ``value`` is not an instance timeout (None: it is one): a positive, finite number
+    of seconds or a positive timedelta, as a step timeout, and no longer than the durations
+    of steps may be (``WORKERFLOW_MAX_DURATION_DAYS``)."""
+    problem = timeout_problem(value)
+    if problem is not None:
+        return problem
+    try:
+        jsonvalue.to_timedelta(value, what="it")
+    except WorkflowInputError as exc:
+        return f"is too long: {str(exc).removeprefix('it of ').rstrip('.')}"
+    return None
+
+
+def instance_timeout_seconds(value: float | timedelta) -> float:
+    """An instance timeout checked by :func:`instance_timeout_problem`, in seconds."""
+    return as_timedelta(value).total_seconds()
 
 
 def debounce_problems(debounce: object, max_debounce: object, *, what: str) -> list[str]:

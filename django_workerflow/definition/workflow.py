@@ -57,6 +57,10 @@ class WorkflowDefinition:
     #: The time limit of each attempt of this definition's run steps (seconds or a
     #: timedelta) when ``run()`` gives none; None: no limit.
     step_timeout: ClassVar[float | timedelta | None] = None
+    #: How long an instance may run (seconds or a timedelta), paused time not counted:
+    #: one not finished by then fails with ``WorkflowTimeoutError``. ``start(timeout=...)``
+    #: overrides it for one instance. None: no limit.
+    timeout: ClassVar[float | timedelta | None] = None
 
     def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
         # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered

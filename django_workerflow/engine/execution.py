@@ -27,6 +27,7 @@ from django_workerflow.engine.failures import (
     error_message,
     failed_step_ids,
     failure,
+    instance_timed_out,
     note_failed_steps,
     recorded_failure,
     recorded_name,
@@ -44,6 +45,7 @@ from django_workerflow.exceptions import (
     WorkflowDefinitionError,
     WorkflowInputError,
     WorkflowNotRegisteredError,
+    WorkflowTimeoutError,
     WorkflowVersionConflictError,
 )
 from django_workerflow.meters import METERS
@@ -139,8 +141,15 @@ class Execution:
         interrupted_suspects: set[str] | None = None,
         trace: tracing.TickTrace | None = None,
         definition_name: str = "",
+        instance_deadline: datetime | None = None,
+        instance_timeout: float | None = None,
     ) -> None:
         self.instance_key = instance_key
+        # The instance's timeout (its clock's deadline, on the engine's clock, and its budget
+        # in seconds for the message): checked at every step reached and bounding the timer
+        # of the outermost run step's attempt. None: no timeout, nothing checked.
+        self.instance_deadline = instance_deadline
+        self.instance_timeout = instance_timeout
         # The label of the attempts this pass counts (meters.METERS).
         self.definition_name = definition_name
         self.store = store
@@ -161,7 +170,9 @@ class Execution:
         self.stop_reason: StopReason | None = None
         self.yielded = False
         self.attempts_started = 0
-        self.fatal: WorkflowDefinitionError | None = None
+        # What fails the pass whatever the workflow catches: a broken definition, or the
+        # instance's timeout.
+        self.fatal: WorkflowDefinitionError | WorkflowTimeoutError | None = None
         self.atomic_step: str | None = None
 
     def next_due(self) -> datetime | None:
@@ -178,9 +189,21 @@ class Execution:
         ]
         return min(due, key=lambda pair: pair[0])[1] if due else None
 
+    def check_deadline(self) -> None:
+        """Fail the pass with :class:`WorkflowTimeoutError` once the instance's deadline has
+        come: at the start of a pass and at each step it reaches."""
+        if self.instance_deadline is not None and clock_now() >= self.instance_deadline:
+            self.fatal = self._timed_out()
+            raise self.fatal
+
+    def _timed_out(self) -> WorkflowTimeoutError:
+        return instance_timed_out(self.instance_key, self.instance_timeout or 0.0)
+
     def _reach(self, step_id: str) -> None:
         if self.fatal is not None:
             raise self.fatal
+        if self.instance_deadline is not None:
+            self.check_deadline()
         jsonvalue.check_identifier(step_id, what="A step id")
         if self.atomic_step is not None:
             self.fatal = WorkflowDefinitionError(
@@ -365,9 +388,18 @@ class Execution:
         atomic: bool,
         timeout: float | None,
     ) -> Any:
-        if timeout is not None:
+        limit, expired = timeout, None
+        if self.instance_deadline is not None and not self.parents:
+            # The outermost attempt is bounded by the instance's deadline too (an inner
+            # step runs within it), and raises the instance's error when that comes first.
+            left = (self.instance_deadline - clock_now()).total_seconds()
+            if limit is None or left < limit:
+                limit, expired = max(left, 1e-6), self._timed_out
+        if limit is not None:
             # Only a step with a limit pays for the timer.
-            fn = partial(step_timer.run_limited, fn, step_id=record.step_id, seconds=timeout)
+            fn = partial(
+                step_timer.run_limited, fn, step_id=record.step_id, seconds=limit, expired=expired
+            )
         self.parents.append(record.step_id)
         # The attempt's duration, as the metric counts it, on the engine's clock (the test
         # harness's virtual time applies).
@@ -389,6 +421,8 @@ class Execution:
                 raise
             if self.fatal is not None:
                 raise self.fatal from exc
+            if isinstance(exc, WorkflowTimeoutError) and exc.key == self.instance_key:
+                self._interrupted_by_deadline(record, exc, backoff, started)
             self._record_failure(
                 record,
                 exc,
@@ -454,6 +488,23 @@ class Execution:
         )
         return recorded.result
 
+    def _interrupted_by_deadline(
+        self,
+        record: StepRecord,
+        exc: WorkflowTimeoutError,
+        backoff: Backoff | None,
+        started: datetime,
+    ) -> NoReturn:
+        """The instance's deadline interrupted this attempt (its timer, or the check when
+        the callback returned): the attempt is recorded as failed, as any failed attempt
+        (retried after the instance's ``retry()``, which reopens the step if that was its
+        last), and the pass fails with the instance's timeout, whatever the workflow
+        catches."""
+        self.fatal = exc
+        note_failed_steps(exc, [record.step_id])
+        self._note_failure(record, exc, backoff, started, non_retryable=False)
+        raise exc
+
     def _record_failure(
         self,
         record: StepRecord,
@@ -465,6 +516,21 @@ class Execution:
     ) -> NoReturn:
         """Record a failed attempt (begun at ``started``), then raise its outcome: a retry
         suspends, a final failure raises what every replay will raise."""
+        record = self._note_failure(record, exc, backoff, started, non_retryable=non_retryable)
+        if record.state == StepState.FAILED:
+            raise recorded_failure(record) from exc
+        self._suspend(record.next_attempt_at, WakeCause.RETRY)
+
+    def _note_failure(
+        self,
+        record: StepRecord,
+        exc: BaseException,
+        backoff: Backoff | None,
+        started: datetime,
+        *,
+        non_retryable: bool,
+    ) -> StepRecord:
+        """Record a failed attempt (begun at ``started``) and return the step as it is now."""
         record = self._write(
             self.store.mark_attempt_failed,
             record.step_id,
@@ -482,9 +548,7 @@ class Execution:
             (clock_now() - started).total_seconds(),
         )
         _log_failed_attempt(self.instance_key, record, exc)
-        if record.state == StepState.FAILED:
-            raise recorded_failure(record) from exc
-        self._suspend(record.next_attempt_at, WakeCause.RETRY)
+        return record
 
     # sleep ----------------------------------------------------------------------------
 

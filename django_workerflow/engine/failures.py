@@ -13,6 +13,7 @@ from django_workerflow.exceptions import (
     WorkerLostError,
     WorkflowCancelledError,
     WorkflowFailedError,
+    WorkflowTimeoutError,
 )
 from django_workerflow.values import storable
 from django_workerflow.values.states import WorkflowStatus
@@ -112,6 +113,17 @@ def failure(
         return WorkflowCancelledError(f"{noun} '{key}' was cancelled{why}", **fields)
     error = fields["error_message"] or fields["error_name"] or "no error recorded"
     return WorkflowFailedError(f"{noun} '{key}' failed: {error}", **fields)
+
+
+def instance_timed_out(key: str, seconds: float) -> WorkflowTimeoutError:
+    """The error that fails the instance ``key`` when its timeout of ``seconds`` passes."""
+    return WorkflowTimeoutError(
+        f"Instance '{key}' did not finish within {seconds:g} s of running (timeout="
+        f"{seconds:g} s; time spent paused does not count); retry() runs it again with a "
+        "fresh budget, or start it with a longer timeout.",
+        key=key,
+        timeout=seconds,
+    )
 
 
 def note_failed_steps(exc: BaseException, step_ids: list[str]) -> None:

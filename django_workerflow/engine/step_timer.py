@@ -14,6 +14,10 @@ out then.
 The timer nests: an earlier ``ITIMER_REAL`` timer (an enclosing run step's, django-q2's task
 ``timeout``) keeps its deadline and its handler. The timer fires at the earlier of the two
 deadlines, and hands a signal meant for the enclosing timer on to its handler.
+
+The same timer bounds an attempt by its instance's deadline (an instance ``timeout``), when
+that comes first: it then raises the error the caller gives (``expired``), not
+:class:`StepTimeoutError`.
 """
 
 from __future__ import annotations
@@ -58,18 +62,28 @@ def timeout_seconds(value: float | timedelta, *, step_id: str) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
-def run_limited(fn: Callable[[], _Result], *, step_id: str, seconds: float) -> _Result:
-    """Call ``fn`` and return its result; StepTimeoutError if it runs longer than ``seconds``
-    (interrupted where a signal can be used, otherwise found when ``fn`` returns)."""
+#: Makes the error an attempt over its limit raises, when that is not the step's own
+#: StepTimeoutError (the instance's deadline came first).
+Expired = Callable[[], BaseException]
+
+
+def run_limited(
+    fn: Callable[[], _Result], *, step_id: str, seconds: float, expired: Expired | None = None
+) -> _Result:
+    """Call ``fn`` and return its result; StepTimeoutError (or what ``expired`` makes) if it
+    runs longer than ``seconds`` (interrupted where a signal can be used, otherwise found
+    when ``fn`` returns)."""
     started = time.monotonic()
     if _signals_usable():
-        with _Alarm(step_id, seconds):
+        with _Alarm(step_id, seconds, expired):
             value = fn()
     else:
         value = fn()
     elapsed = time.monotonic() - started
     if elapsed > seconds:
         # No signal reached it, or it swallowed the one that did.
+        if expired is not None:
+            raise expired()
         raise StepTimeoutError(_message(step_id, seconds, elapsed), step_id=step_id)
     return value
 
@@ -98,9 +112,10 @@ class _Alarm:
     """The ``SIGALRM`` timer of one attempt, restoring the previous handler and timer on
     exit (the previous timer with what is left of its time)."""
 
-    def __init__(self, step_id: str, seconds: float) -> None:
+    def __init__(self, step_id: str, seconds: float, expired: Expired | None = None) -> None:
         self.step_id = step_id
         self.seconds = seconds
+        self.expired = expired
 
     def __enter__(self) -> None:
         self.previous_handler = signal.getsignal(signal.SIGALRM)
@@ -134,6 +149,8 @@ class _Alarm:
             return  # the callback has returned: run_limited checks its time
         if self.own_first:
             self.armed = False
+            if self.expired is not None:
+                raise self.expired()
             raise StepTimeoutError(_message(self.step_id, self.seconds), step_id=self.step_id)
         # The enclosing timer's deadline: arm our own, then hand the signal on.
         self.own_first = True

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Value
 
 from django_workerflow import registry
 from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
@@ -79,10 +79,13 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         parent_pk: int | None = None,
         detached: bool = False,
         trace_context: str | None = None,
+        timeout_seconds: float | None = None,
     ) -> WorkflowInstance:
         """Create a pending instance and record its creation: admitted and due at once, or
-        ``queued`` (no alarm) until :mod:`~django_workerflow.runtime.flow.admission` admits it."""
+        ``queued`` (no alarm) until :mod:`~django_workerflow.runtime.flow.admission` admits it.
+        ``timeout_seconds``: its timeout's budget, whose clock starts at its first tick."""
         instance = self.create(
+            timeout_seconds=timeout_seconds,
             parent_id=parent_pk,
             trace_context=trace_context,
             detached=detached,
@@ -112,9 +115,11 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         reason: str | None,
     ) -> WorkflowInstance:
         """Create a pending fork of ``source``, due at once, with the source's last
-        progress (not a step: no fork point changes it); its history starts with a
-        ``forked`` event naming the source."""
+        progress (not a step: no fork point changes it) and the budget of its timeout (the
+        whole of it, from the fork's first tick); its history starts with a ``forked`` event
+        naming the source."""
         fork = self.create(
+            timeout_seconds=source.timeout_seconds,
             key=key,
             definition_name=source.definition_name,
             definition_version=version,
@@ -174,6 +179,14 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
     def note_bell(self, pk: int, when: datetime) -> None:
         """Record that a bell for ``when`` is queued for the instance ``pk``."""
         self.filter(pk=pk).update(bell_at=when)
+
+    def delay_deadlines(self, by: timedelta) -> int:
+        """Move the deadline of these instances ``by`` later (a definition pause's length:
+        time held does not count against their timeout); how many moved. The caller holds
+        their row locks (:func:`django_workerflow.store.locks.delay_deadlines`)."""
+        return self.filter(deadline_at__isnull=False).update(
+            deadline_at=F("deadline_at") + Value(by, output_field=models.DurationField())
+        )
 
 
 class WorkflowInstance(models.Model):
@@ -253,6 +266,15 @@ class WorkflowInstance(models.Model):
     # (django_workerflow.tracing): its ticks' spans are children of that span. NULL without
     # OpenTelemetry or without a span (the common path stores nothing).
     trace_context = models.TextField(null=True, blank=True)  # noqa: DJ001 - NULL: no trace
+    # The instance timeout (docs/concepts.md, "Instance timeouts"): its budget in seconds of
+    # running (a start's timeout=, else its definition's; None: no limit), the deadline while
+    # the clock runs (the alarm of a suspended instance is never later), and what was left of
+    # the budget while it is paused (the clock stops; resume() starts it again). All three
+    # NULL on an instance without a timeout, whose tick reads them with the row and writes
+    # none of them.
+    timeout_seconds = models.FloatField(null=True, blank=True)
+    deadline_at = EngineDateTimeField(null=True, blank=True)
+    timeout_left_seconds = models.FloatField(null=True, blank=True)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 
@@ -409,7 +431,8 @@ class WorkflowInstance(models.Model):
         )
 
     def start_running(self, token: str, expires: datetime, now: datetime) -> None:
-        """pending -> running, under the lease of the tick that starts it."""
+        """pending -> running, under the lease of the tick that starts it; the timeout's
+        clock starts with the whole budget."""
         self._move(
             WorkflowStatus.RUNNING,
             WorkflowEventType.STARTED,
@@ -419,18 +442,34 @@ class WorkflowInstance(models.Model):
             alarm_at=expires,
             wake_requested=False,
             updated_at=now,
+            **self._clock_from(now, self.timeout_seconds),
         )
 
     def set_paused(self, now: datetime) -> None:
-        """running -> paused: no step starts until it is resumed; no alarm meanwhile."""
+        """running -> paused: no step starts until it is resumed; no alarm meanwhile. The
+        timeout's clock stops: what is left of the budget is kept, the deadline dropped."""
+        clock: dict[str, Any] = {}
+        if self.deadline_at is not None:
+            left = max((self.deadline_at - now).total_seconds(), 0.0)
+            clock = {"deadline_at": None, "timeout_left_seconds": left}
         self._move(
-            WorkflowStatus.PAUSED, WorkflowEventType.PAUSED, now, alarm_at=None, updated_at=now
+            WorkflowStatus.PAUSED,
+            WorkflowEventType.PAUSED,
+            now,
+            alarm_at=None,
+            updated_at=now,
+            **clock,
         )
 
     def set_resumed(self, now: datetime) -> None:
-        """paused -> running, due at once."""
+        """paused -> running, due at once; the timeout's clock goes on with what was left."""
         self._move(
-            WorkflowStatus.RUNNING, WorkflowEventType.RESUMED, now, alarm_at=now, updated_at=now
+            WorkflowStatus.RUNNING,
+            WorkflowEventType.RESUMED,
+            now,
+            alarm_at=now,
+            updated_at=now,
+            **self._clock_from(now, self.timeout_left_seconds),
         )
 
     def set_cancelled(self, now: datetime, reason: str | None) -> None:
@@ -482,7 +521,7 @@ class WorkflowInstance(models.Model):
 
     def set_retried(self, now: datetime, reason: str | None) -> None:
         """failed -> running, due at once; the failure's fields are cleared (its attempts
-        keep their tracebacks)."""
+        keep their tracebacks), and the timeout's clock starts again with the whole budget."""
         self._move(
             WorkflowStatus.RUNNING,
             WorkflowEventType.RETRIED,
@@ -496,12 +535,24 @@ class WorkflowInstance(models.Model):
             alarm_at=now,
             updated_at=now,
             finished_at=None,
+            **self._clock_from(now, self.timeout_seconds),
         )
 
     def set_revived(self, status: str, now: datetime, reason: str) -> None:
         """cancelled -> ``status`` (running, pending or paused: what it was when its parent's
         finish cancelled it), due at once unless paused. A retry of that parent takes the
-        cancellation back: the instance goes on from its recorded steps."""
+        cancellation back: the instance goes on from its recorded steps, with the whole
+        budget of its timeout (running: from now; paused: kept for its resume; pending: from
+        its first tick)."""
+        clock: dict[str, Any] = {}
+        if status == WorkflowStatus.RUNNING:
+            clock = self._clock_from(now, self.timeout_seconds)
+        elif self.timeout_seconds is not None:
+            paused = status == WorkflowStatus.PAUSED
+            clock = {
+                "deadline_at": None,
+                "timeout_left_seconds": self.timeout_seconds if paused else None,
+            }
         self._move(
             WorkflowStatus(status),
             WorkflowEventType.RETRIED,
@@ -510,6 +561,7 @@ class WorkflowInstance(models.Model):
             alarm_at=None if status == WorkflowStatus.PAUSED else now,
             updated_at=now,
             finished_at=None,
+            **clock,
         )
 
     def set_debounced(self, input: Any, alarm_at: datetime, now: datetime, rang: bool) -> None:
@@ -592,6 +644,14 @@ class WorkflowInstance(models.Model):
     def note_unreached(self, step_ids: list[str] | None) -> None:
         """Keep the recorded steps the last whole replay no longer reached (None: none)."""
         self._update(unreached_step_ids=step_ids)
+
+    def _clock_from(self, now: datetime, seconds: float | None) -> dict[str, Any]:
+        """The fields that start the timeout's clock at ``now`` with ``seconds`` left: none
+        for an instance without a timeout (``seconds`` None), whose transitions write the
+        same columns as they would without the feature."""
+        if seconds is None:
+            return {}
+        return {"deadline_at": now + timedelta(seconds=seconds), "timeout_left_seconds": None}
 
     def _update(self, **fields: Any) -> None:
         """Assign ``fields`` and save exactly those: the one way a transition writes

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
@@ -30,13 +31,16 @@ def start_many(
     items: Iterable[tuple[str | None, Any]],
     *,
     version: str | None = None,
+    timeout: float | timedelta | None = None,
 ) -> list[WorkflowInstance]:
     """Start one instance of ``definition`` per ``(key, input)`` pair, in the items' order.
 
     Idempotent by key like ``start()``: a key that exists returns the existing instance (a
-    key given twice, the same one). A ``None`` key gets a random one.
+    key given twice, the same one). A ``None`` key gets a random one. ``timeout`` (or the
+    definition's) is each new instance's budget, as ``start()``'s.
     """
     name, version, definition_class = resolve(definition, version, caller="start_many()")
+    budget = starting.timeout_budget(definition_class, timeout)
     if definition_class.debounce is not None:
         raise WorkflowInputError(
             f"'{name}' is debounced, and start_many() does not debounce: start its instances "
@@ -55,14 +59,20 @@ def start_many(
         for entry in entries:
             if entry.key not in existing:
                 existing[entry.key] = starting.start_queued(
-                    name, definition_class.version, entry, concurrency_keys[entry.key]
+                    name,
+                    definition_class.version,
+                    entry,
+                    concurrency_keys[entry.key],
+                    timeout_seconds=budget,
                 ) or starting.check_existing_start(
                     WorkflowInstance.objects.get(key=entry.key), name, version
                 )
         return [existing[entry.key] for entry in entries]
     now = clock_now()
     for batch in batched([e for e in entries if e.key not in existing], starting.BATCH_ROWS):
-        for instance in starting.insert_pending(name, definition_class.version, batch, now):
+        for instance in starting.insert_pending(
+            name, definition_class.version, batch, now, timeout_seconds=budget
+        ):
             existing[instance.key] = instance
     missing = {e.key for e in entries} - existing.keys()
     if missing:  # created concurrently by another start: read back like start() does

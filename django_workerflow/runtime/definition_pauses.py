@@ -9,7 +9,9 @@ schedules record their occurrences: the rows wait. Resuming removes the row and 
 instances that are due, earliest alarm first; admission still applies the definition's limits.
 
 An instance's own status is not touched: one paused with :func:`~.verbs.pause` stays paused
-after the definition is resumed.
+after the definition is resumed. The deadlines of the definition's unfinished instances with
+a timeout move by the pause's length when it is resumed: an operator's pause makes no
+instance time out.
 """
 
 from __future__ import annotations
@@ -63,9 +65,12 @@ def resume_definition(name: str, *, reason: str = "", actor: str | None = None) 
     actor_text = _actor(actor)
     now = clock_now()
     with transaction.atomic():
-        resumed = definition_pauses.remove(name, reason, actor_text, now)
-    if not resumed:
-        return False
+        paused_at = definition_pauses.remove(name, reason, actor_text, now)
+        if paused_at is None:
+            return False
+        # Time held does not count against an instance's timeout: moved in the transaction
+        # that lets them go, so no tick sees the pause gone and the deadline unmoved.
+        locks.delay_deadlines(WorkflowInstance.objects.held(name), now - paused_at)
     rang = _ring_held(name, now)
     logger.info("definition resumed definition=%s actor=%s rang=%s", name, actor_text or "-", rang)
     return True

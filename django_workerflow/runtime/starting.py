@@ -29,6 +29,7 @@ from django.apps import apps
 from django.db import IntegrityError, connection, models, transaction
 
 from django_workerflow import registry, tracing
+from django_workerflow.definition import options
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance
@@ -108,6 +109,7 @@ def start(
     scheduled: bool = False,
     debounce: float | timedelta | None = None,
     max_debounce: float | timedelta | None = None,
+    timeout: float | timedelta | None = None,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
@@ -122,9 +124,13 @@ def start(
 
     With ``debounce`` (or the definition's), a start replaces the input of an instance of
     ``key`` that has not started and puts its first tick off (:mod:`.debounce`).
+
+    ``timeout`` (or the definition's) is the new instance's budget of running time
+    (:func:`timeout_budget`); an existing instance keeps its own.
     """
     name, version, definition_class = resolve(definition, version, caller="start()")
     definition_class.check_input(input)
+    budget = timeout_budget(definition_class, timeout)
     if debounce is not None or max_debounce is not None or definition_class.debounce is not None:
         return _start_debounced(
             name,
@@ -137,6 +143,7 @@ def start(
             detached,
             debounce=debounce,
             max_debounce=max_debounce,
+            timeout_seconds=budget,
         )
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
@@ -145,7 +152,14 @@ def start(
     if not admission.takes_admission(definition_class, key, input):
         # Instance, event and bell in one statement.
         created = start_one(
-            name, definition_class.version, entry, priority, parent_pk, detached, scheduled
+            name,
+            definition_class.version,
+            entry,
+            priority,
+            parent_pk,
+            detached,
+            scheduled,
+            timeout_seconds=budget,
         )
     elif WorkflowInstance.objects.filter(key=key).exists():
         created = None
@@ -156,9 +170,35 @@ def start(
         # takes_admission() said yes: the definition has limits, or the key is a shared gate.
         assert admission.limits_for(name, concurrency_key) is not None
         created = start_queued(
-            name, definition_class.version, entry, concurrency_key, priority, parent_pk, detached
+            name,
+            definition_class.version,
+            entry,
+            concurrency_key,
+            priority,
+            parent_pk,
+            detached,
+            timeout_seconds=budget,
         )
     return created or check_existing_start(WorkflowInstance.objects.get(key=key), name, version)
+
+
+def timeout_budget(
+    definition_class: type[WorkflowDefinition], timeout: float | timedelta | None
+) -> float | None:
+    """The timeout budget, in seconds, of a new instance of ``definition_class``: the
+    start's ``timeout``, else the definition's (None: no limit). Raises
+    :class:`WorkflowInputError` for a ``timeout`` that is not a positive duration."""
+    if timeout is None:
+        chosen = definition_class.timeout  # checked when the class was declared
+        return None if chosen is None else options.instance_timeout_seconds(chosen)
+    problem = options.instance_timeout_problem(timeout)
+    if problem is not None:
+        raise WorkflowInputError(
+            f"The timeout given to start() of '{definition_class.name}' {problem}, not "
+            f"{timeout!r}. Pass seconds or a timedelta, e.g. timeout=300 or "
+            "timeout=timedelta(hours=2), or None for the definition's timeout."
+        )
+    return options.instance_timeout_seconds(timeout)
 
 
 def _start_debounced(
@@ -173,6 +213,7 @@ def _start_debounced(
     *,
     debounce: float | timedelta | None,
     max_debounce: float | timedelta | None,
+    timeout_seconds: float | None,
 ) -> WorkflowInstance:
     """``start()`` with a debounce: create the instance with its first tick put off, or
     replace the input of the one not started yet; otherwise the existing instance."""
@@ -198,6 +239,7 @@ def _start_debounced(
             parent_pk,
             detached,
             due=chosen.first_tick(now, now),
+            timeout_seconds=timeout_seconds,
         )
         if created is not None:
             created.refresh_from_db(fields=["bell_at"])  # armed unless beyond the horizon
@@ -244,6 +286,8 @@ def start_queued(
     priority: int = 0,
     parent_pk: int | None = None,
     detached: bool = False,
+    *,
+    timeout_seconds: float | None = None,
 ) -> WorkflowInstance | None:
     """The start of a definition with a concurrency or rate limit (or on a shared gate), its
     concurrency key already checked: create the instance queued and admit it if its gate
@@ -263,6 +307,7 @@ def start_queued(
                 parent_pk=parent_pk,
                 detached=detached,
                 trace_context=tracing.carrier(),
+                timeout_seconds=timeout_seconds,
             )
             if instance.pk in admission.admit_waiting(name, concurrency_key, now):
                 instance.admitted_at = instance.alarm_at = now
@@ -286,6 +331,8 @@ def start_one(
     detached: bool,
     scheduled: bool = False,
     due: datetime | None = None,
+    *,
+    timeout_seconds: float | None = None,
 ) -> WorkflowInstance | None:
     """``start()`` of a definition without a concurrency limit: the new instance, or None
     when its key is taken. ``due``: its first tick, if not at once (a debounced start)."""
@@ -299,6 +346,7 @@ def start_one(
         detached=detached,
         scheduled=scheduled,
         due=due,
+        timeout_seconds=timeout_seconds,
     )
     if not created:
         return None
@@ -316,12 +364,20 @@ def _chosen(
     detached: bool,
     scheduled: bool,
     due: datetime | None = None,
+    timeout_seconds: float | None = None,
 ) -> dict[str, Any]:
     """A new pending instance's values by attribute name, but for its key and input; every
     other column keeps its default. Admitted at once: starts of definitions with a
     concurrency limit take admission's path. The current span's trace context goes with
     them (NULL without one), so that their ticks continue the caller's trace. ``due``: the
-    first tick, put off by a debounce (the wake lag counts from it: cause ``start``)."""
+    first tick, put off by a debounce (the wake lag counts from it: cause ``start``).
+    ``timeout_seconds``: the budget of its timeout (left at the column's default, NULL,
+    when there is none)."""
+    if timeout_seconds is not None:
+        return {
+            **_chosen(name, version, now, bell, priority, parent_pk, detached, scheduled, due),
+            "timeout_seconds": timeout_seconds,
+        }
     if due is not None:
         return {
             **_chosen(name, version, now, False, priority, parent_pk, detached, scheduled),
@@ -392,6 +448,7 @@ def insert_pending(
     detached: bool = False,
     scheduled: bool = False,
     due: datetime | None = None,
+    timeout_seconds: float | None = None,
 ) -> list[WorkflowInstance]:
     """Create pending instances (due at ``now``, or at ``due``) for ``entries`` whose key is
     free, with their 'created' events and bells; return the created ones (keys taken are
@@ -405,7 +462,16 @@ def insert_pending(
     direct_bells = due is None and bell_rows.direct_orm_bells()
     layout = _layout()
     chosen = _chosen(
-        name, version, now, direct_bells, priority, parent_pk, detached, scheduled, due
+        name,
+        version,
+        now,
+        direct_bells,
+        priority,
+        parent_pk,
+        detached,
+        scheduled,
+        due,
+        timeout_seconds,
     )
     template = _template(chosen)
     values = _prepared(template, chosen, layout, now)

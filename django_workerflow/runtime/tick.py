@@ -26,7 +26,7 @@ from django_workerflow.definition.drift import unregistered_hint
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
 from django_workerflow.engine.failures import failed_step_ids
-from django_workerflow.exceptions import WorkflowInputError
+from django_workerflow.exceptions import WorkflowInputError, WorkflowTimeoutError
 from django_workerflow.meters import METERS
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import finishing, starting
@@ -286,18 +286,26 @@ def _replay(
         interrupted_suspects=suspects,
         trace=traced,
         definition_name=instance.definition_name,
+        instance_deadline=instance.deadline_at,
+        instance_timeout=instance.timeout_seconds,
     )
     # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
     pinned_input = jsonvalue.fresh_copy(instance.input)
     definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
     result = _run_pass(definition, execution)
-    if not (result.stop_reason or result.yielded):
+    # A pass cut short (stopped, yielded, timed out) did not reach every step it would.
+    if not (
+        result.stop_reason or result.yielded or isinstance(execution.fatal, WorkflowTimeoutError)
+    ):
         result.unreached = unreached_steps(store.steps, execution.seen_step_ids)
     return execution, result
 
 
 def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResult:
     try:
+        if execution.instance_deadline is not None:
+            # Woken at its deadline (or past it): fails before any of its code runs.
+            execution.check_deadline()
         value = definition.execute()
     except ExecutionStopped:
         return PassResult(
@@ -448,20 +456,26 @@ def _settle_suspended(
     locked: WorkflowInstance, result: PassResult, replays: int, now: datetime
 ) -> TickResult | None:
     """Yield the worker, pass again at once (something is due or changed), or sleep until
-    the earliest due time (None: until an event arrives)."""
+    the earliest due time (None: until an event arrives), and never past the instance's
+    deadline: its alarm rings then, and the pass it wakes fails it with
+    WorkflowTimeoutError."""
     if result.yielded or replays >= MAX_REPLAYS_PER_TICK:
         locked.release_lease(now, now)
         bells.arm(locked.pk, now)
         return TickResult(TickOutcome.YIELDED, alarm_at=now, replays=replays)
-    ready = result.due is not None and result.due <= now
+    due, cause = result.due, result.due_cause
+    deadline = locked.deadline_at
+    if deadline is not None and (due is None or deadline < due):
+        due, cause = deadline, None  # not a wake the wake lag counts
+    ready = due is not None and due <= now
     if locked.wake_requested or ready or result.stop_reason == StopReason.NOT_RUNNING:
         if locked.wake_requested:
             locked.clear_wake_request()
         return None
-    locked.release_lease(result.due, now, result.due_cause)
-    if result.due is not None:
-        bells.arm(locked.pk, result.due)
-    return TickResult(TickOutcome.SUSPENDED, alarm_at=result.due, replays=replays)
+    locked.release_lease(due, now, cause)
+    if due is not None:
+        bells.arm(locked.pk, due)
+    return TickResult(TickOutcome.SUSPENDED, alarm_at=due, replays=replays)
 
 
 def _note_unreached(locked: WorkflowInstance, unreached: list[str] | None) -> None:

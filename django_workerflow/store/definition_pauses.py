@@ -3,8 +3,9 @@
 The tick's claim reads the switch with the instance row
 (:func:`~.instance_rows.read_for_claim`) and every step start reads it in its fence, both
 through :data:`~django_workerflow.store.sql.DEFINITION_PAUSED`; only
-:mod:`django_workerflow.runtime.definition_pauses` writes it. A change locks the one pause
-row it adds or removes and no instance row (see :mod:`.locks`).
+:mod:`django_workerflow.runtime.definition_pauses` writes it. A pause locks the one row it
+adds and no instance row; a resume locks the row it removes first, then moves the timeout
+deadlines of the definition's instances in the same transaction (see :mod:`.locks`, rule 5).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from django_workerflow.models import DefinitionPause, DefinitionPauseRecord
+from django_workerflow.store import locks
 from django_workerflow.values.states import DefinitionPauseAction
 
 
@@ -51,15 +53,16 @@ def add(definition_name: str, reason: str, actor: str, now: datetime) -> bool:
     return True
 
 
-def remove(definition_name: str, reason: str, actor: str, now: datetime) -> bool:
-    """Resume ``definition_name`` and record it; False (nothing written) if it was not
-    paused. Call inside a transaction."""
-    # The delete locks the row: of two concurrent resumes, the second deletes nothing.
-    deleted, _ = DefinitionPause.objects.filter(definition_name=definition_name).delete()
-    if not deleted:
-        return False
+def remove(definition_name: str, reason: str, actor: str, now: datetime) -> datetime | None:
+    """Resume ``definition_name`` and record it; returns when it was paused, or None
+    (nothing written) if it was not. Call inside a transaction."""
+    # The lock: of two concurrent resumes, the second finds no row (and deletes nothing).
+    pause = locks.lock_pause(definition_name)
+    if pause is None:
+        return None
+    pause.delete()
     _record(definition_name, DefinitionPauseAction.RESUMED, actor, reason, now)
-    return True
+    return pause.paused_at
 
 
 def _record(

@@ -20,10 +20,13 @@ PostgreSQL:
    :data:`HOUSEKEEPING_BATCH` rows (:func:`take_unlocked`, :func:`take_purgeable`): a row
    they skip is being worked on, and the next pass sees it again.
 
-5. **A definition's pause row is taken alone.** ``pause_definition`` inserts it and
-   ``resume_definition`` deletes it, each in a transaction that locks no instance row (the
-   tick's claim and the step fences only read it); resuming then rings the held instances as
-   housekeeping, rule 4 (:func:`take_unlocked`).
+5. **A definition's pause row before any instance row.** ``pause_definition`` inserts it
+   in a transaction that locks no instance row; ``resume_definition`` deletes it and, in
+   the same transaction, moves the timeout deadlines of the definition's unfinished
+   instances by the pause's length, locking those rows in primary-key order (rule 1,
+   :func:`delay_deadlines`). Nothing holds an instance row and then waits for a pause row
+   (the tick's claim and the step fences only read it). Resuming then rings the held
+   instances as housekeeping, rule 4 (:func:`take_unlocked`).
 
 A single instance row taken first in its transaction follows every rule: :func:`lock_instance`
 here, or the tick's and the verbs' named statements (:mod:`.instance_rows`), which look the
@@ -38,12 +41,12 @@ that must not go stale before the write that follows it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from django_workerflow.models import AdmissionGate, Step, WorkflowInstance
+from django_workerflow.models import AdmissionGate, DefinitionPause, Step, WorkflowInstance
 
 #: The most rows a housekeeping transaction (a sweep's, a purge's link cut) locks at once.
 HOUSEKEEPING_BATCH = 100
@@ -65,6 +68,22 @@ def lock_instances(rows: QuerySet[WorkflowInstance]) -> list[WorkflowInstance]:
 def lock_instance_pks(rows: QuerySet[WorkflowInstance]) -> list[int]:
     """The primary keys of ``rows``, each row locked, taken in primary-key order."""
     return list(rows.select_for_update().order_by("pk").values_list("pk", flat=True))
+
+
+def lock_pause(definition_name: str) -> DefinitionPause | None:
+    """The pause row of ``definition_name`` under its lock (None: not paused): rule 5,
+    before any instance row (on SQLite, the write lock, so the answer holds until the
+    transaction writes)."""
+    write_held()
+    rows = DefinitionPause.objects.select_for_update()
+    return rows.filter(definition_name=definition_name).first()
+
+
+def delay_deadlines(rows: QuerySet[WorkflowInstance], by: timedelta) -> int:
+    """Move the timeout deadline of each of ``rows`` that has one ``by`` later, in one
+    statement that locks them in primary-key order; how many moved."""
+    locked = rows.filter(deadline_at__isnull=False).select_for_update().order_by("pk")
+    return WorkflowInstance.objects.filter(pk__in=locked.values("pk")).delay_deadlines(by)
 
 
 # Rules 2 and 3: admission gates, then queued rows. ---------------------------------------

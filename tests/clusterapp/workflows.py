@@ -184,6 +184,21 @@ class Nap(WorkflowDefinition):
         return self.run("after", lambda: "awake")
 
 
+class Overdue(WorkflowDefinition):
+    """Sleeps an hour (``how`` "sleep") or runs a step that sleeps an hour in Python
+    (``how`` "step"): longer than the instance timeout its start gives."""
+
+    name = "cluster-overdue"
+    version = "1"
+
+    def execute(self) -> str:
+        if self.input["how"] == "sleep":
+            self.sleep("nap", 3600)
+        else:
+            self.run("hang", lambda: time.sleep(3600), max_attempts=1)
+        return "done"
+
+
 class Import(WorkflowDefinition):
     """Ten batches of ``pause`` seconds each, reporting progress before each and at the end."""
 
