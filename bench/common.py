@@ -79,6 +79,9 @@ class Sizes:
     task_latency: int = 100
     task_spacing: float = 0.05
     task_drain: int = 2_000
+    # 41. Step timeouts: run steps per instance, and rounds of the interleaved variants.
+    timeout_steps: int = 400
+    timeout_rounds: int = 25
 
 
 FULL = Sizes()
@@ -118,6 +121,8 @@ SMOKE = Sizes(
     metrics_repeats=3,
     task_latency=3,
     task_drain=10,
+    timeout_steps=20,
+    timeout_rounds=3,
 )
 
 

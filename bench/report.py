@@ -727,6 +727,7 @@ def render(results: Results, *, smoke: bool) -> str:
     from .targets23 import targets_table as targets23_table
     from .targets24 import targets_table as targets24_table
     from .targets36 import targets_table as targets36_table
+    from .targets41 import targets_table as targets41_table
 
     lines = figures_table(results).lines
     # The target blocks share their widths: their columns line up with each other too.
@@ -738,6 +739,7 @@ def render(results: Results, *, smoke: bool) -> str:
         targets23_table(results),
         targets24_table(results),
         targets36_table(results),
+        targets41_table(results),
     ]
     label_width = max(block.widths()[0] for block in blocks)
     cell_width = max(block.widths()[1] for block in blocks)

@@ -40,6 +40,7 @@ SCENARIOS = (
     "tasks",
     "metrics",
     "history",
+    "timeouts",
 )
 
 
@@ -120,6 +121,7 @@ def scenario_runners(
         peer,
         scale,
         starts,
+        step_timeouts,
         tasks,
         wal,
     )
@@ -144,6 +146,7 @@ def scenario_runners(
         "tasks": lambda: tasks.tasks_scenario(sizes, workdir, progress),
         "metrics": lambda: metrics_scale.metrics_scale(sizes, progress),
         "history": lambda: history.history(sizes),
+        "timeouts": lambda: step_timeouts.step_timeouts(sizes),
     }
 
 

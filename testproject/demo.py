@@ -6,8 +6,9 @@ starts one `qcluster` and `runserver`, places a few example orders (each starts 
 workflow), starts the tour's instances (one that fails, so Retry and Fork can be tried; two
 behind a concurrency limit, one of them queued and the other showing its progress; two held
 by their paused definition, to Resume; one started three times and run once, debounced; a
-schedule fires every minute) and prints where to look, then prints the admin address, the
-login and what it seeded again once the worker's start-up output is over. It serves on
+carrier label whose first fetch hangs until its step timeout interrupts it, then a retry
+gets it; a schedule fires every minute) and prints where to look, then prints the admin
+address, the login and what it seeded again once the worker's start-up output is over. It serves on
 ``DEMO_PORT`` (default 8000), or on a free port it names when that one is busy. Ctrl-C stops
 everything.
 
@@ -220,6 +221,7 @@ class Tour:
     queued: str  # the handover queued behind it
     held: tuple[str, ...]  # the partner syncs held while their definition is paused
     debounced: str  # the reindex started three times, run once with the last input
+    timed_out: str  # the carrier label whose first fetch hangs past its step timeout
 
 
 SCHEDULE = "demo-minute-count"  # the tour's schedule (testproject/demoapp/workflows.py)
@@ -233,8 +235,9 @@ def start_tour() -> Tour:
     warehouse handovers behind ``max_concurrency = 1`` (the first shows its progress, the
     second is queued); two partner syncs held because their definition is paused first (by
     "demo"); a search reindex started three times, which runs once with the last title (its
-    definition's ``debounce``). The schedule needs no start: it fires every minute on its
-    own."""
+    definition's ``debounce``); a carrier label whose first fetch hangs, interrupted by its
+    1 s step ``timeout`` and retried 3 s later. The schedule needs no start: it fires every
+    minute on its own."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -268,6 +271,9 @@ def start_tour() -> Tour:
         reindex = workerflow.start(
             "demo-search-reindex", key=f"reindex-{stamp}", input={"title": title}
         )
+    label = workerflow.start(
+        "demo-carrier-label", key=f"label-{stamp}", input={"parcel": f"PCL-{stamp}"}
+    )
     return Tour(
         failed=invoice.key,
         partner_up_at=f"{up_at:%H:%M:%S} UTC",
@@ -275,6 +281,7 @@ def start_tour() -> Tour:
         queued=handovers[1],
         held=held,
         debounced=reindex.key,
+        timed_out=label.key,
     )
 
 
@@ -304,6 +311,7 @@ def reminder(port: int, password: str, tour: Tour) -> str:
   - held by their paused definition, {PAUSED}: {", ".join(tour.held)}
     Resume it on {definitions_url(base)}
   - started three times, run once with the last title (debounced): {tour.debounced}
+  - interrupted by its 1 s step timeout, then retried: {tour.timed_out}
   - {SCHEDULE}, a schedule firing every minute: Workflows > Workflow schedules
   Press Ctrl-C to stop.
 """
@@ -339,6 +347,9 @@ def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
     (or run `manage.py workerflow resume-definition {PAUSED}`): they complete.
   - {tour.debounced} was started three times in a row (debounced): it runs once, 5 s after
     the last start, with the last title.
+  - {tour.timed_out} fetches a label from a carrier that never answers its first request:
+    its 1 s step timeout interrupts it, and its page shows that attempt failed with
+    StepTimeoutError; the retry 3 s later gets the label and the instance completes.
   - {SCHEDULE} runs every minute, Paris time: see Workflows > Workflow schedules.
 
   Press Ctrl-C to stop.

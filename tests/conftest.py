@@ -182,6 +182,7 @@ def demo_tour(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         module.MinuteOrderCount,
         module.PartnerSync,
         module.SearchReindex,
+        module.CarrierLabel,
     ]
     imported = drift.worker_imported_modules
     monkeypatch.setattr(drift, "worker_imported_modules", lambda: imported() | {DEMO_TOUR})

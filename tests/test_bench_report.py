@@ -258,3 +258,38 @@ def test_report__the_wake_up_targets_pass_or_miss_on_postgresql_only():
     assert targets24.idle_queries("4")(results) == "0.90/s PASS"
     sqlite = {**results, "environment": {"vendor": "sqlite"}}
     assert targets24.idle_queries("1")(sqlite) == "- (PostgreSQL)"
+
+
+def _timeouts(untimed: float, disabled: tuple[float, float, float]) -> dict[str, Any]:
+    """Scenario 41's results: ms/step medians, and the timer-free variant's (p25, median,
+    p75)."""
+    low, median, high = disabled
+    return {
+        "steps": 400,
+        "rounds": 25,
+        "ms_per_step": {
+            "no_timeout": {"median": untimed, "p25": untimed, "p75": untimed},
+            "timer_disabled": {"median": median, "p25": low, "p75": high},
+            "timeout_60": {"median": untimed + 0.01, "p25": untimed, "p75": untimed + 0.02},
+        },
+        "untimed_to_disabled": {"median": untimed / median, "p25": 0.9, "p75": 1.1},
+        "timer_us_per_step": {"median": 10.0, "p25": -5.0, "p75": 25.0},
+    }
+
+
+def test_report__a_step_without_a_timeout_passes_within_the_timer_free_spread_or_3_percent():
+    results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
+    results["sqlite"]["timeouts"] = _timeouts(0.150, (0.110, 0.135, 0.160))  # in its quartiles
+    results["postgresql"]["timeouts"] = _timeouts(0.680, (0.660, 0.665, 0.670))  # +2.3 %
+
+    def verdicts() -> list[str]:
+        lines = render(results, smoke=False).splitlines()
+        (row,) = [line for line in lines if line.lstrip().startswith("code without the timer")]
+        return re.split(r" {2,}", row.strip())[1:]
+
+    assert verdicts() == ["0.150 / 0.135 ms = x1.111 PASS", "0.680 / 0.665 ms = x1.023 PASS"]
+    results["postgresql"]["timeouts"] = _timeouts(0.700, (0.660, 0.665, 0.670))  # +5.3 %
+    assert verdicts()[1] == "0.700 / 0.665 ms = x1.053 MISS"
+    table = render(results, smoke=False)
+    assert "0.150 ms (0.150-0.150)" in table
+    assert "+10.0 µs (-5.0 to +25.0)" in table

@@ -34,6 +34,7 @@ SECTIONS = (
     "14. django.tasks",
     "15. Metrics scrape",
     "Targets (issue 5)",
+    "Targets (issue 41)",
 )
 SCENARIOS = (
     "statements",
@@ -49,6 +50,7 @@ SCENARIOS = (
     "queue",
     "tasks",
     "metrics",
+    "timeouts",
 )
 
 

@@ -1,7 +1,8 @@
 """`make demo`'s tour (testproject/demoapp, installed by the demo only): an invoice that fails
 until its partner is back, then retries; a handover queued behind another for the same
 warehouse; a schedule that fires every minute; a partner sync held by its paused definition
-until it is resumed; a reindex started three times that runs once. And what
+until it is resumed; a reindex started three times that runs once; a carrier label whose
+first fetch hangs until its step timeout interrupts it, then is retried. And what
 testproject/demo.py seeds and prints, without starting its worker or web server."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import django_workerflow as workerflow
+from django_workerflow import StepTimeoutError
 from django_workerflow.models import DefinitionPause, Step, WorkflowInstance
 from django_workerflow.testing import Harness
 from testproject import demo
@@ -146,6 +148,30 @@ def test_demo__the_reindex_started_three_times_runs_once_with_the_last_title(
         assert list(reindex.steps.values_list("step_id", "attempt_count")) == [("reindex", 1)]
 
 
+def test_demo__the_carrier_labels_first_fetch_times_out_and_its_retry_completes(
+    demo_tour, monkeypatch
+):
+    with Harness(start=T0) as harness:
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        seeded = demo.start_tour()
+        harness.drain()  # the first fetch hangs: its 1 s timeout interrupts it (real time)
+        label = WorkflowInstance.objects.get(key=seeded.timed_out)
+        assert label.status == "running"  # its retry is 3 s away
+        failed = label.step_events.get(step__step_id="fetch-label", type="attempt_failed")
+        assert (failed.attempt_number, failed.error_name) == (1, StepTimeoutError.__name__)
+        assert failed.error_message.startswith(
+            "StepTimeoutError: Run step 'fetch-label' ran longer than its timeout of 1 s and "
+            "was interrupted."
+        )
+        harness.advance(timedelta(seconds=3))
+        label.refresh_from_db()
+        assert label.status == "completed"
+        parcel = label.input["parcel"]
+        assert label.result == {"label": f"https://carrier.example/labels/{parcel}.pdf"}
+        fetch = label.steps.get(step_id="fetch-label")
+        assert (fetch.state, fetch.attempt_count) == ("succeeded", 2)
+
+
 def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
     seeded = demo.Tour(
         failed="invoice-AB12",
@@ -154,6 +180,7 @@ def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
         queued="handover-AB12-queued",
         held=("sync-AB12-1", "sync-AB12-2"),
         debounced="reindex-AB12",
+        timed_out="label-AB12",
     )
     seen = [
         "http://127.0.0.1:8123/admin/workerflow/workflowinstance/",
@@ -171,6 +198,8 @@ def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
         "http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/",
         "reindex-AB12",
         "three times",
+        "label-AB12",
+        "1 s step timeout",
     ]
     banner = demo.banner(8123, "s3cret", ["PAI-1", "PAR-2"], seeded)
     reminder = demo.reminder(8123, "s3cret", seeded)
@@ -192,6 +221,11 @@ def test_demo__prints_the_admin_url_the_login_and_what_it_seeded():
         "- held by their paused definition, demo-partner-sync: sync-AB12-1, sync-AB12-2\n"
         "    Resume it on http://127.0.0.1:8123/admin/workerflow/workflowinstance/definitions/\n"
     ) in reminder
+    assert (
+        "- label-AB12 fetches a label from a carrier that never answers its first request:\n"
+        "    its 1 s step timeout interrupts it, and its page shows that attempt failed with\n"
+        "    StepTimeoutError; the retry 3 s later gets the label and the instance completes.\n"
+    ) in banner
 
 
 def test_demo__waits_for_the_invoice_to_fail_while_the_worker_runs(demo_tour, monkeypatch):

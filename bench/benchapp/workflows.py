@@ -122,3 +122,11 @@ class Limited(WorkflowDefinition):
 
     def execute(self) -> None:
         self.run("work", lambda: None)
+
+
+class TimedStepper(Stepper):
+    """The sequential scenario's steps, each limited by the definition's ``step_timeout``
+    (scenario 41: what a step that sets a timeout pays for its timer)."""
+
+    name = "bench-steps-timeout"
+    step_timeout = 60

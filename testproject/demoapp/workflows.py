@@ -1,13 +1,14 @@
 """The demo's tour: a workflow that fails (to try Retry and Fork), one with a concurrency
 limit (to see an instance queued) that reports its progress, a schedule that fires every
-minute, a partner sync whose definition the demo pauses (to try Resume), and a debounced
-search reindex.
+minute, a partner sync whose definition the demo pauses (to try Resume), a debounced
+search reindex, and a carrier label whose first fetch hangs until its step timeout ends it.
 
 Installed by ``make demo`` only (``WORKERFLOW_DEMO=1``, see ``testproject/settings.py``).
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -96,3 +97,41 @@ class SearchReindex(WorkflowDefinition):
 
     def execute(self) -> dict:
         return self.run("reindex", lambda: {"indexed": self.input["title"]})
+
+
+#: The carrier renders a label this long after it is ordered; the label step waits at most
+#: LABEL_TIMEOUT for an answer, and retries LABEL_RETRY_AFTER later.
+LABEL_RENDER_SECONDS = 2
+LABEL_TIMEOUT = 1
+LABEL_RETRY_AFTER = 3
+
+
+def order_label(parcel: str) -> dict:
+    ready_at = timezone.now() + timedelta(seconds=LABEL_RENDER_SECONDS)
+    return {"parcel": parcel, "ready_at": ready_at.isoformat()}
+
+
+def fetch_label(ordered: dict) -> dict:
+    if timezone.now() < datetime.fromisoformat(ordered["ready_at"]):
+        # The (simulated) carrier's bug: a request for a label it is still rendering gets
+        # no answer, and its connection stays open. Only the step's timeout ends the wait.
+        time.sleep(30)
+    return {"label": f"https://carrier.example/labels/{ordered['parcel']}.pdf"}
+
+
+class CarrierLabel(WorkflowDefinition):
+    """Get a parcel's shipping label from the carrier. The carrier never answers a request
+    for a label it is still rendering, which the first fetch is: its 1 s step timeout
+    interrupts that attempt (StepTimeoutError), and the retry 3 s later gets the label."""
+
+    name = "demo-carrier-label"
+    version = "1"
+
+    def execute(self) -> dict:
+        ordered = self.run("order-label", lambda: order_label(self.input["parcel"]))
+        return self.run(
+            "fetch-label",
+            lambda: fetch_label(ordered),
+            timeout=LABEL_TIMEOUT,
+            backoff=lambda attempt: LABEL_RETRY_AFTER,
+        )

@@ -365,8 +365,9 @@ def demo_seeded(demo_tour, monkeypatch):
     """What `make demo` seeds, and its worker's first minute, run by the harness: the
     example orders; the invoice failed (its partner is down for a minute), two handovers
     (one showing its progress, one queued), two partner syncs held by their paused
-    definition, the debounced reindex completed; the minute schedule fired once. Yields the
-    harness and the tour's keys.
+    definition, the debounced reindex completed, the carrier label completed on its retry
+    (its first fetch timed out); the minute schedule fired once. Yields the harness and the
+    tour's keys.
 
     The clock starts 10 s past a minute, so that the 61 s walked cross one minute
     boundary: from the wall clock's second 59 they crossed two, and the schedule fired
@@ -436,6 +437,28 @@ def test_demo__the_overview_counts_the_tour(live_server, chromium, demo_seeded):
         gate.locator("a").click()
         expect(page.locator("#result_list tbody tr")).to_have_count(1)
         expect(page.locator("#result_list")).to_contain_text(tour.queued)
+    finally:
+        context.close()
+
+
+def test_demo__the_carrier_labels_page_shows_its_timed_out_attempt_then_the_retry(
+    live_server, chromium, demo_seeded
+):
+    """The demo's step timeout, where its banner points: the label's page, whose fetch step
+    lists its first attempt failed with StepTimeoutError and its second one's success."""
+    _, tour = demo_seeded
+    context, page = operator_page(chromium, live_server)
+    try:
+        change_page(page, live_server, tour.timed_out)
+        expect(page.locator("#wf-summary .wf-badge")).to_have_text("Completed")
+        fetch = page.locator('tr[data-step="fetch-label"]')
+        expect(fetch).to_contain_text("2 of 3")
+        fetch.locator("details.wf-attempts summary").click()
+        attempts = fetch.locator("ol li")
+        expect(attempts).to_have_count(2)
+        expect(attempts.first).to_contain_text(
+            "StepTimeoutError: Run step 'fetch-label' ran longer than its timeout of 1 s"
+        )
     finally:
         context.close()
 
