@@ -83,9 +83,9 @@ def test_start_many__writes_at_most_1000_rows_per_statement(workflow, monkeypatc
     batches, statements = [], []
     insert_pending = starting.insert_pending
 
-    def recording(name, version, entries, now):
+    def recording(name, version, entries, now, **options):
         batches.append(len(entries))
-        return insert_pending(name, version, entries, now)
+        return insert_pending(name, version, entries, now, **options)
 
     def record(execute, sql, params, many, context):
         if f"INSERT INTO {starting.INSTANCE} " in sql:
