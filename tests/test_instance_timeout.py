@@ -206,9 +206,7 @@ def test_timeout__a_step_s_own_shorter_timeout_stays_a_step_timeout(harness, def
     assert failed.error_name == "StepTimeoutError"
 
 
-def test_timeout__a_pass_woken_past_the_deadline_runs_none_of_the_workflow_s_code(
-    harness, define
-):
+def test_timeout__a_pass_woken_past_the_deadline_runs_none_of_the_workflow_s_code(harness, define):
     passes = []
 
     def execute(self):
@@ -385,9 +383,7 @@ def test_fork__of_a_timed_out_instance_gets_a_fresh_budget_from_its_first_tick(
 # Children and on_finish ------------------------------------------------------------------
 
 
-def test_retry__of_a_parent_revives_its_cancelled_child_with_a_fresh_budget(
-    harness, define_with
-):
+def test_retry__of_a_parent_revives_its_cancelled_child_with_a_fresh_budget(harness, define_with):
     child = define_with(waits_for_go, timeout=30)
     broken = {"on": True}
 
@@ -413,7 +409,6 @@ def test_retry__of_a_parent_revives_its_cancelled_child_with_a_fresh_budget(
     kid = WorkflowInstance.objects.get(key="kid")
     assert kid.status == WorkflowStatus.RUNNING
     assert kid.deadline_at == harness.now() + timedelta(seconds=30)
-
 
 
 def test_timeout__cancels_the_children_and_on_finish_hears_it(harness, define_with):
