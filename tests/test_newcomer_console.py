@@ -14,7 +14,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 import django_workerflow as workerflow
-from django_workerflow.console.describe import clock_text, format_when
+from django_workerflow.console.time_words import clock_text, format_when
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.testing import Harness
 

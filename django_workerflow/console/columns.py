@@ -18,7 +18,7 @@ from django.utils.functional import lazy
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from django_workerflow.console import describe, estimated_count
+from django_workerflow.console import describe, estimated_count, time_words
 from django_workerflow.console.progress import progress_bar
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
@@ -34,7 +34,7 @@ def _forks_prefetch() -> Prefetch[str, Any, str]:
 
 def _with_zone(label: str) -> Any:
     """A column header that names the zone its times are in: "created (UTC)"."""
-    return lazy(lambda: f"{label} ({describe.zone_name()})", str)()
+    return lazy(lambda: f"{label} ({time_words.zone_name()})", str)()
 
 
 def _breakable_key(key: str) -> str:
@@ -124,18 +124,18 @@ class InstanceColumns:
         now = clock_now()
         return format_html(
             '<span title="{}">{}</span> <span class="wf-note">{}</span>',
-            describe.clock_text(instance.alarm_at),
+            time_words.clock_text(instance.alarm_at),
             _date_then_time(
-                describe.format_when(instance.alarm_at, now, relative=False, zone=False)
+                time_words.format_when(instance.alarm_at, now, relative=False, zone=False)
             ),
-            describe.relative_time(instance.alarm_at, now),
+            time_words.relative_time(instance.alarm_at, now),
         )
 
 
 def _short_time(when: datetime) -> str:
     """A short time in the list (its header says the zone); the full one on hover."""
-    full = describe.clock_text(when)
-    short = _date_then_time(describe.short_time(when, zone=False))
+    full = time_words.clock_text(when)
+    short = _date_then_time(time_words.short_time(when, zone=False))
     return format_html('<span title="{}">{}</span>', full, short)
 
 

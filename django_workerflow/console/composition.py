@@ -17,8 +17,8 @@ from django.views.decorators.http import require_POST
 
 from django_workerflow import registry
 from django_workerflow.console.controls import admin_url, url_name
-from django_workerflow.console.describe import short_time
 from django_workerflow.console.terminal import safe
+from django_workerflow.console.time_words import short_time
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries
 

@@ -23,8 +23,8 @@ from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
 from django_workerflow import registry
-from django_workerflow.console.describe import format_when
 from django_workerflow.console.overview import counts_by_status
+from django_workerflow.console.time_words import format_when
 from django_workerflow.exceptions import WorkerflowError
 from django_workerflow.models import (
     DefinitionPause,

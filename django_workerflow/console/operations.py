@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django_workerflow.console.describe import format_when
+from django_workerflow.console.time_words import format_when
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import verbs

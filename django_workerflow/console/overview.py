@@ -51,9 +51,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from django_workerflow.console.controls import admin_url
-from django_workerflow.console.describe import format_duration, format_when
 from django_workerflow.console.list_filters import DELIVERY_PARAMETER, PENDING
 from django_workerflow.console.schedules import in_both_zones
+from django_workerflow.console.time_words import format_duration, format_when
 from django_workerflow.deploy import health
 from django_workerflow.models import (
     WAKE_LAG,

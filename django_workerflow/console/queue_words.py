@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django_workerflow.console.time_words import format_when
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.runtime.flow.admission import queue_state
 
@@ -23,10 +24,6 @@ def is_queued(instance: WorkflowInstance) -> bool:
 
 def queued_words(instance: WorkflowInstance, now: datetime) -> str:
     """Say why the queued ``instance`` is not admitted yet (a few queries)."""
-    from django_workerflow.console.describe import (
-        format_when,  # describe imports this module: import late
-    )
-
     state = queue_state(instance.definition_name, instance.concurrency_key, now)
     if state is None:
         return "queued: its definition has no limit any more; waiting for admission"

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from django_workerflow.console.describe import format_when, relative_time
+from django_workerflow.console.time_words import format_when, relative_time
 from django_workerflow.exceptions import WorkerflowError
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule
 from django_workerflow.runtime.flow import schedules

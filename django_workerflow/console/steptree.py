@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_workerflow.console.describe import format_duration, pretty_json, short_time, step_error
+from django_workerflow.console.describe import pretty_json, step_error
+from django_workerflow.console.time_words import format_duration, short_time
 from django_workerflow.models import Step, StepEvent, StepEventType, StepState, StepType
 
 

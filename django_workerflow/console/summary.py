@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django_workerflow.console.describe import format_when, missing_definition, timeout_words
+from django_workerflow.console.describe import missing_definition, timeout_words
 from django_workerflow.console.history import History
 from django_workerflow.console.progress import progress_bar
+from django_workerflow.console.time_words import format_when
 from django_workerflow.definition import drift
 from django_workerflow.models import StepEventType, WorkflowInstance
 

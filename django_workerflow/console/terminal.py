@@ -11,12 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django_workerflow.console.describe import (
-    cancel_reason_of,
-    clock_text,
-    format_when,
-    waiting_on,
-)
+from django_workerflow.console.describe import cancel_reason_of, waiting_on
 from django_workerflow.console.history import History
 from django_workerflow.console.progress import progress_figure, progress_line
 from django_workerflow.console.summary import (
@@ -25,6 +20,7 @@ from django_workerflow.console.summary import (
     Traceback,
     build_summary,
 )
+from django_workerflow.console.time_words import clock_text, format_when
 from django_workerflow.models import StepState, WorkflowInstance, WorkflowStatus
 
 MAX_VALUE = 120

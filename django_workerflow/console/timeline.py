@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django_workerflow.console.describe import clock_text, format_duration, short_time
 from django_workerflow.console.steptree import StepNode
+from django_workerflow.console.time_words import clock_text, format_duration, short_time
 from django_workerflow.models import (
     StepState,
     StepType,

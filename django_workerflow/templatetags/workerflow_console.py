@@ -1,5 +1,5 @@
 """Template filters of the operations console: every time on its pages in one format, with
-its zone (:func:`django_workerflow.console.describe.format_when`).
+its zone (:func:`django_workerflow.console.time_words.format_when`).
 
 ``{% load workerflow_console %}``, then ``{{ step.created_at|wf_time }}`` ("14:03:05 UTC",
 "Mar 19 14:03:05 UTC") and ``{{ step.created_at|wf_full_time }}`` for a ``title``
@@ -13,7 +13,7 @@ from datetime import datetime
 
 from django import template
 
-from django_workerflow.console.describe import clock_text, short_time
+from django_workerflow.console.time_words import clock_text, short_time
 
 register = template.Library()
 

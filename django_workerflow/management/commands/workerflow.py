@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import InterfaceError, OperationalError
 
 from django_workerflow import metrics
-from django_workerflow.console import describe, documents, rerun_commands
+from django_workerflow.console import describe, documents, rerun_commands, time_words
 from django_workerflow.console.composition import load_composition, render_lines
 from django_workerflow.console.history import load_history
 from django_workerflow.console.terminal import render_list, render_show, safe
@@ -297,7 +297,7 @@ class Command(BaseCommand):
 
     def handle_sweep(self, **_: Any) -> None:
         queued = verbs.sweep()
-        horizon = describe.format_duration(bells.HORIZON)
+        horizon = time_words.format_duration(bells.HORIZON)
         self.stdout.write(
             f"Queued {queued} bell{'s' if queued != 1 else ''}: overdue instances ring now, "
             f"alarms due within {horizon} that had no bell ring at their time."
