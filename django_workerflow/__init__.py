@@ -240,7 +240,9 @@ def resume_definition(name: str, *, reason: str = "", actor: str | None = None) 
 
 
 def is_definition_paused(name: str) -> bool:
-    """Whether the definition ``name`` is paused now (False for a name never paused)."""
+    """Return whether the definition ``name`` is paused now: False for a name never paused,
+    registered or not, so it raises nothing for an unknown name (a read, not a verb that
+    acts)."""
     # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import definition_pauses
 
