@@ -4,7 +4,7 @@ The facade: the verbs, the errors, ``WorkflowDefinition`` and the values the ver
 Every verb has an async twin named as Django names them (``start`` and ``astart``,
 ``pause`` and ``apause``, ``wait_result`` and ``await_result``), with the same parameters,
 returns and errors. Which verbs answer with a bool and which raise is one rule, stated in
-docs/concepts.md ("What the verbs answer").
+docs/concepts.md#what-the-verbs-answer.
 """
 
 from __future__ import annotations
