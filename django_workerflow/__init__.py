@@ -1,4 +1,11 @@
-"""Durable workflows for Django: replayed definitions, steps recorded in your database."""
+"""Durable workflows for Django: replayed definitions, steps recorded in your database.
+
+The facade: the verbs, the errors, ``WorkflowDefinition`` and the values the verbs return.
+Every verb has an async twin named as Django names them (``start`` and ``astart``,
+``pause`` and ``apause``, ``wait_result`` and ``await_result``), with the same parameters,
+returns and errors. Which verbs answer with a bool and which raise is one rule, stated in
+docs/concepts.md#what-the-verbs-answer.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from django_workerflow import registry
 from django_workerflow.definition.workflow import WorkflowDefinition
-from django_workerflow.engine.execution import SettledResult
 from django_workerflow.exceptions import (
     DatabaseUnavailableError,
     DuplicateStepIdError,
     MaxAttemptsExceededError,
     NondeterminismError,
     NonRetryableStepError,
+    ReplayError,
     StepOutcomeError,
     StepTimeoutError,
     WaitStepTimedOutError,
@@ -31,8 +37,9 @@ from django_workerflow.exceptions import (
     WorkflowTimeoutError,
     WorkflowVersionConflictError,
 )
-from django_workerflow.store.outcomes import Outcome
+from django_workerflow.values.outcome import Outcome
 from django_workerflow.values.progress import Progress
+from django_workerflow.values.settled import SettledResult
 
 if TYPE_CHECKING:
     from django_workerflow.models import InboundEvent, WorkflowInstance
@@ -45,6 +52,7 @@ __all__ = [
     "NondeterminismError",
     "Outcome",
     "Progress",
+    "ReplayError",
     "SettledResult",
     "StepOutcomeError",
     "StepTimeoutError",
@@ -60,8 +68,18 @@ __all__ = [
     "WorkflowStateError",
     "WorkflowTimeoutError",
     "WorkflowVersionConflictError",
+    "acancel",
+    "afailed_children",
+    "afork",
+    "ais_definition_paused",
+    "apause",
+    "apause_definition",
+    "aresume",
+    "aresume_definition",
+    "aretry",
     "asend_event",
     "astart",
+    "astart_many",
     "await_progress",
     "await_result",
     "cancel",
@@ -70,7 +88,6 @@ __all__ = [
     "is_definition_paused",
     "pause",
     "pause_definition",
-    "registry",
     "resume",
     "resume_definition",
     "retry",
@@ -223,7 +240,9 @@ def resume_definition(name: str, *, reason: str = "", actor: str | None = None) 
 
 
 def is_definition_paused(name: str) -> bool:
-    """Whether the definition ``name`` is paused now (False for a name never paused)."""
+    """Return whether the definition ``name`` is paused now: False for a name never paused,
+    registered or not, so it raises nothing for an unknown name (a read, not a verb that
+    acts)."""
     # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime import definition_pauses
 
@@ -349,6 +368,17 @@ async def astart(
     )
 
 
+async def astart_many(
+    definition: str | type[WorkflowDefinition],
+    items: Iterable[tuple[str | None, Any]],
+    *,
+    version: str | None = None,
+    timeout: float | timedelta | None = None,
+) -> list[WorkflowInstance]:
+    """:func:`start_many` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(start_many)(definition, items, version=version, timeout=timeout)
+
+
 async def asend_event(
     instance: WorkflowInstance | str,
     event_name: str,
@@ -360,6 +390,67 @@ async def asend_event(
     """:func:`send_event` for async code: the same parameters, returns and errors."""
     return await sync_to_async(send_event)(
         instance, event_name, payload, missing_ok=missing_ok, idempotency_key=idempotency_key
+    )
+
+
+async def apause(instance: WorkflowInstance | str) -> bool:
+    """:func:`pause` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(pause)(instance)
+
+
+async def aresume(instance: WorkflowInstance | str) -> None:
+    """:func:`resume` for async code: the same parameters, returns and errors."""
+    await sync_to_async(resume)(instance)
+
+
+async def apause_definition(name: str, *, reason: str, actor: str | None = None) -> bool:
+    """:func:`pause_definition` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(pause_definition)(name, reason=reason, actor=actor)
+
+
+async def aresume_definition(name: str, *, reason: str = "", actor: str | None = None) -> bool:
+    """:func:`resume_definition` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(resume_definition)(name, reason=reason, actor=actor)
+
+
+async def ais_definition_paused(name: str) -> bool:
+    """:func:`is_definition_paused` for async code: the same parameters, returns and
+    errors."""
+    return await sync_to_async(is_definition_paused)(name)
+
+
+async def acancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
+    """:func:`cancel` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(cancel)(instance, reason)
+
+
+async def aretry(
+    instance: WorkflowInstance | str,
+    reason: str | None = None,
+    *,
+    with_children: bool = False,
+) -> None:
+    """:func:`retry` for async code: the same parameters, returns and errors."""
+    await sync_to_async(retry)(instance, reason, with_children=with_children)
+
+
+async def afailed_children(instance: WorkflowInstance | str) -> list[WorkflowInstance]:
+    """:func:`failed_children` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(failed_children)(instance)
+
+
+async def afork(
+    instance: WorkflowInstance | str,
+    *,
+    from_step: str | None = None,
+    key: str | None = None,
+    version: str | None = None,
+    input: Any = ...,
+    reason: str | None = None,
+) -> WorkflowInstance:
+    """:func:`fork` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(fork)(
+        instance, from_step=from_step, key=key, version=version, input=input, reason=reason
     )
 
 

@@ -109,15 +109,27 @@ class WaitStepTimedOutError(StepOutcomeError):
 
 class WorkflowDefinitionError(WorkerflowError, ImproperlyConfigured):
     """The definition is broken in a way no retry can fix: an invalid declaration (raised
-    when the class is defined), or code that breaks the replay rules (raised in a tick,
-    where it fails the workflow even when user code catches it)."""
+    when the class is defined or registered), or a step called inside an atomic run step
+    (raised in a tick, where it fails the workflow even when user code catches it).
+
+    It is also Django's ``ImproperlyConfigured``, as the docs promise for a class statement
+    or a registration that is refused; errors found by replaying are :class:`ReplayError`.
+    """
 
 
-class DuplicateStepIdError(WorkflowDefinitionError):
-    """One step id was reached twice in a single execution."""
+class ReplayError(WorkerflowError):
+    """The workflow's code broke a replay rule: a replay (in a tick, ``check-replay`` or the
+    harness's check) reached its recorded steps in a way the history forbids. It fails the
+    workflow even when user code catches it; the fix is in the code (a step id of its own
+    for each call, a new version to change the workflow's shape)."""
 
 
-class NondeterminismError(WorkflowDefinitionError):
+class DuplicateStepIdError(ReplayError):
+    """One step id was reached twice in a single execution, or a recorded step was reached
+    inside another run step than the one it was recorded in."""
+
+
+class NondeterminismError(ReplayError):
     """A replay reached a recorded step id as a different kind of step."""
 
 

@@ -1,9 +1,11 @@
-"""The public facade: twins take the same parameters, every verb says what it returns and
-raises, hooks are declared on the base class, and every error is a WorkerflowError."""
+"""The public facade: every verb has an async twin with the same parameters, every verb says
+what it returns and raises, hooks are declared on the base class, the values it returns live
+in ``values/``, every error is a WorkerflowError, and ``registry`` is not public."""
 
 from __future__ import annotations
 
 import inspect
+from importlib import import_module
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -12,28 +14,21 @@ import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition
 from django_workerflow.models import WorkflowInstance
 
-TWINS = [
-    (workerflow.start, workerflow.astart),
-    (workerflow.send_event, workerflow.asend_event),
-    (workerflow.wait_result, workerflow.await_result),
-    (workerflow.wait_progress, workerflow.await_progress),
-]
-VERBS = [
-    "start",
-    "start_many",
-    "send_event",
-    "pause",
-    "resume",
-    "cancel",
-    "retry",
-    "fork",
-    "wait_result",
-    "astart",
-    "asend_event",
-    "await_result",
-    "wait_progress",
-    "await_progress",
-]
+#: The verbs: the facade's functions, each sync one with its async twin (Django's ``a``
+#: prefix: ``pause`` and ``apause``, ``wait_result`` and ``await_result``).
+VERBS = sorted(name for name in workerflow.__all__ if inspect.isfunction(getattr(workerflow, name)))
+SYNC_VERBS = [name for name in VERBS if not inspect.iscoroutinefunction(getattr(workerflow, name))]
+TWINS = [(getattr(workerflow, name), getattr(workerflow, f"a{name}")) for name in SYNC_VERBS]
+#: The values the verbs return or hand to a definition's hooks.
+VALUES = ["Outcome", "Progress", "SettledResult"]
+
+
+def test_facade__every_sync_verb_has_an_async_twin_and_every_twin_a_sync_verb():
+    twins = {f"a{name}" for name in SYNC_VERBS}
+    assert set(VERBS) - set(SYNC_VERBS) == twins
+    assert len(SYNC_VERBS) == 14
+    for name in twins:
+        assert inspect.iscoroutinefunction(getattr(workerflow, name)), name
 
 
 @pytest.mark.parametrize(("sync", "async_"), TWINS, ids=lambda f: f.__name__)
@@ -42,6 +37,7 @@ def test_facade__sync_and_async_twins_take_the_same_parameters(sync, async_):
     for name, parameter in inspect.signature(sync).parameters.items():
         twin = inspect.signature(async_).parameters[name]
         assert (parameter.kind, parameter.default) == (twin.kind, twin.default), name
+    assert inspect.signature(sync).return_annotation == inspect.signature(async_).return_annotation
 
 
 @pytest.mark.parametrize("name", VERBS)
@@ -85,6 +81,26 @@ def test_facade__every_instance_method_has_a_module_level_verb():
 def test_facade__on_finish_is_declared_on_the_base_class_with_its_signature():
     parameters = list(inspect.signature(WorkflowDefinition.on_finish).parameters)
     assert parameters == ["self", "outcome"]
+
+
+def test_facade__registry_is_importable_but_not_public():
+    assert "registry" not in workerflow.__all__
+    assert callable(import_module("django_workerflow.registry").get)
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_facade__public_values_live_in_the_values_layer(name):
+    assert name in workerflow.__all__
+    assert getattr(workerflow, name).__module__.startswith("django_workerflow.values."), name
+
+
+def test_facade__replay_errors_are_ours_and_not_improperly_configured():
+    for error in (workerflow.NondeterminismError, workerflow.DuplicateStepIdError):
+        assert issubclass(error, workerflow.ReplayError)
+        assert not issubclass(error, ImproperlyConfigured), error
+        assert not issubclass(error, workerflow.WorkflowDefinitionError), error
+    assert issubclass(workerflow.ReplayError, workerflow.WorkerflowError)
+    assert "ReplayError" in workerflow.__all__
 
 
 def test_facade__an_invalid_declaration_raises_a_workflow_definition_error():

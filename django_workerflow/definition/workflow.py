@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_workerflow import registry
 from django_workerflow.definition import options
-from django_workerflow.engine.execution import Execution, SettledResult
+from django_workerflow.engine.execution import Execution
 from django_workerflow.exceptions import (
     WorkflowDefinitionError,
     WorkflowInputError,
@@ -17,9 +17,10 @@ from django_workerflow.exceptions import (
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.settled import SettledResult
 
 if TYPE_CHECKING:
-    from django_workerflow.store.outcomes import Outcome
+    from django_workerflow.values.outcome import Outcome
 
 
 class WorkflowDefinition:

@@ -42,8 +42,8 @@ from django_workerflow.values.states import StepState, StepType
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from django_workerflow.store.outcomes import Outcome
     from django_workerflow.values.backoff import Backoff
+    from django_workerflow.values.outcome import Outcome
 
 
 class ReplayOutcome(models.TextChoices):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -38,6 +37,7 @@ from django_workerflow.exceptions import (
     DuplicateStepIdError,
     NondeterminismError,
     NonRetryableStepError,
+    ReplayError,
     StepTimeoutError,
     WaitStepTimedOutError,
     WorkerflowError,
@@ -59,6 +59,7 @@ from django_workerflow.values.control_flow import (
     TickAborted,
     passes_through,
 )
+from django_workerflow.values.settled import SettledResult
 from django_workerflow.values.states import (
     AttemptOutcome,
     StepState,
@@ -72,7 +73,6 @@ __all__ = [
     "INTERRUPTED_ERROR_NAME",
     "INTERRUPTED_MESSAGE",
     "Execution",
-    "SettledResult",
     "error_message",
 ]
 
@@ -82,16 +82,6 @@ if TYPE_CHECKING:
     from django_workerflow.store.records import StepRecord
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SettledResult:
-    """The outcome of one branch of
-    :meth:`~django_workerflow.definition.workflow.WorkflowDefinition.all_settled`."""
-
-    ok: bool
-    value: Any = None
-    error: BaseException | None = None
 
 
 class _UnserializableResult(Exception):
@@ -172,7 +162,7 @@ class Execution:
         self.attempts_started = 0
         # What fails the pass whatever the workflow catches: a broken definition, or the
         # instance's timeout.
-        self.fatal: WorkflowDefinitionError | WorkflowTimeoutError | None = None
+        self.fatal: WorkflowDefinitionError | ReplayError | WorkflowTimeoutError | None = None
         self.atomic_step: str | None = None
 
     def next_due(self) -> datetime | None:

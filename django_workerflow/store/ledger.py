@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
-    from django_workerflow.store.outcomes import Outcome
     from django_workerflow.store.records import StepRecord
     from django_workerflow.store.steps import PendingSuccess
     from django_workerflow.values.backoff import Backoff
+    from django_workerflow.values.outcome import Outcome
 
 
 class StepLedger(Protocol):

@@ -1,60 +1,17 @@
 """How a finished instance ended, read in one place for child steps, ``wait_result`` and
-``on_finish``, and the error that a failed or cancelled one raises in whoever awaits it."""
+``on_finish``: the :class:`~django_workerflow.values.outcome.Outcome` of instances by id."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
-
-from django_workerflow.values.states import TERMINAL_STATUSES, WorkflowEventType, WorkflowStatus
+from django_workerflow.models import WorkflowEvent, WorkflowInstance
+from django_workerflow.values.outcome import Outcome
+from django_workerflow.values.states import WorkflowEventType, WorkflowStatus
 
 _FIELDS = ("pk", "key", "status", "result", "error_name", "error_message", "finished_at")
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What an instance's end looks like to those who wait for it or hear of it.
-
-    ``id`` identifies the outcome: for ``on_finish`` it is the delivery's id, the same on
-    every redelivery (use it for idempotency); elsewhere it is the instance's id.
-    """
-
-    id: int
-    key: str
-    status: str
-    result: Any
-    error_name: str
-    error_message: str
-    reason: str | None
-    finished_at: datetime | None
-
-    @property
-    def finished(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-    @property
-    def ok(self) -> bool:
-        return self.status == WorkflowStatus.COMPLETED
-
-    def as_json(self) -> dict[str, Any]:
-        """The fields a failed child step keeps, so replays raise the same error."""
-        return {
-            "key": self.key,
-            "status": self.status,
-            "error_name": self.error_name,
-            "error_message": self.error_message,
-            "reason": self.reason,
-        }
-
-
 def read_outcomes(pks: list[int]) -> dict[int, Outcome]:
     """The outcomes of the instances ``pks`` (missing ones left out), in two queries at most."""
-    # The package imports Outcome before the app registry is ready.
-    from django_workerflow.models import (
-        WorkflowInstance,  # a leaf otherwise: the package exports Outcome
-    )
-
     rows = list(WorkflowInstance.objects.filter(pk__in=pks).values_list(*_FIELDS))
     cancelled = [row[0] for row in rows if row[2] == WorkflowStatus.CANCELLED]
     reasons = cancel_reasons(cancelled)
@@ -78,9 +35,6 @@ def read_outcome(pk: int) -> Outcome | None:
 
 
 def cancel_reasons(pks: list[int]) -> dict[int, str | None]:
-    # The package imports Outcome before the app registry is ready.
-    from django_workerflow.models import WorkflowEvent
-
     if not pks:
         return {}
     events = WorkflowEvent.objects.filter(

@@ -40,7 +40,7 @@ from django_workerflow.models import Step, StepEvent, WorkflowInstance
 from django_workerflow.store import executor, sql
 from django_workerflow.store.instance_rows import converted
 from django_workerflow.store.lease import Lease
-from django_workerflow.store.outcomes import Outcome, read_outcomes
+from django_workerflow.store.outcomes import read_outcomes
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import (
     STEP_FIELDS,
@@ -63,6 +63,7 @@ from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff, backoff_failure, retry_delay
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped
+from django_workerflow.values.outcome import Outcome
 from django_workerflow.values.states import (
     StepEventType,
     StepState,

@@ -23,9 +23,10 @@ from django_workerflow.conf import settings
 from django_workerflow.engine.failures import error_message
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.models.delivery import KEPT_ATTEMPTS
-from django_workerflow.store.outcomes import Outcome, cancel_reasons
+from django_workerflow.store.outcomes import cancel_reasons
 from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.outcome import Outcome
 from django_workerflow.values.states import WorkflowStatus
 from django_workerflow.workers import bells
 

@@ -25,8 +25,9 @@ from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import instance_rows, sql
 from django_workerflow.store import progress as progress_rows
-from django_workerflow.store.outcomes import Outcome, read_outcome
+from django_workerflow.store.outcomes import read_outcome
 from django_workerflow.values import jsonvalue
+from django_workerflow.values.outcome import Outcome
 from django_workerflow.values.progress import Progress
 from django_workerflow.values.states import TERMINAL_STATUSES
 
