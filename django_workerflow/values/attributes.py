@@ -183,7 +183,11 @@ def parse_text(text: str) -> Scalar:
     """A value typed in a search box or on a command line: ``true``/``false``, an integer,
     a decimal number, or else the text itself (quote it, ``"42"``, to mean the string)."""
     if len(text) >= 2 and text[0] == text[-1] == '"':
-        return text[1:-1]
+        try:
+            quoted = json.loads(text)
+        except ValueError:
+            return text[1:-1]
+        return quoted if isinstance(quoted, str) else text[1:-1]
     if text in ("true", "false"):
         return text == "true"
     try:
