@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from django.contrib import admin
@@ -54,9 +54,29 @@ def split_search(term: str) -> tuple[dict[str, Scalar], str]:
     return wanted, " ".join(rest)
 
 
-def search(
-    queryset: QuerySet[WorkflowInstance], wanted: dict[str, Scalar]
-) -> QuerySet[WorkflowInstance]:
+def parse_condition(text: str) -> tuple[str, Scalar]:
+    """``NAME=VALUE`` (``manage.py workerflow list --attr``) as a name and a typed value,
+    or WorkflowInputError saying what is wrong and how to write it."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise WorkflowInputError(
+            f"--attr {text!r} is not NAME=VALUE: write it as --attr customer=c-42 (repeat "
+            "--attr to require several attributes)."
+        )
+    values.check_name(name, what="The attribute name of --attr")
+    return name, values.parse_text(value)
+
+
+def text(instance: WorkflowInstance) -> str:
+    """The attributes of ``instance`` on one line, by name: ``customer=c-42, vip=true``
+    ("" without any); a string that would read as another type is quoted."""
+    return ", ".join(f"{name}={_typed_text(value)}" for name, value in _sorted(instance))
+
+
+Instances = TypeVar("Instances", bound=QuerySet[WorkflowInstance])
+
+
+def search(queryset: Instances, wanted: dict[str, Scalar]) -> Instances:
     """The instances holding every one of ``wanted``'s values (AND)."""
     return queryset.filter(**{f"attributes__{name}": value for name, value in wanted.items()})
 
@@ -163,13 +183,20 @@ def _shown(value: Scalar) -> str:
 def links(instance: WorkflowInstance) -> list[tuple[str, str, str]]:
     """Each attribute of ``instance`` as (name, value as shown, the change list's query
     string finding the instances with the same value), by name."""
+    return [
+        (name, _shown(value), "?" + urlencode({"q": f"{name}={_typed_text(value)}"}))
+        for name, value in _sorted(instance)
+    ]
+
+
+def _sorted(instance: WorkflowInstance) -> list[tuple[str, Scalar]]:
     held = instance.attributes if isinstance(instance.attributes, dict) else {}
-    rows = []
-    for name in sorted(held):
-        value = held[name]
-        typed = json.dumps(value) if not isinstance(value, str) else _search_text(value)
-        rows.append((name, _shown(value), "?" + urlencode({"q": f"{name}={typed}"})))
-    return rows
+    return sorted(held.items())
+
+
+def _typed_text(value: Scalar) -> str:
+    """``value`` as a search term or ``--attr`` reads it back."""
+    return json.dumps(value) if not isinstance(value, str) else _search_text(value)
 
 
 def _search_text(text: str) -> str:

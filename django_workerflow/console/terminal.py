@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django_workerflow.console import attributes
 from django_workerflow.console.describe import (
     cancel_reason_of,
     clock_text,
@@ -92,6 +93,8 @@ def _state_lines(summary: Summary) -> list[str]:
         lines.append(f"Progress: {safe(progress_line(progress))}")
     if summary.timeout:
         lines.append(f"Timeout: {summary.timeout}")
+    if summary.instance.attributes:
+        lines.append(f"Attributes: {safe(attributes.text(summary.instance))}")
     return lines
 
 
