@@ -4,7 +4,8 @@ definitions ask for (``attribute_filters``), and the instance page's links.
 Every query here is ``filter(attributes__<name>=value)``, which the PostgreSQL index serves
 (:mod:`django_workerflow.models.attributes`). A filter's choices are the values held by the
 :data:`SAMPLE` most recent instances (one read of that many rows through the list's own
-order index), never a ``DISTINCT`` over the table: a value beyond them is found by search.
+order index, shared by the filters of a page), never a ``DISTINCT`` over the table: a value
+beyond them is found by search.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from django_workerflow.values.attributes import Scalar
 SAMPLE = 2_000
 #: The most choices a filter lists (the most frequent in the sample).
 MAX_CHOICES = 25
+# The request attribute holding the sample, read once per page for all its filters.
+_REQUEST_CACHE = "workerflow_recent_attributes"
 #: The change list parameter of attribute ``name``'s filter: ``attr_customer``.
 PARAMETER_PREFIX = "attr_"
 
@@ -126,7 +129,7 @@ class AttributeFilter(admin.SimpleListFilter):
     attribute: str = ""
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        chosen = recent_values(self.attribute)[:MAX_CHOICES]
+        chosen = recent_values(self.attribute, _recent(request))[:MAX_CHOICES]
         selected = self._selected()
         if selected is not None and not any(_same(selected, value) for value in chosen):
             chosen.append(selected)  # shown as chosen, even if not among the recent ones
@@ -153,12 +156,23 @@ class AttributeFilter(admin.SimpleListFilter):
         return value if isinstance(value, str | int | float | bool) else str(text)
 
 
-def recent_values(name: str) -> list[Scalar]:
-    """The values of attribute ``name`` among the :data:`SAMPLE` most recent instances
-    (read in the list's order, so through its index), the most frequent first."""
-    recent = WorkflowInstance.objects.order_by("-created_at", "-id").values_list(
-        "attributes", flat=True
-    )[:SAMPLE]
+def _recent(request: HttpRequest) -> list[Any]:
+    """The attributes of the :data:`SAMPLE` most recent instances (read in the list's order,
+    so through its index), read once per request for all the filters."""
+    cached = getattr(request, _REQUEST_CACHE, None)
+    if cached is None:
+        cached = list(
+            WorkflowInstance.objects.order_by("-created_at", "-id").values_list(
+                "attributes", flat=True
+            )[:SAMPLE]
+        )
+        setattr(request, _REQUEST_CACHE, cached)
+    return cached
+
+
+def recent_values(name: str, recent: list[Any]) -> list[Scalar]:
+    """The values of attribute ``name`` among the ``recent`` instances' attributes, the most
+    frequent first."""
     # Keyed by type too: True and 1 are different values (a plain key would merge them).
     found: Counter[tuple[bool, Any]] = Counter()
     for held in recent:
