@@ -43,7 +43,7 @@ def targets_table(results: Results) -> Table:
     table = Table(results)
     table.header("Targets (issue 42, attributes)")
     table.row("instances with attributes", instances, "attributes")
-    table.section("  median (max) of the timed runs, each another customer (10 rows):")
+    table.section("  median (max) of the runs, a customer (10 rows) each:")
     table.row(
         "filter(attributes__customer=...), after the load",
         timing("filter_after_load"),
