@@ -379,3 +379,13 @@ def test_filter__on_postgresql_compiles_to_containment(stored):
 def test_parse_text__reads_a_typed_value(text, value):
     parsed = values.parse_text(text)
     assert parsed == value and type(parsed) is type(value)  # noqa: PT018 - value and type
+
+
+@pytest.mark.parametrize(("name", "value"), [("customer", "c-42"), ("vip", True), ("score", 1)])
+def test_exclude__keeps_the_instances_without_the_value_even_without_the_key(stored, name, value):
+    kept = set(
+        WorkflowInstance.objects.exclude(**{f"attributes__{name}": value}).values_list(
+            "key", flat=True
+        )
+    )
+    assert kept == {key for key, held in ROWS.items() if not values.matches(held, name, value)}

@@ -9,7 +9,9 @@ two are the same test: a key's value contained in an object is that value.
 
 On SQLite the lookup stays Django's (``json_extract``, with ``json_type`` telling
 ``true`` from 1), which compares types as containment does: ``True`` matches a boolean and
-``1`` a number (or ``1.0``) on both databases.
+``1`` a number (or ``1.0``) on both databases. A missing key is false there too, not NULL,
+so ``exclude(attributes__customer=...)`` keeps the instances without the key on both (Django's
+own lookup drops them on SQLite).
 
 Anything else (a nested key, an expression on the right, a list or an object) compiles as
 Django's own lookup does.
@@ -39,7 +41,8 @@ class AttributeKey(KeyTransform):
 
 
 class AttributeKeyExact(KeyTransformExact):
-    """``attributes__<name>=value``: containment on PostgreSQL, Django's lookup elsewhere."""
+    """``attributes__<name>=value``: containment on PostgreSQL, Django's lookup (a missing key
+    false, not NULL) on SQLite."""
 
     def _served(self) -> bool:
         """A top-level key compared with a plain value: the case this lookup rewrites."""
@@ -55,6 +58,14 @@ class AttributeKeyExact(KeyTransformExact):
         column, params = compiler.compile(self.lhs.lhs)
         document = json.dumps({self.lhs.key_name: self.rhs})
         return f"{column} @> %s::jsonb", (*params, document)
+
+    def as_sqlite(self, compiler: Any, connection: Any) -> tuple[str, Any]:
+        sql, params = super().as_sql(compiler, connection)
+        if not self._served():
+            return sql, params
+        # A missing key compares as NULL here, where containment says false: false too, so
+        # that exclude() keeps an instance without the key on both databases.
+        return f"COALESCE(({sql}), 0)", params
 
 
 AttributeKey.register_lookup(AttributeKeyExact)
