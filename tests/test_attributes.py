@@ -389,3 +389,11 @@ def test_exclude__keeps_the_instances_without_the_value_even_without_the_key(sto
         )
     )
     assert kept == {key for key, held in ROWS.items() if not values.matches(held, name, value)}
+
+
+def test_start__a_debounced_start_stores_them_and_a_later_one_keeps_them(define):
+    definition = define(lambda self: None)
+    workerflow.start(definition, key="deb", debounce=5, attributes={"customer": "c-1"})
+    again = workerflow.start(definition, key="deb", debounce=5, attributes={"customer": "c-2"})
+    assert again.attributes == {"customer": "c-1"}
+    assert _attributes("deb") == {"customer": "c-1"}

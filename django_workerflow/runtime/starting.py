@@ -230,10 +230,9 @@ def _start_debounced(
     replace the input of the one not started yet; otherwise the existing instance."""
     chosen = debounce_module.debounce_for(definition_class, debounce, max_debounce)
     assert chosen is not None  # the caller saw a debounce, and a bare max_debounce raised
-    given = attributes
     key = debounce_module.check_debounceable(definition_class, key)
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
-    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"), given)
+    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"), attributes)
     admission.check_priority(priority)
     if admission.takes_admission(definition_class, key, input):
         raise WorkflowInputError(
