@@ -53,6 +53,7 @@ def targets_table(results: Results) -> Table:
     table.row("the same, newest 50 (the admin's page query)", timing("first_page"), "attributes")
     table.row("the same, count()", timing("count"), "attributes")
     table.row("a region's newest 50 (a quarter of the table)", timing("region_page"), "attributes")
+    table.row("admin list, unfiltered (for comparison)", timing("admin_unfiltered"), "attributes")
     table.row("admin list filtered by customer", timing("admin_filtered"), "attributes")
     table.row("admin list searched customer=...", timing("admin_searched"), "attributes")
     table.row("admin list filtered by region", timing("admin_region"), "attributes")
