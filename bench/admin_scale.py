@@ -34,12 +34,16 @@ DEFINITIONS = 4
 
 
 def fill_instances(
-    count: int, statuses: tuple[str, ...] = STATUS_CYCLE, finished: int = FINISHED
+    count: int,
+    statuses: tuple[str, ...] = STATUS_CYCLE,
+    finished: int = FINISHED,
+    expressions_of: dict[str, str] | None = None,
 ) -> None:
     """``count`` instances, their statuses cycling through ``statuses`` (whose first
     ``finished`` are finished ones) and their definitions through ``bench-admin-0`` to
     ``-3``, created (and admitted) a second apart back from now (a finished one finished a
-    second after it was created)."""
+    second after it was created). ``expressions_of``: SQL of the series number ``g`` for
+    other fields, by name (``{"attributes": "jsonb_build_object(...)"}``)."""
     now = clock_now()
     template = WorkflowInstance(
         key="",
@@ -53,7 +57,9 @@ def fill_instances(
     expressions, params = [], []
     cycle = "ARRAY[" + ", ".join(f"'{s}'" for s in statuses) + "]"
     for field in fields:
-        if field.name == "key":
+        if expressions_of and field.name in expressions_of:
+            expressions.append(expressions_of[field.name])
+        elif field.name == "key":
             expressions.append("'bench-admin-' || g")
         elif field.name == "definition_name":
             expressions.append(f"'bench-admin-' || (g %% {DEFINITIONS})")

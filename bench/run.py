@@ -41,6 +41,7 @@ SCENARIOS = (
     "metrics",
     "history",
     "timeouts",
+    "attributes",
 )
 
 
@@ -111,6 +112,7 @@ def scenario_runners(
 ) -> dict[str, Callable[[], Any]]:
     from . import (
         admin_scale,
+        attributes_scale,
         cluster,
         composition,
         deploy,
@@ -147,6 +149,7 @@ def scenario_runners(
         "metrics": lambda: metrics_scale.metrics_scale(sizes, progress),
         "history": lambda: history.history(sizes),
         "timeouts": lambda: step_timeouts.step_timeouts(sizes),
+        "attributes": lambda: attributes_scale.attributes_scale(sizes, progress),
     }
 
 

@@ -9,7 +9,7 @@ docs/concepts.md#what-the-verbs-answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,7 @@ def start(
     debounce: float | timedelta | None = None,
     max_debounce: float | timedelta | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int | float | bool | None] | None = None,
 ) -> WorkflowInstance:
     """Start a workflow and return its instance; idempotent on ``key``.
 
@@ -130,6 +131,10 @@ def start(
     the new instance may run, from its first tick, paused time not counted: one not
     finished by then fails with :class:`WorkflowTimeoutError`. An existing instance keeps
     its own.
+
+    ``attributes`` (``{"customer": "c-42"}``) are the new instance's searchable attributes,
+    as ``self.set_attributes()`` sets them (an existing instance keeps its own); a bad one
+    raises :class:`WorkflowInputError` before anything is written.
 
     Raises :class:`WorkflowNotRegisteredError` for an unknown definition or version,
     :class:`WorkflowVersionConflictError` for another ``version`` of an unfinished
@@ -150,6 +155,7 @@ def start(
         debounce=debounce,
         max_debounce=max_debounce,
         timeout=timeout,
+        attributes=attributes,
     )
 
 
@@ -159,15 +165,17 @@ def start_many(
     *,
     version: str | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int | float | bool | None] | None = None,
 ) -> list[WorkflowInstance]:
     """Start one instance per ``(key, input)`` pair and return them in order, idempotent by
     key like :func:`start`. Every item is validated before any write (one bad item raises
     :class:`WorkflowInputError` and writes nothing); rows are written 1,000 per statement.
-    ``timeout`` (default: the definition's) is each new instance's, as :func:`start`'s."""
+    ``timeout`` (default: the definition's) and ``attributes`` are each new instance's, as
+    :func:`start`'s."""
     # Late: the runtime needs the app registry (see the note above start()).
     from django_workerflow.runtime.bulk_start import start_many as start_many_
 
-    return start_many_(definition, items, version=version, timeout=timeout)
+    return start_many_(definition, items, version=version, timeout=timeout, attributes=attributes)
 
 
 def send_event(
@@ -354,6 +362,7 @@ async def astart(
     debounce: float | timedelta | None = None,
     max_debounce: float | timedelta | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int | float | bool | None] | None = None,
 ) -> WorkflowInstance:
     """:func:`start` for async code: the same parameters, returns and errors."""
     return await sync_to_async(start)(
@@ -365,6 +374,7 @@ async def astart(
         debounce=debounce,
         max_debounce=max_debounce,
         timeout=timeout,
+        attributes=attributes,
     )
 
 

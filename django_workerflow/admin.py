@@ -15,7 +15,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
 
-from django_workerflow.console import controls, list_actions, rerun_actions
+from django_workerflow.console import attributes, controls, list_actions, rerun_actions
 from django_workerflow.console.columns import InstanceChangeList, InstanceColumns
 from django_workerflow.console.composition import DeliveryViews, TopLevelFilter, load_composition
 from django_workerflow.console.definitions import DefinitionViews
@@ -56,6 +56,10 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
     ]
     list_display_links = ["key_column"]
     search_fields = ["key", "definition_name"]
+    search_help_text = (
+        "Searches keys and definition names; name=value finds instances by attribute "
+        '(customer=c-42, vip=true, order="42" for the string).'
+    )
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
     list_per_page = 50
@@ -117,6 +121,17 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return InstanceChangeList
 
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        # The attributes definitions name in attribute_filters (console/attributes.py).
+        return [*self.list_filter, *attributes.list_filters()]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: Any, search_term: str
+    ) -> tuple[Any, bool]:
+        # "customer=c-42" terms filter by attribute; the rest searches keys and names.
+        wanted, rest = attributes.split_search(search_term)
+        return super().get_search_results(request, attributes.search(queryset, wanted), rest)
+
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if request.method == "POST":
             list_actions.refuse_unpermitted(self, request)
@@ -138,6 +153,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
             context["missing_definition_hint"] = MISSING_DEFINITION_HINT
             context["controls"] = controls.buttons(self, request, obj)
             context["composition"] = load_composition(obj)
+            context["attribute_links"] = attributes.links(obj)
             context["may_deliver_now"] = self.has_resume_permission(request)
         return super().render_change_form(request, context, add, change, form_url, obj)
 

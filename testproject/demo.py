@@ -177,14 +177,19 @@ def place_example_orders() -> list[str]:
     from testproject.shop.workflows import OrderFulfillment
 
     numbers = []
-    for label in ("paid", "unpaid", "cancelled"):
+    for label, region in (("paid", "eu"), ("unpaid", "us"), ("cancelled", "eu")):
         with transaction.atomic():
             order = Order.objects.create(
                 number=f"{label[:3].upper()}-{secrets.token_hex(2).upper()}",
                 customer_email=f"{label}@example.com",
                 amount_cents=4200,
             )
-            workerflow.start(OrderFulfillment, key=order.workflow_key, input={"order_id": order.pk})
+            workerflow.start(
+                OrderFulfillment,
+                key=order.workflow_key,
+                input={"order_id": order.pk},
+                attributes={"customer": order.customer_email, "region": region},
+            )
         numbers.append(order.number)
         if label == "paid":
             Payment.objects.create(order=order, amount_cents=4200, reference="PAY-DEMO")
@@ -334,6 +339,8 @@ def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
   then waits for approval: select it in the admin and use "Send event" with the event
   name order.approved and the payload {{"by": "you"}}. The PAR- order ships three parcels,
   each a child workflow: its page links them (filter "level: Top-level" hides children).
+  The orders carry attributes (customer, region, stage): filter the list "By attribute
+  region", or type customer=paid@example.com in its search box.
 
   The tour, to try the console's controls:
   - {tour.failed} fails: its invoicing partner is down until {tour.partner_up_at}.

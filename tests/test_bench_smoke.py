@@ -35,6 +35,7 @@ SECTIONS = (
     "15. Metrics scrape",
     "Targets (issue 5)",
     "Targets (issue 41)",
+    "Targets (issue 42, attributes)",
 )
 SCENARIOS = (
     "statements",
@@ -51,6 +52,7 @@ SCENARIOS = (
     "tasks",
     "metrics",
     "timeouts",
+    "attributes",
 )
 
 

@@ -25,6 +25,7 @@ INSTANCE_FIELDS = {
     "finished_at",
     "alarm_at",
     "progress",
+    "attributes",
     "waiting_on",
 }
 STEP_FIELDS = {

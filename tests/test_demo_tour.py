@@ -107,6 +107,16 @@ def test_demo__seeds_a_failed_invoice_a_queued_handover_and_one_showing_progress
         assert [number.split("-")[0] for number in orders] == ["PAI", "UNP", "CAN", "PAR"]
         assert status[f"order-{orders[2]}"] == "cancelled"
         assert {f"order-{number}" for number in orders} <= set(status)
+        # The orders carry attributes the admin filters by: the start's customer and region,
+        # the stage the workflow sets.
+        paid = WorkflowInstance.objects.get(key=f"order-{orders[0]}")
+        assert paid.attributes == {
+            "customer": "paid@example.com",
+            "region": "eu",
+            "stage": "charged",
+        }
+        in_europe = WorkflowInstance.objects.filter(attributes__region="eu")
+        assert {i.key for i in in_europe} == {f"order-{orders[0]}", f"order-{orders[2]}"}
 
 
 def test_demo__holds_the_partner_syncs_of_its_paused_definition_until_it_is_resumed(

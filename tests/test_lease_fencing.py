@@ -160,7 +160,9 @@ def test_fencing__stale_worker_cannot_settle_the_tick(instance, stale):
     )
     passed = PassResult(PassOutcome.COMPLETED, result_json="1")
 
-    result = _settle(instance, stale.lease.token, execution, passed, 1, stale.progress)
+    result = _settle(
+        instance, stale.lease.token, execution, passed, 1, stale.progress, stale.attributes
+    )
 
     assert result is not None
     assert result.outcome == TickOutcome.STOPPED

@@ -115,6 +115,7 @@ def _identity(instance: WorkflowInstance) -> dict[str, Any]:
         "finished_at": iso(instance.finished_at),
         "alarm_at": iso(instance.alarm_at),
         "progress": _progress(instance.progress),
+        "attributes": instance.attributes or {},
     }
 
 

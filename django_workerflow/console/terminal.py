@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django_workerflow.console import attributes
 from django_workerflow.console.describe import cancel_reason_of, waiting_on
 from django_workerflow.console.history import History
 from django_workerflow.console.progress import progress_figure, progress_line
@@ -88,6 +89,8 @@ def _state_lines(summary: Summary) -> list[str]:
         lines.append(f"Progress: {safe(progress_line(progress))}")
     if summary.timeout:
         lines.append(f"Timeout: {summary.timeout}")
+    if summary.instance.attributes:
+        lines.append(f"Attributes: {safe(attributes.text(summary.instance))}")
     return lines
 
 

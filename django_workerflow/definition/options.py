@@ -12,7 +12,7 @@ from croniter import CroniterBadDateError, croniter
 
 from django_workerflow.engine.step_timer import timeout_problem
 from django_workerflow.exceptions import WorkflowInputError
-from django_workerflow.values import jsonvalue
+from django_workerflow.values import attributes, jsonvalue
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -91,7 +91,23 @@ def problems(cls: type[WorkflowDefinition]) -> list[str]:
         found.append(f"`step_timeout` = {cls.step_timeout!r} {problem}")
     if cls.timeout is not None and (problem := instance_timeout_problem(cls.timeout)):
         found.append(f"`timeout` = {cls.timeout!r} {problem}")
+    if (problem := attribute_filters_problem(cls.attribute_filters)) is not None:
+        found.append(f"`attribute_filters` = {cls.attribute_filters!r} {problem}")
     return found
+
+
+def attribute_filters_problem(value: object) -> str | None:
+    """Why ``value`` is not a list of attribute names to filter the admin by (None: it is)."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        return "must be a list of attribute names, e.g. ['customer', 'region']"
+    for name in value:
+        try:
+            attributes.check_name(name, what="the name")
+        except WorkflowInputError as exc:
+            return f"names an attribute that cannot exist: {exc}"
+    if len(set(value)) != len(value):
+        return "names an attribute twice"
+    return None
 
 
 def instance_timeout_problem(value: object) -> str | None:

@@ -62,6 +62,10 @@ class WorkflowDefinition:
     #: one not finished by then fails with ``WorkflowTimeoutError``. ``start(timeout=...)``
     #: overrides it for one instance. None: no limit.
     timeout: ClassVar[float | timedelta | None] = None
+    #: The attributes (``set_attributes()``) the admin's instance list offers a filter for,
+    #: e.g. ``["customer", "region"]``: each lists the values of this definition's most
+    #: recent instances.
+    attribute_filters: ClassVar[list[str] | tuple[str, ...]] = ()
 
     def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
         # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered
@@ -286,6 +290,27 @@ class WorkflowDefinition:
         characters; :class:`WorkflowStateError` outside an execution.
         """
         self._current().set_progress(current, total, message)
+
+    def set_attributes(self, **attributes: str | int | float | bool | None) -> None:
+        """Set searchable attributes of the instance: ``set_attributes(customer="c-42",
+        region="eu")``; ``None`` removes one. Returns None.
+
+        Readers find the instance with ``WorkflowInstance.objects.filter(
+        attributes__customer="c-42")``, in the admin (search and list filters) and with
+        ``manage.py workerflow list --attr customer=c-42``. Call it in ``execute()`` or in a
+        step's callback; base the values on the input or on steps' results, so that every
+        replay sets the same ones. It is not a step: it needs no id, a replay that sets what
+        the row holds writes nothing, and changing the calls is never drift. The values are
+        written with the pass's next step write or when the pass ends, in that transaction
+        (no commit of its own); the last value set wins, and attributes not named keep theirs.
+
+        Raises :class:`WorkflowInputError` at the call, setting nothing, for a name that is
+        not an identifier (or is reserved), a value that is not a string (of at most 200
+        characters), a finite number (an integer within 2**53) or a boolean, or more than
+        20 attributes in all (:mod:`django_workerflow.values.attributes`);
+        :class:`WorkflowStateError` outside an execution.
+        """
+        self._current().set_attributes(dict(attributes))
 
     def now(self) -> datetime:
         """The engine's clock. It is not recorded: capture times you branch on in a step."""

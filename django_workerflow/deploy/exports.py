@@ -54,6 +54,7 @@ def export_history(instance: WorkflowInstance) -> dict[str, Any]:
         "result": instance.result,
         "error_name": instance.error_name,
         "error_message": instance.error_message,
+        "attributes": instance.attributes or {},
         "steps": [_step(row, step_ids, events.get(row["id"], [])) for row in rows],
         "events": [
             _times(dict(event))

@@ -34,7 +34,7 @@ from django_workerflow.exceptions import (
 from django_workerflow.store.ledger import StepLedger
 from django_workerflow.store.records import StepRecord, unreached_steps
 from django_workerflow.store.steps import RecordedSteps
-from django_workerflow.values import progress, storable
+from django_workerflow.values import attributes, progress, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import Suspension
 from django_workerflow.values.states import StepState, StepType
@@ -164,6 +164,11 @@ class ReplayStore(RecordedSteps, StepLedger):
         """Check the value as the real store does, and keep nothing: progress is not a
         step, so a changed ``set_progress()`` call is never drift."""
         progress.checked(current, total, message)
+
+    def report_attributes(self, changes: dict[str, object]) -> None:
+        """Check the changes as the real store does, and keep nothing: attributes are not
+        steps, so a changed ``set_attributes()`` call is never drift."""
+        attributes.checked(changes, what="set_attributes()")
 
     # Every write of the real store ends the replay at the step it would write.
 

@@ -277,6 +277,11 @@ class Execution:
         :mod:`django_workerflow.values.progress`); WorkflowInputError for a bad value."""
         self.store.report_progress(current, total, message)
 
+    def set_attributes(self, changes: dict[str, object]) -> None:
+        """Set attributes: held for the pass's next write (not a step: see
+        :mod:`django_workerflow.values.attributes`); WorkflowInputError for a bad one."""
+        self.store.report_attributes(changes)
+
     # The pass's checks are above; the step helpers follow.
 
     # run ------------------------------------------------------------------------------

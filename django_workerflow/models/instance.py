@@ -23,6 +23,7 @@ from django.db import models, transaction
 from django.db.models import F, Q, Value
 
 from django_workerflow import registry
+from django_workerflow.models.attributes import AttributesField
 from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
 from django_workerflow.models.pauses import DefinitionPause
@@ -80,11 +81,14 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         detached: bool = False,
         trace_context: str | None = None,
         timeout_seconds: float | None = None,
+        attributes: dict[str, Any] | None = None,
     ) -> WorkflowInstance:
         """Create a pending instance and record its creation: admitted and due at once, or
         ``queued`` (no alarm) until :mod:`~django_workerflow.runtime.flow.admission` admits it.
-        ``timeout_seconds``: its timeout's budget, whose clock starts at its first tick."""
+        ``timeout_seconds``: its timeout's budget, whose clock starts at its first tick;
+        ``attributes``: its searchable attributes, checked (None: none)."""
         instance = self.create(
+            attributes=attributes or None,
             timeout_seconds=timeout_seconds,
             parent_id=parent_pk,
             trace_context=trace_context,
@@ -119,6 +123,8 @@ class WorkflowInstanceQuerySet(models.QuerySet["WorkflowInstance"]):
         whole of it, from the fork's first tick); its history starts with a ``forked`` event
         naming the source."""
         fork = self.create(
+            # The fork is of the same business object: it keeps the source's attributes.
+            attributes=source.attributes,
             timeout_seconds=source.timeout_seconds,
             key=key,
             definition_name=source.definition_name,
@@ -275,6 +281,10 @@ class WorkflowInstance(models.Model):
     timeout_seconds = models.FloatField(null=True, blank=True)
     deadline_at = EngineDateTimeField(null=True, blank=True)
     timeout_left_seconds = models.FloatField(null=True, blank=True)
+    # The instance's searchable attributes (set_attributes(), start(attributes=...);
+    # values/attributes.py): a JSON object of short values, NULL without any. On
+    # PostgreSQL a GIN index serves filter(attributes__<name>=value) (models/attributes.py).
+    attributes = AttributesField(null=True, blank=True, default=None)
 
     objects = WorkflowInstanceQuerySet.as_manager()
 

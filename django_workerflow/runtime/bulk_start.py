@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +20,9 @@ from django_workerflow.exceptions import WorkerflowError, WorkflowInputError
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.runtime import starting
 from django_workerflow.runtime.flow import admission
+from django_workerflow.values import attributes as attribute_values
 from django_workerflow.values import jsonvalue
+from django_workerflow.values.attributes import Scalar
 from django_workerflow.values.clock import now as clock_now
 
 logger = logging.getLogger(__name__)
@@ -32,21 +34,26 @@ def start_many(
     *,
     version: str | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, object] | None = None,
 ) -> list[WorkflowInstance]:
     """Start one instance of ``definition`` per ``(key, input)`` pair, in the items' order.
 
     Idempotent by key like ``start()``: a key that exists returns the existing instance (a
     key given twice, the same one). A ``None`` key gets a random one. ``timeout`` (or the
-    definition's) is each new instance's budget, as ``start()``'s.
+    definition's) is each new instance's budget, as ``start()``'s; ``attributes`` are each
+    new instance's (checked before anything is written).
     """
     name, version, definition_class = resolve(definition, version, caller="start_many()")
     budget = starting.timeout_budget(definition_class, timeout)
+    given = attribute_values.of_start(attributes, what=f"start_many() of '{name}'")
     if definition_class.debounce is not None:
         raise WorkflowInputError(
             f"'{name}' is debounced, and start_many() does not debounce: start its instances "
             "one by one with start(), which replaces the input of a burst's instance."
         )
-    entries = [_entry(position, item, definition_class) for position, item in enumerate(items)]
+    entries = [
+        _entry(position, item, definition_class, given) for position, item in enumerate(items)
+    ]
     existing = _existing(entries, name, version)
     if admission.limits_for_name(name) is not None:
         # Every concurrency key is checked before the first write; then each start is
@@ -87,7 +94,12 @@ def batched(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
         yield values[start : start + size]
 
 
-def _entry(position: int, item: Any, definition: type[WorkflowDefinition]) -> starting.NewInstance:
+def _entry(
+    position: int,
+    item: Any,
+    definition: type[WorkflowDefinition],
+    attributes: dict[str, Scalar] | None = None,
+) -> starting.NewInstance:
     """Validate one ``(key, input)`` item of ``definition``; errors name its position (from 0)."""
     try:
         if not isinstance(item, tuple | list) or len(item) != 2:
@@ -96,7 +108,7 @@ def _entry(position: int, item: Any, definition: type[WorkflowDefinition]) -> st
         key = str(uuid.uuid4()) if key is None else key
         jsonvalue.check_identifier(key, what="its instance key", max_length=255)
         definition.check_input(value)
-        return starting.NewInstance(key, jsonvalue.dumps(value, what="its input"))
+        return starting.NewInstance(key, jsonvalue.dumps(value, what="its input"), attributes)
     except WorkflowInputError as exc:
         raise WorkflowInputError(
             f"Item {position} of start_many() is refused, nothing was started: {exc}"

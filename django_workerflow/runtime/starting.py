@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,7 +40,9 @@ from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store import executor, sql
 from django_workerflow.store.instance_ids import draw_ids, id_block
 from django_workerflow.store.transactions import WriteTransaction
+from django_workerflow.values import attributes as attribute_values
 from django_workerflow.values import jsonvalue, transitions
+from django_workerflow.values.attributes import Scalar
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.states import WakeCause, WorkflowEventType
 from django_workerflow.workers import bell_rows, bells
@@ -58,10 +60,12 @@ INSTANCE = WorkflowInstance._meta.db_table
 
 @dataclass(frozen=True, slots=True)
 class NewInstance:
-    """A validated instance to create: its key and the JSON text of its input."""
+    """A validated instance to create: its key, the JSON text of its input and its
+    attributes (None: none)."""
 
     key: str
     input_json: str
+    attributes: dict[str, Scalar] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,7 @@ class _Layout:
     fields: tuple[Any, ...]
     key_at: int
     input_at: int
+    attributes_at: int
     created_at: int
     datetimes: frozenset[int]  # DateTimeFields: one preparation serves them all
 
@@ -87,6 +92,7 @@ def _layout() -> _Layout:
         fields=fields,
         key_at=names.index("key"),
         input_at=names.index("input"),
+        attributes_at=names.index("attributes"),
         created_at=names.index("created_at"),
         datetimes=frozenset(
             index for index, f in enumerate(fields) if isinstance(f, models.DateTimeField)
@@ -110,6 +116,7 @@ def start(
     debounce: float | timedelta | None = None,
     max_debounce: float | timedelta | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, object] | None = None,
 ) -> WorkflowInstance:
     """Create an instance of ``definition`` under ``key``, or return the existing one.
 
@@ -126,11 +133,13 @@ def start(
     ``key`` that has not started and puts its first tick off (:mod:`.debounce`).
 
     ``timeout`` (or the definition's) is the new instance's budget of running time
-    (:func:`timeout_budget`); an existing instance keeps its own.
+    (:func:`timeout_budget`); an existing instance keeps its own. So do ``attributes``
+    (:mod:`django_workerflow.values.attributes`), checked before anything is written.
     """
     name, version, definition_class = resolve(definition, version, caller="start()")
     definition_class.check_input(input)
     budget = timeout_budget(definition_class, timeout)
+    given = attribute_values.of_start(attributes, what=f"start() of '{name}'")
     if debounce is not None or max_debounce is not None or definition_class.debounce is not None:
         return _start_debounced(
             name,
@@ -144,10 +153,11 @@ def start(
             debounce=debounce,
             max_debounce=max_debounce,
             timeout_seconds=budget,
+            attributes=given,
         )
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
-    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
+    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"), given)
     admission.check_priority(priority)
     if not admission.takes_admission(definition_class, key, input):
         # Instance, event and bell in one statement.
@@ -214,6 +224,7 @@ def _start_debounced(
     debounce: float | timedelta | None,
     max_debounce: float | timedelta | None,
     timeout_seconds: float | None,
+    attributes: dict[str, Scalar] | None,
 ) -> WorkflowInstance:
     """``start()`` with a debounce: create the instance with its first tick put off, or
     replace the input of the one not started yet; otherwise the existing instance."""
@@ -221,7 +232,7 @@ def _start_debounced(
     assert chosen is not None  # the caller saw a debounce, and a bare max_debounce raised
     key = debounce_module.check_debounceable(definition_class, key)
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
-    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"))
+    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"), attributes)
     admission.check_priority(priority)
     if admission.takes_admission(definition_class, key, input):
         raise WorkflowInputError(
@@ -308,6 +319,7 @@ def start_queued(
                 detached=detached,
                 trace_context=tracing.carrier(),
                 timeout_seconds=timeout_seconds,
+                attributes=entry.attributes,
             )
             if instance.pk in admission.admit_waiting(name, concurrency_key, now):
                 instance.admitted_at = instance.alarm_at = now
@@ -481,6 +493,8 @@ def insert_pending(
         row[layout.key_at] = entry.key
         # Already JSON text, validated by the caller: stored as is (a None input as NULL).
         row[layout.input_at] = None if entry.input_json == "null" else entry.input_json
+        if entry.attributes:
+            row[layout.attributes_at] = _prepared_attributes(entry.attributes, layout)
         rows.append(row)
     with WriteTransaction() as cursor:
         created = _insert(cursor, layout.columns, rows, direct_bells, now, priority)
@@ -499,6 +513,7 @@ def insert_pending(
         instance = template if len(entries) == 1 else _copy(template)
         instance.key = entry.key
         instance.input = None if entry.input_json == "null" else jsonvalue.loads(entry.input_json)
+        instance.attributes = entry.attributes
         instance.pk = pk
         instance._state.adding = False
         instance._state.db = connection.alias
@@ -526,6 +541,11 @@ def _prepared(
         else:
             values.append(field.get_db_prep_save(value, connection))
     return values
+
+
+def _prepared_attributes(attributes: dict[str, Scalar], layout: _Layout) -> Any:
+    """An instance's attributes as the database takes them (a checked JSON object)."""
+    return layout.fields[layout.attributes_at].get_db_prep_save(attributes, connection)
 
 
 @functools.cache

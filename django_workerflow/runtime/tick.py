@@ -32,6 +32,7 @@ from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, Workflow
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
 from django_workerflow.store import instance_rows, interrupted, lease
+from django_workerflow.store.attributes import PendingAttributes
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
@@ -248,6 +249,7 @@ def _execute(
     replays = 0
     # The progress the row holds and the passes report, shared by the tick's passes.
     progress = PendingProgress(instance.pk, token, instance.progress)
+    attributes = PendingAttributes(instance.pk, token, instance.attributes)
     while True:
         replays += 1
         store = StepStore(
@@ -256,6 +258,7 @@ def _execute(
             start_child=starting.start,
             progress=progress,
             lease_taken_at=taken_at,
+            attributes=attributes,
         )
         steps = store.load()
         if suspects is None:
@@ -263,7 +266,7 @@ def _execute(
         execution, passed = _replay(instance, definition_class, store, deadline, suspects, traced)
         if traced.to_link():
             traced.link_received(received_trace_contexts(traced.to_link()))
-        result = _settle(instance, token, execution, passed, replays, progress)
+        result = _settle(instance, token, execution, passed, replays, progress, attributes)
         if result is not None:
             failed = result.outcome == TickOutcome.FAILED
             traced.finished(result.outcome, passed.exception if failed else None)
@@ -375,15 +378,18 @@ def _settle(
     result: PassResult,
     replays: int,
     progress: PendingProgress,
+    attributes: PendingAttributes,
 ) -> TickResult | None:
     """Commit the pass's outcome and release the lease, or return None to replay again.
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
     step row fences it), so a short workflow's tick ends in one commit, not two; so does
-    the progress it reported and no step write took (fenced by the lease)."""
+    the progress and attributes it set and no step write took (fenced by the lease)."""
     finishes = result.outcome in (PassOutcome.COMPLETED, PassOutcome.FAILED)
     with transaction.atomic():
-        return _settle_locked(instance, token, execution, result, replays, finishes, progress)
+        return _settle_locked(
+            instance, token, execution, result, replays, finishes, progress, attributes
+        )
 
 
 def _settle_locked(
@@ -394,6 +400,7 @@ def _settle_locked(
     replays: int,
     finishes: bool,
     progress: PendingProgress,
+    attributes: PendingAttributes,
 ) -> TickResult | None:
     """The settle's work, in its transaction. A rollback raises out of the tick, whose
     held progress goes with it (the next tick reads the row afresh)."""
@@ -412,6 +419,9 @@ def _settle_locked(
         # Before the lease is released: the write is fenced by it.
         with connection.cursor() as cursor:
             progress.written(progress.write(cursor))
+    if attributes.pending is not None:
+        with connection.cursor() as cursor:
+            attributes.written(attributes.write(cursor))
     if locked.status != WorkflowStatus.RUNNING:
         # Paused or cancelled during the pass: leave the state the operator set.
         locked.release_lease(None, now)

@@ -136,3 +136,8 @@ class StepLedger(Protocol):
         WorkflowInputError for one that cannot be stored. Progress is not a step: no
         replay compares it with what was recorded."""
         ...
+
+    def report_attributes(self, changes: dict[str, object]) -> None:
+        """Hold a ``set_attributes()`` call's changes for the pass's next write, or raise
+        WorkflowInputError for any that cannot be stored. Attributes are not steps either."""
+        ...

@@ -263,6 +263,11 @@ _STATEMENTS: dict[str, str] = {
         WITH written AS (
             UPDATE {INSTANCE} SET {_PROGRESS_SET} WHERE {LEASE_HELD} RETURNING id
         ) SELECT pg_notify(%(channel)s::text, '') FROM written""",
+    # Store the instance's attributes (set_attributes()) with a write of the tick holding
+    # its lease, as the progress is; matches nothing once the lease is lost.
+    "write_attributes": (
+        f"UPDATE {INSTANCE} SET attributes = %(attributes)s::jsonb WHERE {LEASE_HELD}"
+    ),
     # The current lease token of an instance, and whether its definition is paused: why a
     # fenced write matched nothing.
     "lease_token": (

@@ -38,6 +38,7 @@ from django.db import connection, transaction
 from django_workerflow.exceptions import StepStateError, WorkerflowError, WorkflowInputError
 from django_workerflow.models import Step, StepEvent, WorkflowInstance
 from django_workerflow.store import executor, sql
+from django_workerflow.store.attributes import PendingAttributes
 from django_workerflow.store.instance_rows import converted
 from django_workerflow.store.lease import Lease
 from django_workerflow.store.outcomes import read_outcomes
@@ -216,6 +217,7 @@ class StepStore(RecordedSteps):
         start_child: ChildStarter,
         progress: PendingProgress | None = None,
         lease_taken_at: float | None = None,
+        attributes: PendingAttributes | None = None,
     ) -> None:
         super().__init__(instance_pk)
         self.lease = Lease(instance_pk, lease_token, taken_at=lease_taken_at)
@@ -223,24 +225,32 @@ class StepStore(RecordedSteps):
         self._start_child = start_child
         # Shared by the passes of one tick: what the row holds, and what to write next.
         self.progress = progress or PendingProgress(instance_pk, lease_token, None)
+        self.attributes = attributes or PendingAttributes(instance_pk, lease_token, None)
 
     def report_progress(self, current: object, total: object, message: object) -> None:
         """Hold a ``set_progress()`` value for the next write (see :mod:`.progress`)."""
         self.progress.report(current, total, message)
 
-    # Every write's transaction: the held progress, if any, is written in it.
+    def report_attributes(self, changes: dict[str, object]) -> None:
+        """Hold a ``set_attributes()`` call's changes for the next write (see
+        :mod:`.attributes`)."""
+        self.attributes.report(changes)
+
+    # Every write's transaction: the held progress and attributes, if any, are written in it.
 
     @contextmanager
     def _fenced(self, now: datetime, *, require_running: bool) -> Iterator[Any]:
         with fenced(self.lease, now, require_running=require_running) as cursor:
             written = self.progress.write(cursor)
+            attributes = self.attributes.write(cursor)
             yield cursor
         self.progress.written(written)
+        self.attributes.written(attributes)
 
     def _hot_write(self, values: dict[str, Any]) -> AbstractContextManager[Any]:
         """The hot write (:class:`WriteTransaction` with ``values``), and the held progress
         written in it if there is any."""
-        if self.progress.pending is None:
+        if self.progress.pending is None and self.attributes.pending is None:
             return WriteTransaction(values)  # the usual step: nothing wrapped around it
         return self._hot_write_with_progress(values)
 
@@ -251,8 +261,10 @@ class StepStore(RecordedSteps):
         grouped = connection.vendor == "postgresql"
         with transaction.atomic() if grouped else nullcontext(), WriteTransaction(values) as cursor:
             written = self.progress.write(cursor)
+            attributes = self.attributes.write(cursor)
             yield cursor
         self.progress.written(written)
+        self.attributes.written(attributes)
 
     # Sleep and wait steps: created waiting, resolved when due, satisfied by events ----
 

@@ -19,22 +19,29 @@ class OrderFulfillment(WorkflowDefinition):
 
     name = "order-fulfillment"
     version = "1"
+    # The admin's list filters by these attributes (the start gives the customer and the
+    # region; execute() sets the stage).
+    attribute_filters = ["customer", "region", "stage"]
 
     def execute(self) -> dict:
         order_id = self.input["order_id"]
+        self.set_attributes(stage="awaiting payment")
         self.run("reserve-stock", lambda: services.reserve_stock(order_id))
         try:
             payment = self.wait("payment", "payment.received", timeout=timedelta(days=2))
         except WaitStepTimedOutError:
+            self.set_attributes(stage="cancelled unpaid")
             self.run("cancel-unpaid", lambda: services.mark_cancelled(order_id, "unpaid"))
             return {"status": "cancelled", "reason": "no payment within two days"}
         charge = self.run(
             "charge", lambda: services.capture_payment(order_id, payment), max_attempts=5
         )
+        self.set_attributes(stage="charged")
         # A short cooling-off period in which the customer may still cancel.
         self.sleep("cooling-off", timedelta(seconds=20))
         approval = self.wait("approval", "order.approved", timeout=timedelta(hours=1))
         shipment = self.run("ship", lambda: services.create_shipment(order_id), atomic=True)
+        self.set_attributes(stage="shipped")
         return {"charge": charge, "approved_by": approval.get("by"), **shipment}
 
 

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import InterfaceError, OperationalError
 
 from django_workerflow import metrics
-from django_workerflow.console import describe, documents, rerun_commands, time_words
+from django_workerflow.console import attributes, describe, documents, rerun_commands, time_words
 from django_workerflow.console.composition import load_composition, render_lines
 from django_workerflow.console.history import load_history
 from django_workerflow.console.terminal import render_list, render_show, safe
@@ -140,6 +140,15 @@ class Command(BaseCommand):
         listing = sub.add_parser("list", help="List instances, newest first.")
         listing.add_argument("--status", choices=WorkflowStatus.values)
         listing.add_argument("--name", help="Only instances of this definition.")
+        listing.add_argument(
+            "--attr",
+            action="append",
+            default=[],
+            dest="attrs",
+            metavar="NAME=VALUE",
+            help="Only instances with this attribute value (repeat to require several); "
+            'VALUE reads true/false and numbers as such, "42" in quotes as a string.',
+        )
         listing.add_argument("--limit", type=_positive_int, default=50)
         listing.add_argument("--format", choices=("text", "json"), default="text")
 
@@ -282,9 +291,15 @@ class Command(BaseCommand):
         name: str | None,
         limit: int,
         format: str = "text",
+        attrs: list[str] | None = None,
         **_: Any,
     ) -> None:
         instances = WorkflowInstance.objects.order_by("-created_at", "-id")
+        try:
+            wanted = dict(attributes.parse_condition(text) for text in attrs or [])
+        except WorkflowInputError as exc:
+            raise CommandError(str(exc)) from None
+        instances = attributes.search(instances, wanted)
         if status:
             instances = instances.filter(status=status)
         if name:
