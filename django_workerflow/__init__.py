@@ -384,9 +384,12 @@ async def astart_many(
     *,
     version: str | None = None,
     timeout: float | timedelta | None = None,
+    attributes: Mapping[str, str | int | float | bool | None] | None = None,
 ) -> list[WorkflowInstance]:
     """:func:`start_many` for async code: the same parameters, returns and errors."""
-    return await sync_to_async(start_many)(definition, items, version=version, timeout=timeout)
+    return await sync_to_async(start_many)(
+        definition, items, version=version, timeout=timeout, attributes=attributes
+    )
 
 
 async def asend_event(
