@@ -35,6 +35,7 @@ from django_workerflow.store.outcomes import Outcome
 from django_workerflow.values.progress import Progress
 
 if TYPE_CHECKING:
+    from django_workerflow.deploy.verdicts import ReplayVerdict
     from django_workerflow.models import InboundEvent, WorkflowInstance
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "pause",
     "pause_definition",
     "registry",
+    "replay_verdict",
     "resume",
     "resume_definition",
     "retry",
@@ -285,6 +287,19 @@ def fork(
     return reruns.fork(
         instance, from_step=from_step, key=key, version=version, input=input, reason=reason
     )
+
+
+def replay_verdict(instance: WorkflowInstance | str) -> ReplayVerdict:
+    """Judge now whether the code this process has registered can replay the instance's
+    history, as ``manage.py workerflow check-replay`` does, and return a frozen verdict:
+    ``.ok`` (bool) and ``.reason`` (check-replay's messages; empty when ok). Writes nothing.
+    A failed instance is judged as ``check-replay --include-failed`` does (a retry replays
+    it); a completed or cancelled one has nothing left to replay and is ok. Raises
+    ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    # Late: the replay check needs the app registry (see the note above start()).
+    from django_workerflow.deploy import verdicts
+
+    return verdicts.replay_verdict(instance)
 
 
 def wait_result(instance: WorkflowInstance | str, timeout: float | timedelta | None = None) -> Any:
