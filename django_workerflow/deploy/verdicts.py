@@ -227,7 +227,7 @@ def refresh(
     *,
     after_pk: int = 0,
     batches: int | None = None,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     recheck: bool = False,
     tidy: bool = True,
 ) -> Pass:
@@ -239,6 +239,7 @@ def refresh(
     When the pass reaches the end (and ``tidy``), the stored verdicts of finished or deleted
     instances are removed."""
     code = code_fingerprint()
+    batch_size = batch_size or BATCH_SIZE
     todo = unfinished(WorkflowInstance.objects.all())
     if not recheck:
         todo = todo.filter(
