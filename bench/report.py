@@ -728,6 +728,7 @@ def render(results: Results, *, smoke: bool) -> str:
     from .targets24 import targets_table as targets24_table
     from .targets36 import targets_table as targets36_table
     from .targets41 import targets_table as targets41_table
+    from .targets42 import targets_table as targets42_table
 
     lines = figures_table(results).lines
     # The target blocks share their widths: their columns line up with each other too.
@@ -740,6 +741,7 @@ def render(results: Results, *, smoke: bool) -> str:
         targets24_table(results),
         targets36_table(results),
         targets41_table(results),
+        targets42_table(results),
     ]
     label_width = max(block.widths()[0] for block in blocks)
     cell_width = max(block.widths()[1] for block in blocks)

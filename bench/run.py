@@ -41,6 +41,7 @@ SCENARIOS = (
     "metrics",
     "history",
     "timeouts",
+    "verdicts",
 )
 
 
@@ -119,6 +120,7 @@ def scenario_runners(
         inline,
         metrics_scale,
         peer,
+        replay_verdicts,
         scale,
         starts,
         step_timeouts,
@@ -147,6 +149,7 @@ def scenario_runners(
         "metrics": lambda: metrics_scale.metrics_scale(sizes, progress),
         "history": lambda: history.history(sizes),
         "timeouts": lambda: step_timeouts.step_timeouts(sizes),
+        "verdicts": lambda: replay_verdicts.replay_verdicts(sizes, progress),
     }
 
 

@@ -1,7 +1,7 @@
 """Stored replay verdicts: whether the code a fingerprint names can replay an instance.
 
-One row per checked instance, written in the background (:mod:`django_workerflow.deploy.
-verdicts`), never by a tick. A row is current only while its ``code`` is the fingerprint of
+One row per checked instance, written in the background
+(:mod:`django_workerflow.deploy.verdicts`), never by a tick. A row is current only while its ``code`` is the fingerprint of
 the definitions the reading process has registered; after a deploy every row is stale until
 it is checked again, and a reader shows a stale row as "not checked yet".
 
