@@ -37,7 +37,9 @@ def pass_rate(r: dict[str, Any]) -> str:
 def targets_table(results: Results) -> Table:
     table = Table(results)
     table.header("Targets (issue 42)")
-    table.row("list ?replays=no (stranded) at 1,000,000: <= 300 ms", filtered_list("no"), "verdicts")
+    table.row(
+        "list ?replays=no (stranded) at 1,000,000: <= 300 ms", filtered_list("no"), "verdicts"
+    )
     table.row("list ?replays=yes at 1,000,000: <= 300 ms", filtered_list("yes"), "verdicts")
     table.row(
         "list ?replays=unchecked at 1,000,000: <= 300 ms", filtered_list("unchecked"), "verdicts"
