@@ -7,8 +7,9 @@ workflow), starts the tour's instances (one that fails, so Retry and Fork can be
 behind a concurrency limit, one of them queued and the other showing its progress; two held
 by their paused definition, to Resume; one started three times and run once, debounced; a
 carrier label whose first fetch hangs until its step timeout interrupts it, then a retry
-gets it; a newsletter recorded by older code, stranded; a schedule fires every minute) and prints where to look, then prints the admin
-address, the login and what it seeded again once the worker's start-up output is over. It serves on
+gets it; a newsletter recorded by older code, stranded; a schedule fires every minute) and
+prints where to look, then prints the admin address, the login and what it seeded again once
+the worker's start-up output is over. It serves on
 ``DEMO_PORT`` (default 8000), or on a free port it names when that one is busy. Ctrl-C stops
 everything.
 

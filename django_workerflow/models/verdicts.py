@@ -1,9 +1,10 @@
 """Stored replay verdicts: whether the code a fingerprint names can replay an instance.
 
 One row per checked instance, written in the background
-(:mod:`django_workerflow.deploy.verdicts`), never by a tick. A row is current only while its ``code`` is the fingerprint of
-the definitions the reading process has registered; after a deploy every row is stale until
-it is checked again, and a reader shows a stale row as "not checked yet".
+(:mod:`django_workerflow.deploy.verdicts`), never by a tick. A row is current only while its
+``code`` is the fingerprint of the definitions the reading process has registered; after a
+deploy every row is stale until it is checked again, and a reader shows a stale row as "not
+checked yet".
 
 The link to the instance has no database constraint: a purge deletes instances with raw
 statements (:mod:`django_workerflow.runtime.purge`) and must not meet this table; the
