@@ -447,3 +447,16 @@ def test_list_stranded__checks_now_when_a_stored_verdict_is_stale(sleeping):
     assert code == 1
     assert '"key": "user-0"' in output
     assert "new step 'greet'" in output
+
+
+def test_fork_onto_current__of_a_renamed_step_runs_anew_from_the_step_it_replaces(sleeping):
+    from django_workerflow.console.replay_verdicts import fork_stranded
+
+    with deployed(welcome_renamed):
+        report = fork_stranded(WorkflowInstance.objects.filter(key="user-0"), "rename")
+        fork = WorkflowInstance.objects.get(key="user-0~1")
+
+        assert [o.label for o in report.outcomes] == ["forked"]
+        assert "from step 'welcome'" in report.outcomes[0].detail
+        assert list(fork.steps.values_list("step_id", flat=True)) == ["create-account"]
+        assert workerflow.replay_verdict(fork).ok

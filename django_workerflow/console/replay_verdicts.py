@@ -25,6 +25,7 @@ from django_workerflow.console.operations import Report
 from django_workerflow.console.replies import confirm_then_apply, submitted
 from django_workerflow.console.rerun_requests import ForkRequest, fork
 from django_workerflow.deploy import verdicts
+from django_workerflow.deploy.replay import ProblemKind, ReplayReport
 from django_workerflow.deploy.replay_check import CHECKED_STATUSES, CheckFilter, check_instances
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
 
@@ -132,12 +133,21 @@ def fork_stranded(instances: Instances, reason: str | None) -> Report:
         if verdicts.verdict_of(replay).ok:
             report.add(instance, False, "replays on the current code")
             continue
-        recorded = set(
-            Step.objects.filter(instance_id=instance.pk).values_list("step_id", flat=True)
-        )
-        breaking = [p.step_id for p in replay.breaking() if p.step_id in recorded]
         forked, _ = fork(
-            instance, ForkRequest(from_step=breaking[0] if breaking else None, reason=reason)
+            instance, ForkRequest(from_step=first_break(instance, replay), reason=reason)
         )
         report.outcomes.extend(forked.outcomes)
     return report
+
+
+def first_break(instance: WorkflowInstance, replay: ReplayReport) -> str | None:
+    """The recorded step a fork onto the current code runs anew from: the step the first
+    breaking problem names if it is recorded (a step reached as another kind), the recorded
+    step a new step takes the place of (a rename), else None (keep every settled step)."""
+    recorded = set(Step.objects.filter(instance_id=instance.pk).values_list("step_id", flat=True))
+    for problem in replay.breaking():
+        if problem.kind == ProblemKind.NEW_STEP and replay.displaced_step in recorded:
+            return replay.displaced_step
+        if problem.step_id in recorded:
+            return problem.step_id
+    return None
