@@ -8,7 +8,8 @@
   scenario 12 writes them (a third of them unfinished), then a stored verdict for every
   unfinished one but one in 1,000 (left "not checked yet"), one in 100 of them stranded,
   with one INSERT ... SELECT; then the change list is timed through Django's test client
-  with ``?replays=no``, ``yes`` and ``unchecked``. The tables are emptied afterwards.
+  with ``?replays=no``, ``yes`` and ``unchecked``; then with ``?replays=no`` again once only
+  one verdict in 10,000 is stranded. The tables are emptied afterwards.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def replay_verdicts(sizes: Sizes, progress: Any) -> dict[str, Any]:
                 state: _timed(client, f"{base}?replays={state}", sizes.admin_repeats)
                 for state in ("no", "yes", "unchecked")
             }
+            _fewer_stranded()
+            lists["no_rare"] = _timed(client, f"{base}?replays=no", sizes.admin_repeats)
         finally:
             user.delete()
         return {
@@ -112,3 +115,16 @@ def _fill_verdicts() -> int:
         stored = cursor.rowcount
         cursor.execute(f"ANALYZE {table}")
     return stored
+
+
+def _fewer_stranded() -> None:
+    """Keep one stranded verdict in 10,000 instead of one in 100 (a deploy that strands few)."""
+    from django_workerflow.models import ReplayVerdictRecord
+
+    table = ReplayVerdictRecord._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET ok = true, reason = '' WHERE NOT ok AND instance_id %% %s <> 0",
+            [10_000],
+        )
+        cursor.execute(f"VACUUM ANALYZE {table}")

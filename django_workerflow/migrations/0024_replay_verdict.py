@@ -33,7 +33,14 @@ class Migration(migrations.Migration):
                 ("checked_at", models.DateTimeField()),
             ],
             options={
-                "indexes": [models.Index(fields=["code", "ok"], name="workerflow_verdict_code_ok")],
+                "indexes": [
+                    models.Index(fields=["code", "ok"], name="workerflow_verdict_code_ok"),
+                    models.Index(
+                        condition=models.Q(("ok", False)),
+                        fields=["code"],
+                        name="workerflow_verdict_stranded",
+                    ),
+                ],
             },
         ),
     ]

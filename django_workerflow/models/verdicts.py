@@ -35,7 +35,13 @@ class ReplayVerdictRecord(models.Model):
     checked_at = EngineDateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["code", "ok"], name="workerflow_verdict_code_ok")]
+        indexes = [
+            models.Index(fields=["code", "ok"], name="workerflow_verdict_code_ok"),
+            # The stranded ones, usually few: the filter's "no" reads them from here.
+            models.Index(
+                fields=["code"], condition=models.Q(ok=False), name="workerflow_verdict_stranded"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"instance {self.instance_id}: {'replays' if self.ok else 'stranded'}"
