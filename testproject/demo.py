@@ -247,6 +247,8 @@ def start_tour() -> Tour:
     import django_workerflow as workerflow
 
     stamp = secrets.token_hex(2).upper()
+    # First: the oldest of the tour, it sits below the others in the list (newest first).
+    stranded = start_stranded_newsletter(stamp)
     up_at = timezone.now() + timedelta(minutes=1)
     invoice = workerflow.start(
         "demo-invoice",
@@ -276,7 +278,6 @@ def start_tour() -> Tour:
     label = workerflow.start(
         "demo-carrier-label", key=f"label-{stamp}", input={"parcel": f"PCL-{stamp}"}
     )
-    stranded = start_stranded_newsletter(stamp)
     return Tour(
         failed=invoice.key,
         partner_up_at=f"{up_at:%H:%M:%S} UTC",
