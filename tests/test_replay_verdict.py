@@ -460,3 +460,24 @@ def test_fork_onto_current__of_a_renamed_step_runs_anew_from_the_step_it_replace
         assert "from step 'welcome'" in report.outcomes[0].detail
         assert list(fork.steps.values_list("step_id", flat=True)) == ["create-account"]
         assert workerflow.replay_verdict(fork).ok
+
+
+def test_a_purge_deletes_instances_with_a_stored_verdict_and_the_pass_removes_it(
+    sleeping, workerflow_harness
+):
+    from datetime import timedelta
+
+    from django_workerflow.runtime.purge import purge
+
+    verdicts.refresh()
+    workerflow.cancel("user-0", reason="done with it")
+
+    report = purge(timedelta(days=1), None, now=workerflow_harness.now() + timedelta(days=2))
+
+    assert report.instances == 2  # user-0 and 'finished'
+    assert ReplayVerdictRecord.objects.count() == 3  # user-0's stays until the pass
+    assert verdicts.refresh().removed == 1
+    assert sorted(ReplayVerdictRecord.objects.values_list("instance__key", flat=True)) == [
+        "user-1",
+        "user-2",
+    ]
