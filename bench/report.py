@@ -728,6 +728,7 @@ def render(results: Results, *, smoke: bool) -> str:
     from .targets24 import targets_table as targets24_table
     from .targets36 import targets_table as targets36_table
     from .targets41 import targets_table as targets41_table
+    from .targets42 import targets_table as targets42_table
     from .targets42_attributes import targets_table as targets42_attributes_table
 
     lines = figures_table(results).lines
@@ -742,6 +743,7 @@ def render(results: Results, *, smoke: bool) -> str:
         targets36_table(results),
         targets41_table(results),
         targets42_attributes_table(results),
+        targets42_table(results),
     ]
     label_width = max(block.widths()[0] for block in blocks)
     cell_width = max(block.widths()[1] for block in blocks)

@@ -42,6 +42,7 @@ SCENARIOS = (
     "history",
     "timeouts",
     "attributes",
+    "verdicts",
 )
 
 
@@ -121,6 +122,7 @@ def scenario_runners(
         inline,
         metrics_scale,
         peer,
+        replay_verdicts,
         scale,
         starts,
         step_timeouts,
@@ -150,6 +152,7 @@ def scenario_runners(
         "history": lambda: history.history(sizes),
         "timeouts": lambda: step_timeouts.step_timeouts(sizes),
         "attributes": lambda: attributes_scale.attributes_scale(sizes, progress),
+        "verdicts": lambda: replay_verdicts.replay_verdicts(sizes, progress),
     }
 
 

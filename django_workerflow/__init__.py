@@ -39,6 +39,7 @@ from django_workerflow.exceptions import (
 )
 from django_workerflow.values.outcome import Outcome
 from django_workerflow.values.progress import Progress
+from django_workerflow.values.replay_verdict import ReplayVerdict
 from django_workerflow.values.settled import SettledResult
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ __all__ = [
     "Outcome",
     "Progress",
     "ReplayError",
+    "ReplayVerdict",
     "SettledResult",
     "StepOutcomeError",
     "StepTimeoutError",
@@ -74,6 +76,7 @@ __all__ = [
     "ais_definition_paused",
     "apause",
     "apause_definition",
+    "areplay_verdict",
     "aresume",
     "aresume_definition",
     "aretry",
@@ -88,6 +91,7 @@ __all__ = [
     "is_definition_paused",
     "pause",
     "pause_definition",
+    "replay_verdict",
     "resume",
     "resume_definition",
     "retry",
@@ -314,6 +318,19 @@ def fork(
     )
 
 
+def replay_verdict(instance: WorkflowInstance | str) -> ReplayVerdict:
+    """Judge now whether the code this process has registered can replay the instance's
+    history, as ``manage.py workerflow check-replay`` does, and return a frozen verdict:
+    ``.ok`` (bool) and ``.reason`` (check-replay's messages; empty when ok). Writes nothing.
+    A failed instance is judged as ``check-replay --include-failed`` does (a retry replays
+    it); a completed or cancelled one has nothing left to replay and is ok. Raises
+    ``WorkflowInstance.DoesNotExist`` for an unknown key."""
+    # Late: the replay check needs the app registry (see the note above start()).
+    from django_workerflow.deploy import verdicts
+
+    return verdicts.replay_verdict(instance)
+
+
 def wait_result(instance: WorkflowInstance | str, timeout: float | timedelta | None = None) -> Any:
     """Block until the instance finishes and return its result.
 
@@ -430,6 +447,11 @@ async def ais_definition_paused(name: str) -> bool:
     """:func:`is_definition_paused` for async code: the same parameters, returns and
     errors."""
     return await sync_to_async(is_definition_paused)(name)
+
+
+async def areplay_verdict(instance: WorkflowInstance | str) -> ReplayVerdict:
+    """:func:`replay_verdict` for async code: the same parameters, returns and errors."""
+    return await sync_to_async(replay_verdict)(instance)
 
 
 async def acancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:

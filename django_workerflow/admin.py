@@ -15,7 +15,13 @@ from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern
 
-from django_workerflow.console import attributes, controls, list_actions, rerun_actions
+from django_workerflow.console import (
+    attributes,
+    controls,
+    list_actions,
+    replay_verdicts,
+    rerun_actions,
+)
 from django_workerflow.console.columns import InstanceChangeList, InstanceColumns
 from django_workerflow.console.composition import DeliveryViews, TopLevelFilter, load_composition
 from django_workerflow.console.definitions import DefinitionViews
@@ -53,6 +59,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
         TopLevelFilter,
         ScheduleFilter,
         PendingDeliveryFilter,
+        replay_verdicts.ReplayVerdictFilter,
     ]
     list_display_links = ["key_column"]
     search_fields = ["key", "definition_name"]
@@ -74,6 +81,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
         list_actions.wake_now,
         rerun_actions.retry_selected,
         rerun_actions.fork_selected,
+        replay_verdicts.fork_onto_current,
         list_actions.delete_selected,
     ]
     # The page draws its own summary (console/summary.py) instead of a form of read-only rows.
@@ -155,6 +163,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
             context["composition"] = load_composition(obj)
             context["attribute_links"] = attributes.links(obj)
             context["may_deliver_now"] = self.has_resume_permission(request)
+            context["replay_verdict"] = replay_verdicts.page_verdict(obj)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_urls(self) -> list[URLPattern]:

@@ -12,6 +12,14 @@ def sync_workflow_schedules(using: str = "default", **_: object) -> None:
     sync_after_migrate(using)
 
 
+def ensure_verdict_schedule(using: str = "default", **_: object) -> None:
+    """post_migrate: the schedule of the replay verdicts' background pass."""
+    # An AppConfig module is imported before the models are.
+    from django_workerflow.deploy.verdicts import ensure_schedule
+
+    ensure_schedule(using)
+
+
 def uses_task_backend() -> bool:
     """True when a ``TASKS`` backend is django_workerflow's (its module then imports)."""
     backends = getattr(settings, "TASKS", None) or {}
@@ -43,11 +51,13 @@ class WorkerflowConfig(AppConfig):
             install()  # workers define a task's definition when they first meet it
         post_migrate.connect(ensure_sweeper_schedule, sender=self)
         post_migrate.connect(sync_workflow_schedules, sender=self)
+        post_migrate.connect(ensure_verdict_schedule, sender=self)
         if apps.is_installed("django_q"):
             # Late: django_q.signals loads django-q2's models, there only when it is installed;
             # and an AppConfig module is imported before the models are.
             from django_q.signals import post_spawn
 
+            from django_workerflow.deploy import verdicts
             from django_workerflow.runtime.tick import recheck_unregistered
             from django_workerflow.store import outage
             from django_workerflow.workers import task_lines
@@ -56,6 +66,8 @@ class WorkerflowConfig(AppConfig):
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")
             # A worker started after a deploy runs at once what an older one could not.
             post_spawn.connect(recheck_unregistered, dispatch_uid="workerflow-recheck-unregistered")
+            # A worker that runs new code checks the replay verdicts for it at once.
+            post_spawn.connect(verdicts.queue_on_spawn, dispatch_uid="workerflow-replay-verdicts")
             # A link that ran during an outage failed and queued no next one.
             outage.when_back(seed_after_outage)
             task_lines.install()  # django-q2's lines about our own tasks go to DEBUG

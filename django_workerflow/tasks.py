@@ -10,6 +10,7 @@ from typing import Any
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import QuerySet
 
+from django_workerflow.deploy import verdicts
 from django_workerflow.exceptions import DatabaseUnavailableError
 from django_workerflow.runtime import verbs
 from django_workerflow.runtime.composition import deliveries
@@ -104,3 +105,9 @@ def _beat_and_sweep(link: datetime | None) -> int:
 def run_schedules() -> int:
     """Start the due occurrences of the schedules (a schedule bell rang)."""
     return len(schedules.fire_due())
+
+
+def refresh_replay_verdicts(after_pk: int | None = None) -> int:
+    """Store the replay verdicts of the unfinished instances not yet checked against the code
+    this worker runs, a few batches per run (:mod:`django_workerflow.deploy.verdicts`)."""
+    return verdicts.run_task(after_pk)

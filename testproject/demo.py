@@ -7,8 +7,9 @@ workflow), starts the tour's instances (one that fails, so Retry and Fork can be
 behind a concurrency limit, one of them queued and the other showing its progress; two held
 by their paused definition, to Resume; one started three times and run once, debounced; a
 carrier label whose first fetch hangs until its step timeout interrupts it, then a retry
-gets it; a schedule fires every minute) and prints where to look, then prints the admin
-address, the login and what it seeded again once the worker's start-up output is over. It serves on
+gets it; a newsletter recorded by older code, stranded; a schedule fires every minute) and
+prints where to look, then prints the admin address, the login and what it seeded again once
+the worker's start-up output is over. It serves on
 ``DEMO_PORT`` (default 8000), or on a free port it names when that one is busy. Ctrl-C stops
 everything.
 
@@ -227,6 +228,7 @@ class Tour:
     held: tuple[str, ...]  # the partner syncs held while their definition is paused
     debounced: str  # the reindex started three times, run once with the last input
     timed_out: str  # the carrier label whose first fetch hangs past its step timeout
+    stranded: str = ""  # the newsletter recorded by older code: the current code cannot replay it
 
 
 SCHEDULE = "demo-minute-count"  # the tour's schedule (testproject/demoapp/workflows.py)
@@ -250,6 +252,8 @@ def start_tour() -> Tour:
     import django_workerflow as workerflow
 
     stamp = secrets.token_hex(2).upper()
+    # First: the oldest of the tour, it sits below the others in the list (newest first).
+    stranded = start_stranded_newsletter(stamp)
     up_at = timezone.now() + timedelta(minutes=1)
     invoice = workerflow.start(
         "demo-invoice",
@@ -287,7 +291,37 @@ def start_tour() -> Tour:
         held=held,
         debounced=reindex.key,
         timed_out=label.key,
+        stranded=stranded,
     )
+
+
+def start_stranded_newsletter(stamp: str) -> str:
+    """A newsletter instance whose history was recorded by the code before a deploy renamed
+    its step 'welcome' to 'send-welcome': run here, with that older code registered in this
+    process only and no bell queued, to its week-long sleep. The worker and the web server
+    run the current code, which cannot replay it: its replay verdict is "no"."""
+    from datetime import timedelta
+
+    import django_workerflow as workerflow
+    from django_workerflow import WorkflowDefinition, testing
+    from django_workerflow.runtime import verbs
+    from django_workerflow.workers import bells
+
+    def before_the_deploy(self: WorkflowDefinition) -> str:
+        email = self.input["email"]
+        self.run("subscribe", lambda: {"subscribed": email})
+        self.run("welcome", lambda: {"mailed": email})
+        self.sleep("wait-a-week", timedelta(days=7))
+        return "done"
+
+    with testing.registered(), bells.suppressed():
+        attrs = {"name": "demo-newsletter", "version": "1", "execute": before_the_deploy}
+        type("Newsletter", (WorkflowDefinition,), {**attrs, "__module__": __name__})
+        instance = workerflow.start(
+            "demo-newsletter", key=f"newsletter-{stamp}", input={"email": "reader@example.com"}
+        )
+        verbs.tick(instance.pk)
+    return instance.key
 
 
 def wait_for_failure(key: str, worker_running: Callable[[], bool], timeout: float = 30) -> bool:
@@ -318,6 +352,8 @@ def reminder(port: int, password: str, tour: Tour) -> str:
   - started three times, run once with the last title (debounced): {tour.debounced}
   - interrupted by its 1 s step timeout, then retried: {tour.timed_out}
   - {SCHEDULE}, a schedule firing every minute: Workflows > Workflow schedules
+  - stranded, its history recorded by older code: {tour.stranded}
+    Filter the list by "replays on current code: no"
   Press Ctrl-C to stop.
 """
 
@@ -358,6 +394,10 @@ def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
     its 1 s step timeout interrupts it, and its page shows that attempt failed with
     StepTimeoutError; the retry 3 s later gets the label and the instance completes.
   - {SCHEDULE} runs every minute, Paris time: see Workflows > Workflow schedules.
+  - {tour.stranded} was recorded before a deploy renamed its step 'welcome' to
+    'send-welcome': its page says it does not replay on the current code, and why. Within
+    a minute the list's filter "replays on current code: no" finds it; select it and use
+    "Fork stranded workflows onto the current version..." (or "Cancel selected workflows...").
 
   Press Ctrl-C to stop.
 """

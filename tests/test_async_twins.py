@@ -75,6 +75,7 @@ def test_acancel__cancels_with_its_reason_and_answers_false_once_finished(waitin
         (workerflow.aretry, ()),
         (workerflow.afailed_children, ()),
         (workerflow.afork, ()),
+        (workerflow.areplay_verdict, ()),
     ],
     ids=lambda value: getattr(value, "__name__", ""),
 )
@@ -83,12 +84,27 @@ def test_instance_twins__raise_does_not_exist_for_an_unknown_key(twin, args):
         run(twin, "no-such-key", *args)
 
 
+def test_areplay_verdict__judges_as_replay_verdict_does(waiting):
+    verdict = run(workerflow.areplay_verdict, "waiting-1")
+
+    assert (verdict.ok, verdict.reason) == (True, "")
+    assert verdict == workerflow.replay_verdict(waiting)
+
+
 def test_astart_many__starts_in_order_and_writes_nothing_for_a_bad_item(define, harness):
     definition = define(lambda self: self.input)
 
-    started = run(workerflow.astart_many, definition, [("many-1", 1), ("many-2", 2)])
+    started = run(
+        workerflow.astart_many,
+        definition,
+        [("many-1", 1), ("many-2", 2)],
+        attributes={"customer": "c-42"},
+    )
 
     assert [instance.key for instance in started] == ["many-1", "many-2"]
+    assert list(WorkflowInstance.objects.filter(attributes__customer="c-42").order_by("key")) == (
+        started
+    )
     with pytest.raises(WorkflowInputError):
         run(workerflow.astart_many, definition, [("many-3", 3), ("", 4)])
     assert not WorkflowInstance.objects.filter(key="many-3").exists()

@@ -246,3 +246,21 @@ def test_demo__waits_for_the_invoice_to_fail_while_the_worker_runs(demo_tour, mo
         harness.drain()
         harness.advance(timedelta(seconds=5))
         assert demo.wait_for_failure(seeded.failed, worker_running=lambda: True) is True
+
+
+def test_demo__seeds_a_newsletter_the_current_code_cannot_replay(demo_tour, monkeypatch):
+    with Harness(start=T0) as harness:
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        seeded = demo.start_tour()
+        harness.drain()
+        newsletter = WorkflowInstance.objects.get(key=seeded.stranded)
+        assert newsletter.status == "running"  # asleep for a week, recorded by older code
+        assert list(newsletter.steps.values_list("step_id", flat=True)) == [
+            "subscribe",
+            "welcome",
+            "wait-a-week",
+        ]
+        verdict = workerflow.replay_verdict(newsletter)
+        assert not verdict.ok
+        assert "the new step 'send-welcome' where its history recorded 'welcome'" in verdict.reason
+        assert workerflow.replay_verdict(seeded.failed).ok

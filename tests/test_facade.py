@@ -20,13 +20,13 @@ VERBS = sorted(name for name in workerflow.__all__ if inspect.isfunction(getattr
 SYNC_VERBS = [name for name in VERBS if not inspect.iscoroutinefunction(getattr(workerflow, name))]
 TWINS = [(getattr(workerflow, name), getattr(workerflow, f"a{name}")) for name in SYNC_VERBS]
 #: The values the verbs return or hand to a definition's hooks.
-VALUES = ["Outcome", "Progress", "SettledResult"]
+VALUES = ["Outcome", "Progress", "ReplayVerdict", "SettledResult"]
 
 
 def test_facade__every_sync_verb_has_an_async_twin_and_every_twin_a_sync_verb():
     twins = {f"a{name}" for name in SYNC_VERBS}
     assert set(VERBS) - set(SYNC_VERBS) == twins
-    assert len(SYNC_VERBS) == 14
+    assert len(SYNC_VERBS) == 15
     for name in twins:
         assert inspect.iscoroutinefunction(getattr(workerflow, name)), name
 

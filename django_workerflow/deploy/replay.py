@@ -97,6 +97,8 @@ class ReplayReport:
     first_new_step: str | None = None
     unreached: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = field(default=())
+    #: The recorded step that ``first_new_step`` takes the place of, if the replay found one.
+    displaced_step: str | None = None
 
     @property
     def breaks(self) -> bool:
@@ -314,9 +316,9 @@ def replay_records(
             outcome = ReplayOutcome.STOPPED if execution.suspended else ReplayOutcome.COMPLETED
     seen = execution.seen_step_ids
     unreached: tuple[str, ...] = ()
+    displaced: list[str] = []
     if not problems:
         missed = unreached_steps(store.steps, seen)
-        displaced: list[str] = []
         if store.first_new_step is not None:
             # The replay stopped at a new step. The recorded steps after the last one it
             # reached are where the history went instead: the first is the step the new one
@@ -339,6 +341,7 @@ def replay_records(
         outcome=outcome,
         steps_replayed=sum(1 for step_id in store.steps if step_id in seen),
         first_new_step=store.first_new_step,
+        displaced_step=displaced[0] if displaced else None,
         unreached=unreached,
         problems=tuple(problems),
     )

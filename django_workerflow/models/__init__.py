@@ -22,6 +22,7 @@ from django_workerflow.models.history import (
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
 from django_workerflow.models.pauses import DefinitionPause, DefinitionPauseRecord
 from django_workerflow.models.process_metrics import ProcessMetrics
+from django_workerflow.models.verdicts import ReplayVerdictRecord
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -44,6 +45,7 @@ __all__ = [
     "InboundEvent",
     "JSONTextField",
     "ProcessMetrics",
+    "ReplayVerdictRecord",
     "Step",
     "StepEvent",
     "StepEventType",

@@ -135,3 +135,21 @@ class CarrierLabel(WorkflowDefinition):
             timeout=LABEL_TIMEOUT,
             backoff=lambda attempt: LABEL_RETRY_AFTER,
         )
+
+
+class Newsletter(WorkflowDefinition):
+    """Welcome a newsletter subscriber, wait a week, then ask for feedback. A deploy renamed
+    its step 'welcome' to 'send-welcome' in place, without a new version: an instance that
+    recorded 'welcome' before it cannot replay on this code (its replay verdict says so), so
+    the demo seeds one, to try the filter "replays on current code" and the bulk fork."""
+
+    name = "demo-newsletter"
+    version = "1"
+
+    def execute(self) -> str:
+        email = self.input["email"]
+        self.run("subscribe", lambda: {"subscribed": email})
+        self.run("send-welcome", lambda: {"mailed": email})
+        self.sleep("wait-a-week", timedelta(days=7))
+        self.run("ask-feedback", lambda: {"mailed": email})
+        return "done"

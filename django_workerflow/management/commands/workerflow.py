@@ -24,6 +24,7 @@ from django_workerflow.console.history import load_history
 from django_workerflow.console.terminal import render_list, render_show, safe
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError, WorkflowStateError
 from django_workerflow.management import deploy
+from django_workerflow.management.stranded import list_stranded
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime import definition_pauses, verbs
 from django_workerflow.runtime import purge as purging
@@ -151,6 +152,15 @@ class Command(BaseCommand):
         )
         listing.add_argument("--limit", type=_positive_int, default=50)
         listing.add_argument("--format", choices=("text", "json"), default="text")
+        listing.add_argument(
+            "--stranded",
+            action="store_true",
+            help="Only the unfinished instances the code now deployed cannot replay, with the "
+            "reason (stored verdicts when current, else checked now); exit 1 if any.",
+        )
+        listing.add_argument(
+            "--fresh", action="store_true", help="With --stranded: check every instance now."
+        )
 
         sub.add_parser(
             "sweep",
@@ -292,8 +302,13 @@ class Command(BaseCommand):
         limit: int,
         format: str = "text",
         attrs: list[str] | None = None,
+        stranded: bool = False,
+        fresh: bool = False,
         **_: Any,
     ) -> None:
+        if stranded:
+            list_stranded(self, limit=limit, format=format, fresh=fresh)
+            return
         instances = WorkflowInstance.objects.order_by("-created_at", "-id")
         try:
             wanted = dict(attributes.parse_condition(text) for text in attrs or [])
