@@ -12,7 +12,7 @@ from croniter import CroniterBadDateError, croniter
 
 from django_workerflow.engine.step_timer import timeout_problem
 from django_workerflow.exceptions import WorkflowInputError
-from django_workerflow.values import jsonvalue
+from django_workerflow.values import jsonvalue, masking
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -91,6 +91,7 @@ def problems(cls: type[WorkflowDefinition]) -> list[str]:
         found.append(f"`step_timeout` = {cls.step_timeout!r} {problem}")
     if cls.timeout is not None and (problem := instance_timeout_problem(cls.timeout)):
         found.append(f"`timeout` = {cls.timeout!r} {problem}")
+    found.extend(masking.problems(cls.sensitive))
     return found
 
 

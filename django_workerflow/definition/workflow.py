@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -61,6 +61,10 @@ class WorkflowDefinition:
     #: one not finished by then fails with ``WorkflowTimeoutError``. ``start(timeout=...)``
     #: overrides it for one instance. None: no limit.
     timeout: ClassVar[float | timedelta | None] = None
+    #: Dotted paths of the values shown masked to readers without the permission
+    #: ``view_sensitive_payloads``: "input.card", "result.token", "events.payment.card",
+    #: "steps.charge.card_last4" (see :mod:`django_workerflow.values.masking`).
+    sensitive: ClassVar[Sequence[str]] = ()
 
     def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
         # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered

@@ -143,8 +143,12 @@ class Execution:
         definition_name: str = "",
         instance_deadline: datetime | None = None,
         instance_timeout: float | None = None,
+        quiet_errors: bool = False,
     ) -> None:
         self.instance_key = instance_key
+        # The definition names sensitive fields: a failed attempt's traceback, which may
+        # quote one, is not logged (its masked text is in the admin and ``show``).
+        self.quiet_errors = quiet_errors
         # The instance's timeout (its clock's deadline, on the engine's clock, and its budget
         # in seconds for the message): checked at every step reached and bounding the timer
         # of the outermost run step's attempt. None: no timeout, nothing checked.
@@ -547,7 +551,7 @@ class Execution:
             AttemptOutcome.FAILED,
             (clock_now() - started).total_seconds(),
         )
-        _log_failed_attempt(self.instance_key, record, exc)
+        _log_failed_attempt(self.instance_key, record, None if self.quiet_errors else exc)
         return record
 
     # sleep ----------------------------------------------------------------------------
@@ -811,11 +815,12 @@ class Execution:
         return bool(record.result)
 
 
-def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
+def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException | None) -> None:
     """One line per failed attempt, without its traceback: a retry is expected, and a step
     that failed for good fails its instance with the step's error chained (``workflow
     failed`` logs that traceback) or is handled by ``execute()``. The traceback is DEBUG
-    detail here, and kept on the attempt's step event."""
+    detail here, and kept on the attempt's step event; ``exc`` None (a definition with
+    sensitive fields) logs none."""
     if record.state == StepState.FAILED:
         logger.info(
             "step failed key=%s step=%s attempt=%s error=%s",
@@ -833,13 +838,14 @@ def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseExceptio
             record.error_name,
             record.next_attempt_at.isoformat() if record.next_attempt_at else "-",
         )
-    logger.debug(
-        "step attempt traceback key=%s step=%s attempt=%s",
-        instance_key,
-        record.step_id,
-        record.attempt_count,
-        exc_info=exc,
-    )
+    if exc is not None:
+        logger.debug(
+            "step attempt traceback key=%s step=%s attempt=%s",
+            instance_key,
+            record.step_id,
+            record.attempt_count,
+            exc_info=exc,
+        )
 
 
 def _log_wait_timed_out(instance_key: str, record: StepRecord) -> None:

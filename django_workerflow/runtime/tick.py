@@ -22,6 +22,7 @@ from django.db import DatabaseError, connection, transaction
 
 from django_workerflow import registry, tracing
 from django_workerflow.conf import settings
+from django_workerflow.definition import sensitive
 from django_workerflow.definition.drift import unregistered_hint
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
@@ -117,6 +118,7 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
         instance.key,
         instance.trace_context,
         woken_at,
+        quiet_errors=bool(definition_class.sensitive),
     )
     try:
         with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
@@ -288,6 +290,7 @@ def _replay(
         definition_name=instance.definition_name,
         instance_deadline=instance.deadline_at,
         instance_timeout=instance.timeout_seconds,
+        quiet_errors=bool(definition_class.sensitive),
     )
     # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
     pinned_input = jsonvalue.fresh_copy(instance.input)
@@ -445,7 +448,8 @@ def _settle_locked(
                 locked.key,
                 result.error_name,
                 result.error_step_id or "-",
-                exc_info=result.exception,
+                # Not for a definition with sensitive fields: the traceback may quote one.
+                exc_info=None if sensitive.paths(locked.definition_name) else result.exception,
             )
             return TickResult(TickOutcome.FAILED, replays=replays)
         case PassOutcome.SUSPENDED:

@@ -22,6 +22,7 @@ from django_workerflow.console import describe, documents, rerun_commands
 from django_workerflow.console.composition import load_composition, render_lines
 from django_workerflow.console.history import load_history
 from django_workerflow.console.terminal import render_list, render_show, safe
+from django_workerflow.definition import sensitive
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError, WorkflowStateError
 from django_workerflow.management import deploy
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
@@ -30,6 +31,12 @@ from django_workerflow.runtime import purge as purging
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
+
+#: The --reveal option of show, list and export (the command line masks by default).
+REVEAL_HELP = (
+    "Show the values the definition names `sensitive` (masked as •••• by default): for "
+    "an operator allowed to read them."
+)
 
 
 class OneLineParser(CommandParser):
@@ -136,12 +143,14 @@ class Command(BaseCommand):
             help="Also print the instance's and its failed attempts' tracebacks.",
         )
         show.add_argument("--format", choices=("text", "json"), default="text")
+        show.add_argument("--reveal", action="store_true", help=REVEAL_HELP)
 
         listing = sub.add_parser("list", help="List instances, newest first.")
         listing.add_argument("--status", choices=WorkflowStatus.values)
         listing.add_argument("--name", help="Only instances of this definition.")
         listing.add_argument("--limit", type=_positive_int, default=50)
         listing.add_argument("--format", choices=("text", "json"), default="text")
+        listing.add_argument("--reveal", action="store_true", help=REVEAL_HELP)
 
         sub.add_parser(
             "sweep",
@@ -262,11 +271,17 @@ class Command(BaseCommand):
         self.stdout.write(f"Cancelled {key!r}." + (f" Reason: {reason}" if reason else ""))
 
     def handle_show(
-        self, *, key: str, tracebacks: bool = False, format: str = "text", **_: Any
+        self,
+        *,
+        key: str,
+        tracebacks: bool = False,
+        format: str = "text",
+        reveal: bool = False,
+        **_: Any,
     ) -> None:
         instance = WorkflowInstance.objects.get(key=key)
         now = clock_now()
-        history = load_history(instance, now)
+        history = load_history(instance, now, reveal=reveal)
         if format == "json":
             composition = load_composition(instance)
             document = documents.show_document(history, composition, now, tracebacks=tracebacks)
@@ -282,6 +297,7 @@ class Command(BaseCommand):
         name: str | None,
         limit: int,
         format: str = "text",
+        reveal: bool = False,
         **_: Any,
     ) -> None:
         instances = WorkflowInstance.objects.order_by("-created_at", "-id")
@@ -289,11 +305,13 @@ class Command(BaseCommand):
             instances = instances.filter(status=status)
         if name:
             instances = instances.filter(definition_name=name)
-        page = instances.prefetch_related(*describe.attention_prefetches())[:limit]
+        page = list(instances.prefetch_related(*describe.attention_prefetches())[:limit])
+        maskers = sensitive.maskers_for(page, reveal=reveal)
         if format == "json":
-            self.stdout.write(documents.dumps(documents.list_document(page, clock_now())))
+            document = documents.list_document(page, clock_now(), maskers)
+            self.stdout.write(documents.dumps(document))
             return
-        self.stdout.write(render_list(page, clock_now()))
+        self.stdout.write(render_list(page, clock_now(), maskers))
 
     def handle_sweep(self, **_: Any) -> None:
         queued = verbs.sweep()
