@@ -183,6 +183,7 @@ def demo_tour(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         module.PartnerSync,
         module.SearchReindex,
         module.CarrierLabel,
+        module.CardPayment,
     ]
     imported = drift.worker_imported_modules
     monkeypatch.setattr(drift, "worker_imported_modules", lambda: imported() | {DEMO_TOUR})

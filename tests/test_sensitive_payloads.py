@@ -18,8 +18,7 @@ from django.core.management import call_command
 from django.test import Client
 
 import django_workerflow as workerflow
-from django_workerflow import testing
-from django_workerflow import metrics, registry
+from django_workerflow import metrics, registry, testing
 from django_workerflow.definition import sensitive
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.deploy import exports
