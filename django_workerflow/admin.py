@@ -139,7 +139,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
             context["summary"] = build_summary(history, now)
             context["missing_definition_hint"] = MISSING_DEFINITION_HINT
             context["controls"] = controls.buttons(self, request, obj)
-            context["composition"] = load_composition(obj)
+            context["composition"] = load_composition(obj, history.masker)
             context["may_deliver_now"] = self.has_resume_permission(request)
         return super().render_change_form(request, context, add, change, form_url, obj)
 

@@ -65,10 +65,23 @@ class Declined(WorkflowDefinition, register=False):
         self.run("charge", charge, max_attempts=self.input["attempts"])
 
 
+class Notified(WorkflowDefinition, register=False):
+    """Its ``on_finish`` fails with a message that quotes the card number."""
+
+    name = "sensitive-notified"
+    sensitive = ["input.card"]
+
+    def execute(self) -> str:
+        return "done"
+
+    def on_finish(self, outcome: Any) -> None:
+        raise RuntimeError(f"the receipt for card {CARD} bounced")
+
+
 @pytest.fixture(autouse=True)
 def definitions() -> Iterator[None]:
     SEEN.clear()
-    with testing.registered(Checkout, Declined):
+    with testing.registered(Checkout, Declined, Notified):
         yield
 
 
@@ -277,6 +290,19 @@ def test_admin__the_list_masks_the_errors_waiting_on_quotes(retrying):
     assert f"card {MASK} declined" in listed
     allowed = staff_client("view_workflowinstance", sensitive.PERMISSION_CODENAME)
     assert f"card {CARD} declined" in text(allowed.get(changelist_url()))
+
+
+def test_admin_and_show__the_on_finish_delivery_errors_are_masked(harness):
+    workerflow.start(Notified, key="notified", input={"card": CARD})
+    harness.drain()
+    instance = WorkflowInstance.objects.get(key="notified")
+    assert CARD in instance.finish_deliveries.get().last_error_message  # stored as raised
+    page = text(staff_client("view_workflowinstance").get(change_url(instance)))
+    assert f"the receipt for card {MASK} bounced" in page
+    assert CARD not in page
+    assert CARD not in command("show", "notified")
+    assert CARD not in command("show", "notified", "--format", "json")
+    assert CARD in command("show", "notified", "--reveal")
 
 
 # The command line -----------------------------------------------------------------------

@@ -283,12 +283,12 @@ class Command(BaseCommand):
         now = clock_now()
         history = load_history(instance, now, reveal=reveal)
         if format == "json":
-            composition = load_composition(instance)
+            composition = load_composition(instance, history.masker)
             document = documents.show_document(history, composition, now, tracebacks=tracebacks)
             self.stdout.write(documents.dumps(document))
             return
         self.stdout.write(render_show(history, now, tracebacks=tracebacks))
-        self.stdout.write("\n".join(render_lines(load_composition(instance))))
+        self.stdout.write("\n".join(render_lines(load_composition(instance, history.masker))))
 
     def handle_list(
         self,
