@@ -15,13 +15,15 @@ from typing import Any
 from django_workerflow import registry
 from django_workerflow.models import InboundEvent, Step, StepState, WorkflowInstance
 from django_workerflow.values.masking import Masker, SensitivePath, parse_all
+from django_workerflow.values.sealing import Sealer, open_value
 
 #: The codename of the permission to see sensitive values in the admin (its app label is
 #: the app's, ``workerflow``: ``user.has_perm("workerflow.view_sensitive_payloads")``).
 PERMISSION_CODENAME = "view_sensitive_payloads"
 PERMISSION = f"workerflow.{PERMISSION_CODENAME}"
-#: A masker that hides nothing: for readers allowed to see the values.
-REVEALED = Masker()
+#: A masker that hides nothing: for readers allowed to see the values (it opens the
+#: values sealed at rest, as every masker built here does).
+REVEALED = Masker(opener=open_value)
 
 _VALUE_STATES = (StepState.SUCCEEDED, StepState.SATISFIED)
 
@@ -35,6 +37,13 @@ def paths(name: str) -> tuple[SensitivePath, ...]:
             for path in parse_all(definition.sensitive):
                 found.setdefault(path.text, path)
     return tuple(found.values())
+
+
+def sealer(name: str) -> Sealer:
+    """The sealer of the definition ``name``'s values (it seals nothing without
+    ``WORKERFLOW_PAYLOAD_CODEC`` or without sensitive paths)."""
+    found = paths(name)
+    return Sealer.of(found) if found else Sealer()
 
 
 def may_reveal(user: Any) -> bool:
@@ -83,6 +92,7 @@ def maskers_for(instances: Iterable[WorkflowInstance], *, reveal: bool) -> dict[
             result=instance.result,
             events=events[pk],
             steps=steps[pk],
+            opener=open_value,
         )
         for pk, (instance, found) in declared.items()
     }

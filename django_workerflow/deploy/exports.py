@@ -134,13 +134,13 @@ def records(history: dict[str, Any]) -> list[StepRecord]:
 
 def _masked(masker: Masker, row: dict[str, Any]) -> dict[str, Any]:
     """A step's (or step event's) row with its sensitive values masked: its result, the
-    payload it received (as its event's payload too) and its error message."""
-    if not masker.active:
-        return row
+    payload it received (as its event's payload too) and its error message; values sealed
+    at rest are opened first (the document is read without the codec)."""
     step_id = row["step_id"]
     row["result"] = masker.step(step_id, row["result"])
     row["payload"] = masker.step(step_id, row["payload"], row["event_name"] or "")
-    row["error_message"] = masker.text(row["error_message"] or "")
+    if masker.active:
+        row["error_message"] = masker.text(row["error_message"] or "")
     return row
 
 

@@ -59,6 +59,7 @@ from django_workerflow.values.control_flow import (
     TickAborted,
     passes_through,
 )
+from django_workerflow.values.sealing import Sealer, open_value
 from django_workerflow.values.states import (
     AttemptOutcome,
     StepState,
@@ -144,8 +145,12 @@ class Execution:
         instance_deadline: datetime | None = None,
         instance_timeout: float | None = None,
         quiet_errors: bool = False,
+        sealer: Sealer | None = None,
     ) -> None:
         self.instance_key = instance_key
+        # Seals the sensitive values of run steps' results before they are written; the
+        # values the definition gets back are opened (values/sealing.py).
+        self.sealer = sealer or Sealer()
         # The definition names sensitive fields: a failed attempt's traceback, which may
         # quote one, is not logged (its masked text is in the admin and ``show``).
         self.quiet_errors = quiet_errors
@@ -335,7 +340,7 @@ class Execution:
             return self._attempt(record, fn, backoff, atomic, seconds)
         self._check_kind(record, StepType.RUN)
         if record.state == StepState.SUCCEEDED:
-            return record.result
+            return open_value(record.result)
         if record.state == StepState.FAILED:
             raise recorded_failure(record)
         if record.state == StepState.RUNNING:
@@ -467,7 +472,9 @@ class Execution:
         be serialised."""
         step_id = record.step_id
         try:
-            result_json = jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
+            result_json = jsonvalue.dumps(
+                self.sealer.step(step_id, value), what=f"The result of run step '{step_id}'"
+            )
         except WorkflowInputError as exc:
             failure = NonRetryableStepError(
                 f"Run step '{step_id}' returned a value that cannot be durably serialized as "
@@ -490,7 +497,7 @@ class Execution:
             AttemptOutcome.SUCCEEDED,
             (clock_now() - started).total_seconds(),
         )
-        return recorded.result
+        return open_value(recorded.result)
 
     def _interrupted_by_deadline(
         self,
@@ -612,7 +619,7 @@ class Execution:
             self.trace.satisfied(
                 record.pk, step_id, record.event_name, record.resolved_at, fresh=fresh
             )
-            return record.payload
+            return open_value(record.payload)
         if record.state == StepState.WAITING:
             if record.timeout_at is None or record.timeout_at > clock_now():
                 self.trace.waiting(step_id, record.event_name, record.timeout_at)
@@ -762,7 +769,7 @@ class Execution:
             record = self._write(self.store.resolve_child_step, record.step_id, outcome)
         if record.state == StepState.FAILED:
             self._raise_child_failure(record)
-        return record.result
+        return open_value(record.result)
 
     def _raise_child_failure(self, record: StepRecord) -> NoReturn:
         start_failure = _START_FAILURES.get(record.error_name)

@@ -121,6 +121,10 @@ def send_event(
                 return sent
         if locked.is_terminal:
             return None
+        sealer = sensitive.sealer(locked.definition_name)
+        if sealer.active:
+            sealed = sealer.event(event_name, payload)
+            payload_json = jsonvalue.dumps(sealed, what=f"The payload of event '{event_name}'")
         now = clock_now()
         if connection.vendor == "postgresql" and not (
             model_rows.signalled(InboundEvent) or model_rows.signalled(WorkflowInstance)

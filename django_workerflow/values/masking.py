@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +122,9 @@ class Masker:
     paths: tuple[SensitivePath, ...] = ()
     #: The instance's sensitive values as text, longest first, searched for in errors.
     secrets: tuple[str, ...] = ()
+    #: Opens the values sealed at rest (:mod:`django_workerflow.values.sealing`) before
+    #: they are masked or shown; by default, values are taken as they are.
+    opener: Callable[[Any], Any] | None = None
 
     @classmethod
     def build(
@@ -132,14 +135,15 @@ class Masker:
         result: Any = None,
         events: Iterable[tuple[str, Any]] = (),
         steps: Iterable[tuple[str, str, Any]] = (),
+        opener: Callable[[Any], Any] | None = None,
     ) -> Masker:
         """A masker of ``paths`` that also knows the values they point at, for errors:
         ``events`` are (event name, payload) pairs, ``steps`` (step id, event name or "",
-        value) triples."""
+        value) triples; ``opener`` opens sealed values."""
         paths = tuple(paths)
         if not paths:
-            return cls()
-        masker = cls(paths)
+            return cls(opener=opener)
+        masker = cls(paths, opener=opener)
         found: set[str] = set()
         places = [(Section.INPUT, "", input), (Section.RESULT, "", result)]
         places += [(Section.EVENTS, name, payload) for name, payload in events]
@@ -150,9 +154,9 @@ class Masker:
         for section, name, value in places:
             for path in masker.paths:
                 if path.names(section, name):
-                    found.update(_texts(_reached(value, path.keys)))
+                    found.update(_texts(reached(masker.open(value), path.keys)))
         secrets = sorted((text for text in found if len(text) >= MIN_TEXT_LENGTH), key=len)
-        return cls(paths, tuple(reversed(secrets)))
+        return cls(paths, tuple(reversed(secrets)), opener)
 
     @property
     def active(self) -> bool:
@@ -185,10 +189,15 @@ class Masker:
                 text = text.replace(secret, MASK)
         return text
 
+    def open(self, value: Any) -> Any:
+        """``value`` with its sealed values opened (as it is without an opener)."""
+        return value if self.opener is None else self.opener(value)
+
     def _mask(self, section: Section, name: str, value: Any) -> Any:
+        value = self.open(value)
         for path in self.paths:
             if path.names(section, name):
-                value = _masked(value, path.keys)
+                value = replaced(value, path.keys, _to_mask)
         return value
 
 
@@ -227,33 +236,39 @@ def _segment(text: str, segment: str) -> str:
     return segment
 
 
-def _masked(value: Any, keys: tuple[str, ...]) -> Any:
-    """A copy of ``value`` with what ``keys`` reach replaced by :data:`MASK`."""
+def _to_mask(value: Any) -> str:
+    return MASK
+
+
+def replaced(value: Any, keys: tuple[str, ...], replace: Callable[[Any], Any]) -> Any:
+    """A copy of ``value`` with each value that the path ``keys`` reaches replaced by
+    ``replace(it)`` (the rules of the module's docstring)."""
     if not keys:
-        return MASK
+        return replace(value)
     if isinstance(value, list):
-        return [_masked(item, keys) for item in value]
+        return [replaced(item, keys, replace) for item in value]
     if isinstance(value, dict):
         key, rest = keys[0], keys[1:]
         return {
-            name: _masked(item, rest) if key in (ALL_KEYS, name) else item
+            name: replaced(item, rest, replace) if key in (ALL_KEYS, name) else item
             for name, item in value.items()
         }
     return value
 
 
-def _reached(value: Any, keys: tuple[str, ...]) -> Iterator[Any]:
-    """The values that ``keys`` reach in ``value`` (what :func:`_masked` replaces)."""
+def reached(value: Any, keys: tuple[str, ...]) -> Iterator[Any]:
+    """The values that the path ``keys`` reaches in ``value`` (what :func:`replaced`
+    replaces)."""
     if not keys:
         yield value
     elif isinstance(value, list):
         for item in value:
-            yield from _reached(item, keys)
+            yield from reached(item, keys)
     elif isinstance(value, dict):
         key, rest = keys[0], keys[1:]
         for name, item in value.items():
             if key in (ALL_KEYS, name):
-                yield from _reached(item, rest)
+                yield from reached(item, rest)
 
 
 def _texts(values: Iterable[Any]) -> Iterator[str]:

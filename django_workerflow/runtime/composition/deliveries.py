@@ -26,6 +26,7 @@ from django_workerflow.models.delivery import KEPT_ATTEMPTS
 from django_workerflow.store.outcomes import Outcome, cancel_reasons
 from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.sealing import open_value
 from django_workerflow.values.states import WorkflowStatus
 from django_workerflow.workers import bells
 
@@ -179,7 +180,7 @@ def _outcome(claim: _Claim) -> Outcome:
             id=delivery.pk,
             key=instance.key,
             status=delivery.outcome_status,
-            result=instance.result if completed else None,
+            result=open_value(instance.result) if completed else None,
             error_name=delivery.outcome_error_name,
             error_message=delivery.outcome_error_message,
             reason=delivery.outcome_reason,
@@ -191,7 +192,7 @@ def _outcome(claim: _Claim) -> Outcome:
         id=claim.delivery_pk,
         key=instance.key,
         status=instance.status,
-        result=instance.result,
+        result=open_value(instance.result),
         error_name=instance.error_name,
         error_message=instance.error_message,
         reason=reason,
