@@ -26,7 +26,7 @@ from django_workerflow.definition import sensitive
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError, WorkflowStateError
 from django_workerflow.management import deploy
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import definition_pauses, verbs
+from django_workerflow.runtime import definition_pauses, resealing, verbs
 from django_workerflow.runtime import purge as purging
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
@@ -173,6 +173,12 @@ class Command(BaseCommand):
             help="Only this finished status (repeatable; default: all finished ones).",
         )
         purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
+
+        sub.add_parser(
+            "reseal",
+            help="Seal the stored sensitive values again with the newest key of "
+            "WORKERFLOW_FERNET_KEYS (a key rotation's middle step).",
+        )
 
         sub.add_parser(
             "metrics",
@@ -352,6 +358,13 @@ class Command(BaseCommand):
 
     def handle_health(self, **options: Any) -> None:
         deploy.health(self, **options)
+
+    def handle_reseal(self, **_: Any) -> None:
+        rows = resealing.reseal_all()
+        self.stdout.write(
+            f"Sealed again with the newest key: {rows} row{'s' if rows != 1 else ''}. The "
+            "older keys can now be dropped from WORKERFLOW_FERNET_KEYS."
+        )
 
     def handle_metrics(self, **_: Any) -> None:
         try:
