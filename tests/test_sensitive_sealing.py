@@ -215,3 +215,18 @@ def test_codec__without_the_setting_nothing_is_sealed_and_reseal_refuses(harness
     assert sealing.MARKER not in stored_texts()
     with pytest.raises(Exception, match="WORKERFLOW_PAYLOAD_CODEC is not set"):
         command("reseal")
+
+
+def test_check_e002__a_codec_that_cannot_be_built_is_an_error(settings):
+    from django_workerflow import checks
+    from django_workerflow.checks import check_payload_codec
+
+    assert check_payload_codec() == []
+    settings.WORKERFLOW_FERNET_KEYS = ["short"]
+    [error] = check_payload_codec()
+    assert error.id == "workerflow.E002"
+    assert "not a Fernet key" in error.msg
+    assert error.hint.endswith("#workerflow-e002.")
+    assert "\nworkerflow.E002\n" in checks.__doc__
+    settings.WORKERFLOW_PAYLOAD_CODEC = None
+    assert check_payload_codec() == []
