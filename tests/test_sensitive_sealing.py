@@ -59,6 +59,7 @@ class Checkout(WorkflowDefinition, register=False):
 
     def on_finish(self, outcome: Any) -> None:
         HEARD.append(outcome.result)
+        SEEN.append(("on_finish input", self.input["card"]))
 
 
 class Parent(WorkflowDefinition, register=False):
@@ -120,10 +121,11 @@ def test_sealed__the_database_holds_no_sensitive_value_in_clear(harness):
 
 def test_sealed__the_workflow_code_wait_result_and_on_finish_read_the_real_values(harness):
     pay(harness)
-    assert {what for what, _ in SEEN} == {"input", "step", "event"}  # replays included
+    assert {what for what, _ in SEEN} == {"input", "step", "event", "on_finish input"}
     assert {value for _, value in SEEN} == {CARD, EVENT_CARD}
     assert workerflow.wait_result("paid", timeout=0) == {"token": TOKEN, "amount": 42}
     assert HEARD == [{"token": TOKEN, "amount": 42}]
+    assert ("on_finish input", CARD) in SEEN
 
 
 def test_sealed__a_parent_reads_its_childs_sealed_result(harness):

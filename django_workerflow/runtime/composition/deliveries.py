@@ -156,7 +156,7 @@ def _call_hook(claim: _Claim) -> BaseException | None:
                 f"Definition '{instance.definition_name}' version "
                 f"'{instance.definition_version}' is not registered in this process."
             )
-        definition = definition_class(key=instance.key, input=instance.input)
+        definition = definition_class(key=instance.key, input=open_value(instance.input))
         definition.on_finish(_outcome(claim))
     except Exception as exc:
         logger.warning(
