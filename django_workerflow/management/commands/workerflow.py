@@ -53,7 +53,7 @@ class Command(BaseCommand):
     help = (
         "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
         "pause-definition, resume-definition, show, list, sweep, purge, metrics, retry, fork, "
-        "wake, check-replay, export, health."
+        "wake, check-replay, export, health, reseal."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
