@@ -33,6 +33,7 @@ from django_workerflow.console.overview import OverviewView
 from django_workerflow.console.rerun_views import RerunViews
 from django_workerflow.console.schedules import ScheduleFilter, WorkflowScheduleAdmin  # noqa: F401 - registers
 from django_workerflow.console.summary import MISSING_DEFINITION_HINT, build_summary
+from django_workerflow.definition import sensitive
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
@@ -156,11 +157,12 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
     ) -> HttpResponse:
         if obj is not None:
             now = clock_now()
-            context["history"] = history = load_history(obj, now)
+            reveal = sensitive.may_reveal(request.user)
+            context["history"] = history = load_history(obj, now, reveal=reveal)
             context["summary"] = build_summary(history, now)
             context["missing_definition_hint"] = MISSING_DEFINITION_HINT
             context["controls"] = controls.buttons(self, request, obj)
-            context["composition"] = load_composition(obj)
+            context["composition"] = load_composition(obj, history.masker)
             context["attribute_links"] = attributes.links(obj)
             context["may_deliver_now"] = self.has_resume_permission(request)
             context["replay_verdict"] = replay_verdicts.page_verdict(obj)

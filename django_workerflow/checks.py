@@ -69,6 +69,10 @@ workerflow.E001
     Redis broker django-q2 falls back to when ``Q_CLUSTER`` names no other (no ``orm``): every
     bell and ``qcluster`` itself would fail with ``ModuleNotFoundError``. Set ``orm`` (the
     recommended ``Q_CLUSTER``), or install the package the error names.
+workerflow.E002
+    ``WORKERFLOW_PAYLOAD_CODEC`` is set but its codec cannot be built (not importable, the
+    ``cryptography`` package missing, keys that are not Fernet keys): every start of a
+    definition with sensitive fields would fail. Fix the setting or the keys, or unset it.
 """
 
 from __future__ import annotations
@@ -84,6 +88,8 @@ from django_workerflow import registry
 from django_workerflow.conf import settings
 from django_workerflow.definition.drift import DEFINITIONS_HINT, unimported_definitions
 from django_workerflow.definition.options import as_timedelta
+from django_workerflow.exceptions import WorkflowStateError
+from django_workerflow.values import sealing
 
 # Every hint ends with the address of the documentation row that explains its check.
 DOCS_URL = "https://github.com/django-workerflow/django-workerflow/blob/main/docs/operations.md"
@@ -341,6 +347,25 @@ def check_broker_package(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             id="workerflow.E001",
         )
     ]
+
+
+@register(Tags.security)
+def check_payload_codec(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E002: ``WORKERFLOW_PAYLOAD_CODEC`` is set but its codec cannot be built (not
+    importable, the ``cryptography`` package missing, keys that are not keys): every start
+    of a definition with sensitive fields would fail."""
+    try:
+        sealing.codec()
+    except WorkflowStateError as exc:
+        return [
+            Error(
+                f"The payload codec cannot be built: {exc}",
+                hint="Fix WORKERFLOW_PAYLOAD_CODEC or WORKERFLOW_FERNET_KEYS, or unset the "
+                "codec." + see("workerflow.E002"),
+                id="workerflow.E002",
+            )
+        ]
+    return []
 
 
 def _importable(module: str) -> bool:

@@ -114,5 +114,18 @@ class Settings:
         read the metrics view (unset: only staff users and the bearer token may)."""
         return _read("METRICS_ALLOW", None)
 
+    @property
+    def PAYLOAD_CODEC(self) -> str | None:
+        """The dotted path of a codec class (``encode``/``decode`` of text) that seals the
+        values definitions name ``sensitive`` before they reach the database, e.g.
+        ``"django_workerflow.values.fernet.FernetCodec"`` (unset: stored as they are)."""
+        return _read("PAYLOAD_CODEC", None)
+
+    @property
+    def FERNET_KEYS(self) -> list[str]:
+        """The keys of the built-in Fernet codec, newest first: values are sealed with the
+        first and opened with any of them (key rotation)."""
+        return _read("FERNET_KEYS", [])
+
 
 settings = Settings()

@@ -57,6 +57,7 @@ from django_workerflow.values.backoff import Backoff, default_backoff
 from django_workerflow.values.clock import in_project_time
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import passes_through
+from django_workerflow.values.sealing import open_value
 from django_workerflow.values.states import StepEventType, StepState, StepType, WorkflowStatus
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
@@ -499,7 +500,7 @@ class WorkflowTaskBackend(BaseTaskBackend):
             worker_ids=[worker for worker, _at, _state in attempts],
         )
         if instance.status == WorkflowStatus.COMPLETED:
-            object.__setattr__(result, "_return_value", instance.result)
+            object.__setattr__(result, "_return_value", open_value(instance.result))
         elif instance.error_name == WorkerLostError.__name__ and not errors:  # none raised it
             errors.append(
                 TaskError(exception_class_path=WORKER_LOST, traceback=instance.error_traceback)

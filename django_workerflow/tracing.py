@@ -12,6 +12,10 @@ the ``send_event()`` span of each event it receives. A tick whose span is not re
 (no SDK configured, or sampled out) makes no step spans and no events: the step helpers
 then pay one attribute check.
 
+A definition that names sensitive fields (``sensitive``) has its errors recorded by their
+class name only: an exception's message and traceback may quote a sensitive value, and a
+trace has no reader permissions (the masked message is in the admin and ``show``).
+
 This module is a leaf, at the bottom of the layers: the engine, the store's callers and
 the runtime all use it, and it imports nothing of the package.
 """
@@ -76,6 +80,7 @@ class TickTrace:
 
     __slots__ = (
         "_attributes",
+        "_quiet_errors",
         "_received",
         "_since",
         "_span",
@@ -90,9 +95,13 @@ class TickTrace:
         span: Any = None,
         attributes: dict[str, str] | None = None,
         since: datetime | None = None,
+        *,
+        quiet_errors: bool = False,
     ) -> None:
         self._span = span
         self._attributes = attributes or {}
+        # Record errors by their class name only (a definition with sensitive fields).
+        self._quiet_errors = quiet_errors
         self._since = since
         self._token: Any = None
         self._waiting: set[str] = set()
@@ -115,7 +124,7 @@ class TickTrace:
         if self._span is None:
             return
         if isinstance(exc, Exception):
-            _record_error(self._span, exc)
+            _record_error(self._span, exc, quiet=self._quiet_errors)
         otel_context.detach(self._token)
         self._span.end()
 
@@ -126,7 +135,7 @@ class TickTrace:
             return
         self._span.set_attribute("workerflow.tick_outcome", outcome)
         if error is not None:
-            _record_error(self._span, error)
+            _record_error(self._span, error, quiet=self._quiet_errors)
 
     def step(self, step_id: str, step_type: str, attempt: int) -> StepSpan | None:
         """The span of one attempt whose callback runs, entered around the callback (None:
@@ -140,7 +149,8 @@ class TickTrace:
             "workerflow.attempt": attempt,
         }
         tracer = trace.get_tracer(TRACER_NAME)
-        return StepSpan(tracer.start_span(STEP_SPAN, attributes=attributes))
+        span = tracer.start_span(STEP_SPAN, attributes=attributes)
+        return StepSpan(span, quiet_errors=self._quiet_errors)
 
     def slept(self, step_id: str, wake_at: datetime | None) -> None:
         """A pass suspends on a sleep until ``wake_at``."""
@@ -205,11 +215,12 @@ class StepSpan:
     """A step attempt's span, current while its callback runs; an exception the callback
     raises is recorded on it with its traceback."""
 
-    __slots__ = ("_span", "_token")
+    __slots__ = ("_quiet_errors", "_span", "_token")
 
-    def __init__(self, span: Any) -> None:
+    def __init__(self, span: Any, *, quiet_errors: bool = False) -> None:
         self._span = span
         self._token: Any = None
+        self._quiet_errors = quiet_errors
 
     def __enter__(self) -> None:
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
@@ -223,7 +234,7 @@ class StepSpan:
         # A BaseException here is the engine's control flow (a nested step suspends), not
         # the attempt's failure.
         if isinstance(exc, Exception):
-            _record_error(self._span, exc)
+            _record_error(self._span, exc, quiet=self._quiet_errors)
         otel_context.detach(self._token)
         self._span.end()
 
@@ -233,11 +244,18 @@ OFF = TickTrace()
 
 
 def tick_trace(
-    name: str, version: str, instance_key: str, parent: str | None, since: datetime | None
+    name: str,
+    version: str,
+    instance_key: str,
+    parent: str | None,
+    since: datetime | None,
+    *,
+    quiet_errors: bool = False,
 ) -> TickTrace:
     """The trace of a tick of an instance: a child of the context ``parent`` stored at its
     start (or of the current one); ``since`` is the time of the wake that made it due (see
-    :class:`TickTrace`). :data:`OFF` without OpenTelemetry."""
+    :class:`TickTrace`); with ``quiet_errors``, errors are recorded by class name only.
+    :data:`OFF` without OpenTelemetry."""
     if not ENABLED:
         return OFF
     attributes = {
@@ -247,10 +265,14 @@ def tick_trace(
     }
     tracer = trace.get_tracer(TRACER_NAME)
     span = tracer.start_span(TICK_SPAN, context=_extracted(parent), attributes=attributes)
-    return TickTrace(span, attributes, since)
+    return TickTrace(span, attributes, since, quiet_errors=quiet_errors)
 
 
-def _record_error(span: Any, exc: BaseException) -> None:
+def _record_error(span: Any, exc: BaseException, *, quiet: bool) -> None:
+    if quiet:  # no message, no traceback: they may quote a sensitive value
+        span.add_event("exception", {"exception.type": type(exc).__qualname__})
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        return
     span.record_exception(exc)
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 

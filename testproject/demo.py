@@ -7,9 +7,10 @@ workflow), starts the tour's instances (one that fails, so Retry and Fork can be
 behind a concurrency limit, one of them queued and the other showing its progress; two held
 by their paused definition, to Resume; one started three times and run once, debounced; a
 carrier label whose first fetch hangs until its step timeout interrupts it, then a retry
-gets it; a newsletter recorded by older code, stranded; a schedule fires every minute) and
-prints where to look, then prints the admin address, the login and what it seeded again once
-the worker's start-up output is over. It serves on
+gets it; a newsletter recorded by older code, stranded; a card payment whose card number is
+masked for the ``support`` login; a schedule fires every minute) and prints where to look,
+then prints the admin address, the login and what it seeded again once the worker's start-up
+output is over. It serves on
 ``DEMO_PORT`` (default 8000), or on a free port it names when that one is busy. Ctrl-C stops
 everything.
 
@@ -51,6 +52,7 @@ def main() -> int:
         print(start_afresh(), flush=True)
     manage("migrate", "--verbosity", "0")
     password = reset_admin_password()
+    reset_support_login(password)
     preferred = int(os.environ.get("DEMO_PORT", "8000"))
     port = free_port(preferred)
     if port != preferred:
@@ -117,6 +119,26 @@ def reset_admin_password() -> str:
     user.set_password(password)
     user.save()
     return password
+
+
+def reset_support_login(password: str) -> None:
+    """The ``support`` login (the admin's password): staff who may view instances but not
+    their sensitive values, so the card payment's number reads ••••."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    user, _ = get_user_model().objects.get_or_create(
+        username="support", defaults={"email": "support@example.com"}
+    )
+    user.is_staff, user.is_superuser = True, False
+    user.set_password(password)
+    user.save()
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="workerflow",
+            codename__in=["view_workflowinstance", "view_workflowschedule"],
+        )
+    )
 
 
 def free_port(preferred: int) -> int:
@@ -229,12 +251,15 @@ class Tour:
     debounced: str  # the reindex started three times, run once with the last input
     timed_out: str  # the carrier label whose first fetch hangs past its step timeout
     stranded: str = ""  # the newsletter recorded by older code: the current code cannot replay it
+    card_payment: str = ""  # the payment whose card number is masked for `support`
 
 
 SCHEDULE = "demo-minute-count"  # the tour's schedule (testproject/demoapp/workflows.py)
 PAUSED = "demo-partner-sync"  # the tour's paused definition
 PAUSE_REASON = "partner API down (demo)"
 REINDEX_TITLES = ("Blue mug", "Blue mug, 350 ml", "Blue mug, 350 ml, dishwasher-safe")
+#: A test card number (the payment networks' documented test number), shown masked.
+DEMO_CARD = "4242424242424242"
 
 
 def start_tour() -> Tour:
@@ -243,7 +268,8 @@ def start_tour() -> Tour:
     second is queued); two partner syncs held because their definition is paused first (by
     "demo"); a search reindex started three times, which runs once with the last title (its
     definition's ``debounce``); a carrier label whose first fetch hangs, interrupted by its
-    1 s step ``timeout`` and retried 3 s later. The schedule needs no start: it fires every
+    1 s step ``timeout`` and retried 3 s later; a card payment whose card number is a
+    sensitive field. The schedule needs no start: it fires every
     minute on its own."""
     from datetime import timedelta
 
@@ -283,6 +309,11 @@ def start_tour() -> Tour:
     label = workerflow.start(
         "demo-carrier-label", key=f"label-{stamp}", input={"parcel": f"PCL-{stamp}"}
     )
+    payment = workerflow.start(
+        "demo-card-payment",
+        key=f"payment-{stamp}",
+        input={"card": {"number": DEMO_CARD, "expiry": "12/30"}, "amount_cents": 4200},
+    )
     return Tour(
         failed=invoice.key,
         partner_up_at=f"{up_at:%H:%M:%S} UTC",
@@ -292,6 +323,7 @@ def start_tour() -> Tour:
         debounced=reindex.key,
         timed_out=label.key,
         stranded=stranded,
+        card_payment=payment.key,
     )
 
 
@@ -351,6 +383,7 @@ def reminder(port: int, password: str, tour: Tour) -> str:
     Resume it on {definitions_url(base)}
   - started three times, run once with the last title (debounced): {tour.debounced}
   - interrupted by its 1 s step timeout, then retried: {tour.timed_out}
+  - its card number masked (••••) for the support login: {tour.card_payment}
   - {SCHEDULE}, a schedule firing every minute: Workflows > Workflow schedules
   - stranded, its history recorded by older code: {tour.stranded}
     Filter the list by "replays on current code: no"
@@ -369,6 +402,7 @@ def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
 
   Admin:     {base}/admin/workerflow/workflowinstance/
   Login:     admin / {password}
+             support / {password}  (staff who may not see sensitive values)
   Shop:      {base}/shop/orders/   (place orders, pay them)
 
   Example orders: {", ".join(orders)}. The paid one retries its charge, sleeps 20 s,
@@ -393,6 +427,9 @@ def banner(port: int, password: str, orders: list[str], tour: Tour) -> str:
   - {tour.timed_out} fetches a label from a carrier that never answers its first request:
     its 1 s step timeout interrupts it, and its page shows that attempt failed with
     StepTimeoutError; the retry 3 s later gets the label and the instance completes.
+  - {tour.card_payment} paid by card: log in as support and its card number reads ••••
+    (a sensitive field); as admin, who may see sensitive values, it reads in full.
+    `manage.py workerflow show {tour.card_payment}` masks it too, unless --reveal.
   - {SCHEDULE} runs every minute, Paris time: see Workflows > Workflow schedules.
   - {tour.stranded} was recorded before a deploy renamed its step 'welcome' to
     'send-welcome': its page says it does not replay on the current code, and why. Within

@@ -184,6 +184,7 @@ def demo_tour(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
         module.SearchReindex,
         module.CarrierLabel,
         module.Newsletter,
+        module.CardPayment,
     ]
     imported = drift.worker_imported_modules
     monkeypatch.setattr(drift, "worker_imported_modules", lambda: imported() | {DEMO_TOUR})

@@ -264,3 +264,32 @@ def test_demo__seeds_a_newsletter_the_current_code_cannot_replay(demo_tour, monk
         assert not verdict.ok
         assert "the new step 'send-welcome' where its history recorded 'welcome'" in verdict.reason
         assert workerflow.replay_verdict(seeded.failed).ok
+
+
+def test_demo__the_card_payment_shows_its_card_number_masked_to_the_support_login(
+    demo_tour, monkeypatch, client
+):
+    from io import StringIO
+
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.urls import reverse
+
+    with Harness(start=T0) as harness:
+        monkeypatch.setattr(demo_tour.timezone, "now", harness.now)
+        seeded = demo.start_tour()
+        harness.drain()
+    payment = WorkflowInstance.objects.get(key=seeded.card_payment)
+    assert payment.status == "completed"
+    assert payment.input["card"]["number"] == demo.DEMO_CARD  # stored as it was given
+    demo.reset_support_login("s3cret")
+    client.force_login(get_user_model().objects.get(username="support"))
+    page = client.get(reverse("admin:workerflow_workflowinstance_change", args=[payment.pk]))
+    assert demo.DEMO_CARD not in page.content.decode()
+    assert "••••" in page.content.decode()
+    out = StringIO()
+    call_command("workerflow", "show", payment.key, stdout=out)
+    assert demo.DEMO_CARD not in out.getvalue()
+    reminder = demo.reminder(8123, "s3cret", seeded)
+    assert f"masked (••••) for the support login: {seeded.card_payment}" in reminder
+    assert "support / s3cret" in demo.banner(8123, "s3cret", [], seeded)

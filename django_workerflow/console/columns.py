@@ -20,6 +20,7 @@ from django.utils.safestring import mark_safe
 
 from django_workerflow.console import describe, estimated_count, time_words
 from django_workerflow.console.progress import progress_bar
+from django_workerflow.definition import sensitive
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.values.clock import now as clock_now
 
@@ -52,6 +53,11 @@ class InstanceChangeList(ChangeList):
         self.result_list = self.result_list.prefetch_related(
             *describe.attention_prefetches(), _forks_prefetch()
         )
+        # The masker of each row's sensitive values, for the errors "waiting on" quotes.
+        maskers = sensitive.maskers_for(self.result_list, reveal=sensitive.may_reveal(request.user))
+        for instance in self.result_list:
+            # Read by the "waiting on" column; the model has no such field.
+            instance.sensitive_masker = maskers.get(instance.pk, sensitive.REVEALED)
         # The template hides the date drill-down over a large list (estimated_count.py).
         self.large_list = self.result_count >= estimated_count.LARGE_LIST
 
@@ -98,8 +104,13 @@ class InstanceColumns:
         steps = getattr(instance, "attention_steps", None)
         if steps is None:  # the change page: read them for this one instance
             steps = instance.steps.filter(state__in=describe.ATTENTION_STATES)
-        text = describe.waiting_on(
-            instance, steps, clock_now(), cancel_reason=describe.cancel_reason_of(instance)
+        masker = getattr(instance, "sensitive_masker", None)
+        if masker is None:  # the change page: this one instance, masked for everyone
+            masker = sensitive.masker_for(instance)
+        text = masker.text(
+            describe.waiting_on(
+                instance, steps, clock_now(), cancel_reason=describe.cancel_reason_of(instance)
+            )
         )
         forks = getattr(instance, "fork_list", None)
         if forks is None:  # the change page: read them for this one instance

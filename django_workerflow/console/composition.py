@@ -21,6 +21,7 @@ from django_workerflow.console.terminal import safe
 from django_workerflow.console.time_words import short_time
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries
+from django_workerflow.values.masking import Masker
 
 MAX_CHILDREN = 100
 DELIVER_NOW = "deliver-now"
@@ -35,6 +36,18 @@ class Composition:
     child_count: int = 0
     delivery: FinishDelivery | None = None
     has_hook: bool = False
+    #: Masks the sensitive values the delivery's errors quote.
+    masker: Masker = field(default_factory=Masker)
+
+    @property
+    def delivery_attempts(self) -> list[dict[str, Any]]:
+        """The delivery's newest attempts, their errors masked."""
+        if self.delivery is None:
+            return []
+        return [
+            {**attempt, "error": self.masker.text(attempt.get("error") or "")}
+            for attempt in self.delivery.attempts or []
+        ]
 
     @property
     def delivery_state(self) -> str:
@@ -55,11 +68,13 @@ class Composition:
         if delivery.next_attempt_at is not None:
             text += f"; next attempt {short_time(delivery.next_attempt_at)}"
         if delivery.last_error_name:
-            text += f"; last error: {delivery.last_error_message}"
+            text += f"; last error: {self.masker.text(delivery.last_error_message)}"
         return text
 
 
-def load_composition(instance: WorkflowInstance) -> Composition:
+def load_composition(instance: WorkflowInstance, masker: Masker | None = None) -> Composition:
+    """The parent, children and ``on_finish`` delivery of ``instance``; ``masker`` masks
+    the sensitive values its delivery's errors quote (the history's masker)."""
     definition = registry.lookup(instance.definition_name, instance.definition_version)
     children = instance.children.order_by("created_at", "id")
     return Composition(
@@ -68,6 +83,7 @@ def load_composition(instance: WorkflowInstance) -> Composition:
         child_count=children.count(),
         delivery=FinishDelivery.objects.filter(instance=instance).first(),
         has_hook=definition is not None and definition.hears_finish(),
+        masker=masker or Masker(),
     )
 
 

@@ -3,12 +3,14 @@
 The shape is documented in docs/operations.md and kept stable: fields are only ever added.
 Every time is ISO 8601 with its offset, in the project's ``TIME_ZONE``; an absent time or
 value is ``null``. User data (keys, step ids, errors) is given as it is: JSON escapes it.
+The values a definition names ``sensitive`` come masked unless the history was read with
+``reveal`` (``show --reveal``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +22,7 @@ from django_workerflow.console.history import History
 from django_workerflow.console.steptree import StepNode
 from django_workerflow.console.summary import build_summary
 from django_workerflow.models import FinishDelivery, WorkflowInstance, WorkflowStatus
+from django_workerflow.values.masking import Masker
 from django_workerflow.values.progress import Progress
 
 
@@ -27,18 +30,26 @@ def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False)
 
 
-def list_document(instances: Iterable[WorkflowInstance], now: datetime) -> dict[str, Any]:
-    """``{"instances": [...]}``, newest first, as ``list`` prints them."""
+def list_document(
+    instances: Iterable[WorkflowInstance],
+    now: datetime,
+    maskers: Mapping[int, Masker] | None = None,
+) -> dict[str, Any]:
+    """``{"instances": [...]}``, newest first, as ``list`` prints them (the errors "waiting
+    on" quotes masked by ``maskers``, by instance primary key)."""
+    maskers = maskers or {}
     return {
         "instances": [
             {
                 **_identity(instance),
-                "waiting_on": waiting_on(
-                    instance,
-                    getattr(instance, "attention_steps", []),
-                    now,
-                    cancel_reason=cancel_reason_of(instance),
-                    limit=None,
+                "waiting_on": maskers.get(instance.pk, Masker()).text(
+                    waiting_on(
+                        instance,
+                        getattr(instance, "attention_steps", []),
+                        now,
+                        cancel_reason=cancel_reason_of(instance),
+                        limit=None,
+                    )
                 )
                 or None,
             }
@@ -61,9 +72,9 @@ def show_document(
         "ended": summary.outcome or None,
         "missing_definition": summary.missing_definition or None,
         "timeout": _timeout(instance),
-        "input": instance.input,
-        "result": instance.result if instance.status == WorkflowStatus.COMPLETED else None,
-        "error": {"name": instance.error_name, "message": instance.error_message}
+        "input": history.input,
+        "result": history.result if instance.status == WorkflowStatus.COMPLETED else None,
+        "error": {"name": instance.error_name, "message": history.error_message}
         if instance.error_name or instance.error_message
         else None,
         "step_count": history.step_count,
@@ -74,7 +85,7 @@ def show_document(
             {
                 "event_name": event.event_name,
                 "created_at": iso(event.created_at),
-                "payload": event.payload,
+                "payload": history.event_payload(event),
                 "claimed_by_step_id": event.claimed_by.step_id if event.claimed_by else None,
             }
             for event in reversed(history.inbound_events)
@@ -90,7 +101,7 @@ def show_document(
             }
             for child in composition.children
         ],
-        "on_finish_delivery": _delivery(composition.delivery),
+        "on_finish_delivery": _delivery(composition.delivery, history.masker),
     }
     if tracebacks:
         document["tracebacks"] = [
@@ -141,14 +152,14 @@ def _progress(progress: Progress | None) -> dict[str, Any] | None:
     }
 
 
-def _delivery(delivery: FinishDelivery | None) -> dict[str, Any] | None:
+def _delivery(delivery: FinishDelivery | None, masker: Masker) -> dict[str, Any] | None:
     if delivery is None:
         return None
     return {
         "attempt_count": delivery.attempt_count,
         "next_attempt_at": iso(delivery.next_attempt_at),
         "acknowledged_at": iso(delivery.acknowledged_at),
-        "last_error": delivery.last_error_message or delivery.last_error_name or None,
+        "last_error": masker.text(delivery.last_error_message or delivery.last_error_name) or None,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django_workerflow.console.describe import (
     OPEN_STATES,
@@ -13,6 +14,7 @@ from django_workerflow.console.describe import (
 )
 from django_workerflow.console.steptree import StepNode, step_tree
 from django_workerflow.console.timeline import Timeline, build_timeline
+from django_workerflow.definition import sensitive
 from django_workerflow.models import (
     InboundEvent,
     Step,
@@ -22,6 +24,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
+from django_workerflow.values.masking import Masker
 
 # Steps shown on one page; an instance with more says how many it leaves out.
 MAX_STEPS = 500
@@ -56,6 +59,8 @@ class History:
     inbound_events: list[InboundEvent]
     inbound_event_count: int
     timeline: Timeline
+    #: Masks the sensitive values shown (it hides nothing for a reader allowed to see them).
+    masker: Masker = sensitive.REVEALED
 
     @property
     def step_event_groups(self) -> list[StepEventGroup]:
@@ -76,23 +81,47 @@ class History:
         return self.instance.status == WorkflowStatus.COMPLETED
 
     @property
+    def input(self) -> Any:
+        """The instance's input as shown (sensitive values masked)."""
+        return self.masker.input(self.instance.input)
+
+    @property
+    def result(self) -> Any:
+        """The instance's result as shown (sensitive values masked)."""
+        return self.masker.result(self.instance.result)
+
+    @property
+    def error_message(self) -> str:
+        """The instance's error message as shown (sensitive values masked)."""
+        return self.masker.text(self.instance.error_message)
+
+    def event_payload(self, event: InboundEvent) -> Any:
+        """An inbound event's payload as shown (sensitive values masked)."""
+        return self.masker.event(event.event_name, event.payload)
+
+    @property
     def input_json(self) -> str:
-        return pretty_json(self.instance.input)
+        return pretty_json(self.input)
 
     @property
     def result_json(self) -> str:
-        return pretty_json(self.instance.result)
+        return pretty_json(self.result)
 
     @property
     def error_json(self) -> str:
         instance = self.instance
         if not instance.error_name and not instance.error_message:
             return ""
-        return pretty_json({"name": instance.error_name, "message": instance.error_message})
+        return pretty_json({"name": instance.error_name, "message": self.error_message})
 
 
-def load_history(instance: WorkflowInstance, now: datetime) -> History:
-    """Read the instance's history; at most ``MAX_STEPS`` steps and the newest events."""
+def load_history(instance: WorkflowInstance, now: datetime, *, reveal: bool = False) -> History:
+    """Read the instance's history; at most ``MAX_STEPS`` steps and the newest events.
+
+    Its sensitive values are masked in everything shown (values, errors, tracebacks and the
+    timeline's labels) unless ``reveal``; the rows read are not changed.
+    """
+    masker = sensitive.masker_for(instance, reveal=reveal)
     steps = list(Step.objects.filter(instance=instance).order_by("created_at", "id")[:MAX_STEPS])
     step_count = len(steps)
     if step_count == MAX_STEPS:
@@ -104,7 +133,11 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
     events = list(shown)
     for step_event in events:
         step_event.step = by_pk[step_event.step_id]
-    nodes = step_tree(steps, events)
+    nodes = step_tree(steps, events, masker)
+    for step_event in events:
+        # The page shows it as {{ event.error_text }}; the model has no such field.
+        error = masker.text(step_event.error_message or step_event.error_name)
+        step_event.error_text = error  # type: ignore[attr-defined]
     unreached = set(instance.unreached_step_ids or ())
     for node in nodes:
         is_open = node.step.state in OPEN_STATES
@@ -119,12 +152,13 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
     inbound_events = list(inbound[:MAX_INBOUND_EVENTS])
     for event in inbound_events:
         # The page shows it as {{ event.payload_json }}; the model has no such field.
-        event.payload_json = pretty_json(event.payload)  # type: ignore[attr-defined]
+        shown = masker.event(event.event_name, event.payload)
+        event.payload_json = pretty_json(shown)  # type: ignore[attr-defined]
     newest_events = events[-MAX_STEP_EVENTS:]
     return History(
         instance=instance,
-        waiting_on=waiting_on(
-            instance, steps, now, cancel_reason=cancel_reason_of(instance), limit=None
+        waiting_on=masker.text(
+            waiting_on(instance, steps, now, cancel_reason=cancel_reason_of(instance), limit=None)
         ),
         nodes=nodes,
         step_count=step_count,
@@ -136,4 +170,5 @@ def load_history(instance: WorkflowInstance, now: datetime) -> History:
         if len(inbound_events) < MAX_INBOUND_EVENTS
         else instance.inbound_events.count(),
         timeline=build_timeline(instance, nodes, workflow_events, now),
+        masker=masker,
     )

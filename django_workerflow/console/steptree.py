@@ -14,6 +14,7 @@ from typing import Any
 from django_workerflow.console.describe import pretty_json, step_error
 from django_workerflow.console.time_words import format_duration, short_time
 from django_workerflow.models import Step, StepEvent, StepEventType, StepState, StepType
+from django_workerflow.values.masking import Masker
 
 
 @dataclass(slots=True)
@@ -51,6 +52,8 @@ class StepNode:
     # An open step the current definition no longer reaches (``unreached_step_ids``): it
     # changed under the instance, so the step will not resolve either.
     unreached: bool = False
+    #: Masks the sensitive values of the step's value and errors.
+    masker: Masker = field(default_factory=Masker)
 
     @property
     def duration(self) -> timedelta | None:
@@ -70,7 +73,7 @@ class StepNode:
     @property
     def error(self) -> str:
         if self.step.state in (StepState.FAILED, StepState.TIMED_OUT):
-            return step_error(self.step)
+            return self.masker.text(step_error(self.step))
         return ""
 
     @property
@@ -86,11 +89,13 @@ class StepNode:
 
     @property
     def value(self) -> Any:
-        """The value the step settled with (see :attr:`has_value`), else None."""
-        if self.step.state == StepState.SUCCEEDED:
-            return self.step.result
-        if self.step.state == StepState.SATISFIED:
-            return self.step.payload
+        """The value the step settled with (see :attr:`has_value`), else None; its
+        sensitive values masked."""
+        step = self.step
+        if step.state == StepState.SUCCEEDED:
+            return self.masker.step(step.step_id, step.result)
+        if step.state == StepState.SATISFIED:
+            return self.masker.step(step.step_id, step.payload, step.event_name)
         return None
 
     @property
@@ -121,17 +126,20 @@ class StepNode:
         return str(step.attempt_count)
 
 
-def step_tree(steps: Iterable[Step], events: Iterable[StepEvent] = ()) -> list[StepNode]:
+def step_tree(
+    steps: Iterable[Step], events: Iterable[StepEvent] = (), masker: Masker | None = None
+) -> list[StepNode]:
     """The steps in depth-first order (children after their parent, each level by creation),
-    each with its events and attempts."""
-    nodes = {step.pk: StepNode(step) for step in steps}
+    each with its events and attempts; ``masker`` masks their values and errors."""
+    masker = masker or Masker()
+    nodes = {step.pk: StepNode(step, masker=masker) for step in steps}
     for event in events:
         node = nodes.get(event.step_id)
         if node is not None:
             node.events.append(event)
     roots: list[StepNode] = []
     for node in nodes.values():
-        node.attempts = _attempts(node.events)
+        node.attempts = _attempts(node.events, masker)
         parent = nodes.get(node.step.parent_id) if node.step.parent_id else None
         (parent.children if parent else roots).append(node)
     ordered: list[StepNode] = []
@@ -144,7 +152,7 @@ def step_tree(steps: Iterable[Step], events: Iterable[StepEvent] = ()) -> list[S
     return ordered
 
 
-def _attempts(events: list[StepEvent]) -> list[Attempt]:
+def _attempts(events: list[StepEvent], masker: Masker) -> list[Attempt]:
     attempts: list[Attempt] = []
     for event in events:
         if event.type == StepEventType.ATTEMPT_STARTED:
@@ -158,6 +166,6 @@ def _attempts(events: list[StepEvent]) -> list[Attempt]:
                 attempt.outcome = StepState.SUCCEEDED
             else:
                 attempt.outcome = StepState.FAILED
-                attempt.error = event.error_message or event.error_name
+                attempt.error = masker.text(event.error_message or event.error_name)
                 attempt.next_attempt_at = event.next_attempt_at
     return attempts

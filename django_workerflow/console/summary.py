@@ -97,10 +97,11 @@ def build_summary(history: History, now: datetime) -> Summary:
 def tracebacks(history: History) -> list[Traceback]:
     """The instance's traceback, then each failed attempt's, newest first."""
     found = []
+    mask = history.masker.text
     if history.instance.error_traceback:
-        found.append(Traceback("The workflow's failure", history.instance.error_traceback))
+        found.append(Traceback("The workflow's failure", mask(history.instance.error_traceback)))
     for event in history.step_events:
         if event.type == StepEventType.ATTEMPT_FAILED and event.traceback:
             title = f"Attempt {event.attempt_number} of step '{event.step.step_id}'"
-            found.append(Traceback(title, event.traceback))
+            found.append(Traceback(title, mask(event.traceback)))
     return found

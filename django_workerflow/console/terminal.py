@@ -7,7 +7,7 @@ hostile name cannot move the cursor or recolour the operator's terminal.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,10 @@ from django_workerflow.console.summary import (
 )
 from django_workerflow.console.time_words import clock_text, format_when
 from django_workerflow.models import StepState, WorkflowInstance, WorkflowStatus
+from django_workerflow.values.masking import Masker
+
+#: Shows every value as it is (no masker given for an instance).
+REVEALED = Masker()
 
 MAX_VALUE = 120
 MAX_ID_WIDTH = 40
@@ -44,12 +48,12 @@ def render_show(history: History, now: datetime, *, tracebacks: bool = False) ->
         f"Created {clock_text(instance.created_at)}; updated {clock_text(instance.updated_at)}"
         + (f"; finished {clock_text(instance.finished_at)}" if instance.finished_at else ""),
         f"Next alarm: {format_when(instance.alarm_at, now) or '-'}",
-        f"Input:  {compact(instance.input)}",
+        f"Input:  {compact(history.input)}",
     ]
     if instance.status == WorkflowStatus.COMPLETED:
-        lines.append(f"Result: {compact(instance.result)}")
+        lines.append(f"Result: {compact(history.result)}")
     if instance.error_name or instance.error_message:
-        lines.append(f"Error:  {safe(instance.error_message or instance.error_name)}")
+        lines.append(f"Error:  {safe(history.error_message or instance.error_name)}")
     lines.append(f"Steps ({history.step_count}):" if history.nodes else "Steps: none yet")
     lines += _step_lines(history)
     if history.step_count > len(history.nodes):
@@ -67,7 +71,7 @@ def render_show(history: History, now: datetime, *, tracebacks: bool = False) ->
             )
             lines.append(
                 f"  {clock_text(event.created_at)}  {safe(event.event_name)}  "
-                f"{compact(event.payload)}  {claimed}"
+                f"{compact(history.event_payload(event))}  {claimed}"
             )
     if tracebacks:
         lines += _traceback_lines(summary.tracebacks)
@@ -134,9 +138,15 @@ def _step_lines(history: History) -> list[str]:
     return lines
 
 
-def render_list(instances: Iterable[WorkflowInstance], now: datetime) -> str:
+def render_list(
+    instances: Iterable[WorkflowInstance],
+    now: datetime,
+    maskers: Mapping[int, Masker] | None = None,
+) -> str:
     """One line per instance: key, definition, status, progress (a percentage, or the count
-    without a total, and its message), last update and what it waits on."""
+    without a total, and its message), last update and what it waits on (the errors it
+    quotes masked by ``maskers``, by instance primary key)."""
+    maskers = maskers or {}
     header = ("KEY", "DEFINITION", "STATUS", "PROGRESS", "UPDATED", "WAITING ON")
     rows = [
         (
@@ -146,12 +156,14 @@ def render_list(instances: Iterable[WorkflowInstance], now: datetime) -> str:
             safe(progress_figure(instance.progress, limit=MAX_PROGRESS_MESSAGE)) or "-",
             format_when(instance.updated_at, now, relative=False),
             safe(
-                waiting_on(
-                    instance,
-                    getattr(instance, "attention_steps", []),
-                    now,
-                    cancel_reason=cancel_reason_of(instance),
-                    limit=80,
+                maskers.get(instance.pk, REVEALED).text(
+                    waiting_on(
+                        instance,
+                        getattr(instance, "attention_steps", []),
+                        now,
+                        cancel_reason=cancel_reason_of(instance),
+                        limit=80,
+                    )
                 )
             )
             or "-",

@@ -12,7 +12,7 @@ from croniter import CroniterBadDateError, croniter
 
 from django_workerflow.engine.step_timer import timeout_problem
 from django_workerflow.exceptions import WorkflowInputError
-from django_workerflow.values import attributes, jsonvalue
+from django_workerflow.values import attributes, jsonvalue, masking
 
 if TYPE_CHECKING:
     from django_workerflow.definition.workflow import WorkflowDefinition
@@ -93,6 +93,7 @@ def problems(cls: type[WorkflowDefinition]) -> list[str]:
         found.append(f"`timeout` = {cls.timeout!r} {problem}")
     if (problem := attribute_filters_problem(cls.attribute_filters)) is not None:
         found.append(f"`attribute_filters` = {cls.attribute_filters!r} {problem}")
+    found.extend(masking.problems(cls.sensitive))
     return found
 
 

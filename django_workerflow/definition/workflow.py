@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -66,6 +66,10 @@ class WorkflowDefinition:
     #: e.g. ``["customer", "region"]``: each lists the values of this definition's most
     #: recent instances.
     attribute_filters: ClassVar[list[str] | tuple[str, ...]] = ()
+    #: Dotted paths of the values shown masked to readers without the permission
+    #: ``view_sensitive_payloads``: "input.card", "result.token", "events.payment.card",
+    #: "steps.charge.card_last4" (see :mod:`django_workerflow.values.masking`).
+    sensitive: ClassVar[Sequence[str]] = ()
 
     def __init_subclass__(cls, *, register: bool = True, **kwargs: Any) -> None:
         # ``class Changed(WorkflowDefinition, register=False)``: checked, not registered

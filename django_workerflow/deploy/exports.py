@@ -11,9 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from django_workerflow.definition import sensitive
 from django_workerflow.exceptions import WorkflowInputError
 from django_workerflow.models import Step, WorkflowEvent, WorkflowInstance
 from django_workerflow.store.records import STEP_FIELDS, StepRecord, name_parents
+from django_workerflow.values.masking import Masker
 
 #: The version of the exported document's layout.
 HISTORY_FORMAT = 1
@@ -34,26 +36,34 @@ _EVENT_FIELDS = (
 )
 
 
-def export_history(instance: WorkflowInstance) -> dict[str, Any]:
+def export_history(instance: WorkflowInstance, *, reveal: bool = False) -> dict[str, Any]:
     """The whole history of ``instance``: its steps with outcomes, parents and events, and
-    its lifecycle events (a JSON-ready dict)."""
+    its lifecycle events (a JSON-ready dict).
+
+    The values its definition names ``sensitive`` are masked, in values and error texts,
+    unless ``reveal``: a masked history replays with the masks as the step values.
+    """
+    masker = sensitive.masker_for(instance, reveal=reveal)
     steps = list(Step.objects.filter(instance=instance).order_by("created_at", "id"))
-    rows = [{name: getattr(step, name) for name in STEP_FIELDS} for step in steps]
+    rows = [_masked(masker, {name: getattr(step, name) for name in STEP_FIELDS}) for step in steps]
     step_ids = {row["id"]: row["step_id"] for row in rows}
     events: dict[int, list[dict[str, Any]]] = {}
     for event in instance.step_events.all():
         fields = {name: getattr(event, name) for name in _EVENT_FIELDS}
+        fields["step_id"] = step_ids.get(event.step_id, "")
+        fields = _masked(masker, fields)
+        del fields["step_id"]
         events.setdefault(event.step_id, []).append(_times(fields))
     return {
         "format": HISTORY_FORMAT,
         "name": instance.definition_name,
         "version": instance.definition_version,
         "key": instance.key,
-        "input": instance.input,
+        "input": masker.input(instance.input),
         "status": instance.status,
-        "result": instance.result,
+        "result": masker.result(instance.result),
         "error_name": instance.error_name,
-        "error_message": instance.error_message,
+        "error_message": masker.text(instance.error_message),
         "attributes": instance.attributes or {},
         "steps": [_step(row, step_ids, events.get(row["id"], [])) for row in rows],
         "events": [
@@ -121,6 +131,18 @@ def records(history: dict[str, Any]) -> list[StepRecord]:
         pks[record.step_id] = number
         result.append(record)
     return name_parents(result)
+
+
+def _masked(masker: Masker, row: dict[str, Any]) -> dict[str, Any]:
+    """A step's (or step event's) row with its sensitive values masked: its result, the
+    payload it received (as its event's payload too) and its error message; values sealed
+    at rest are opened first (the document is read without the codec)."""
+    step_id = row["step_id"]
+    row["result"] = masker.step(step_id, row["result"])
+    row["payload"] = masker.step(step_id, row["payload"], row["event_name"] or "")
+    if masker.active:
+        row["error_message"] = masker.text(row["error_message"] or "")
+    return row
 
 
 def _step(

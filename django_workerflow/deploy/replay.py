@@ -37,6 +37,7 @@ from django_workerflow.store.steps import RecordedSteps
 from django_workerflow.values import attributes, progress, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import Suspension
+from django_workerflow.values.sealing import open_value
 from django_workerflow.values.states import StepState, StepType
 
 if TYPE_CHECKING:
@@ -287,7 +288,7 @@ def replay_records(
         deadline=math.inf,
         interrupted_suspects=set(),
     )
-    definition = definition_class(key=key, input=input, execution=execution)
+    definition = definition_class(key=key, input=open_value(input), execution=execution)
     outcome: ReplayOutcome | None = None
     problems: list[Problem] = []
     try:

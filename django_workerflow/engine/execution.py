@@ -59,6 +59,7 @@ from django_workerflow.values.control_flow import (
     TickAborted,
     passes_through,
 )
+from django_workerflow.values.sealing import Sealer, open_value
 from django_workerflow.values.settled import SettledResult
 from django_workerflow.values.states import (
     AttemptOutcome,
@@ -133,8 +134,16 @@ class Execution:
         definition_name: str = "",
         instance_deadline: datetime | None = None,
         instance_timeout: float | None = None,
+        quiet_errors: bool = False,
+        sealer: Sealer | None = None,
     ) -> None:
         self.instance_key = instance_key
+        # Seals the sensitive values of run steps' results before they are written; the
+        # values the definition gets back are opened (values/sealing.py).
+        self.sealer = sealer or Sealer()
+        # The definition names sensitive fields: a failed attempt's traceback, which may
+        # quote one, is not logged (its masked text is in the admin and ``show``).
+        self.quiet_errors = quiet_errors
         # The instance's timeout (its clock's deadline, on the engine's clock, and its budget
         # in seconds for the message): checked at every step reached and bounding the timer
         # of the outermost run step's attempt. None: no timeout, nothing checked.
@@ -326,7 +335,7 @@ class Execution:
             return self._attempt(record, fn, backoff, atomic, seconds)
         self._check_kind(record, StepType.RUN)
         if record.state == StepState.SUCCEEDED:
-            return record.result
+            return open_value(record.result)
         if record.state == StepState.FAILED:
             raise recorded_failure(record)
         if record.state == StepState.RUNNING:
@@ -458,7 +467,9 @@ class Execution:
         be serialised."""
         step_id = record.step_id
         try:
-            result_json = jsonvalue.dumps(value, what=f"The result of run step '{step_id}'")
+            result_json = jsonvalue.dumps(
+                self.sealer.step(step_id, value), what=f"The result of run step '{step_id}'"
+            )
         except WorkflowInputError as exc:
             failure = NonRetryableStepError(
                 f"Run step '{step_id}' returned a value that cannot be durably serialized as "
@@ -481,7 +492,7 @@ class Execution:
             AttemptOutcome.SUCCEEDED,
             (clock_now() - started).total_seconds(),
         )
-        return recorded.result
+        return open_value(recorded.result)
 
     def _interrupted_by_deadline(
         self,
@@ -542,7 +553,7 @@ class Execution:
             AttemptOutcome.FAILED,
             (clock_now() - started).total_seconds(),
         )
-        _log_failed_attempt(self.instance_key, record, exc)
+        _log_failed_attempt(self.instance_key, record, None if self.quiet_errors else exc)
         return record
 
     # sleep ----------------------------------------------------------------------------
@@ -603,7 +614,7 @@ class Execution:
             self.trace.satisfied(
                 record.pk, step_id, record.event_name, record.resolved_at, fresh=fresh
             )
-            return record.payload
+            return open_value(record.payload)
         if record.state == StepState.WAITING:
             if record.timeout_at is None or record.timeout_at > clock_now():
                 self.trace.waiting(step_id, record.event_name, record.timeout_at)
@@ -753,7 +764,7 @@ class Execution:
             record = self._write(self.store.resolve_child_step, record.step_id, outcome)
         if record.state == StepState.FAILED:
             self._raise_child_failure(record)
-        return record.result
+        return open_value(record.result)
 
     def _raise_child_failure(self, record: StepRecord) -> NoReturn:
         start_failure = _START_FAILURES.get(record.error_name)
@@ -806,11 +817,12 @@ class Execution:
         return bool(record.result)
 
 
-def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException) -> None:
+def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseException | None) -> None:
     """One line per failed attempt, without its traceback: a retry is expected, and a step
     that failed for good fails its instance with the step's error chained (``workflow
     failed`` logs that traceback) or is handled by ``execute()``. The traceback is DEBUG
-    detail here, and kept on the attempt's step event."""
+    detail here, and kept on the attempt's step event; ``exc`` None (a definition with
+    sensitive fields) logs none."""
     if record.state == StepState.FAILED:
         logger.info(
             "step failed key=%s step=%s attempt=%s error=%s",
@@ -828,13 +840,14 @@ def _log_failed_attempt(instance_key: str, record: StepRecord, exc: BaseExceptio
             record.error_name,
             record.next_attempt_at.isoformat() if record.next_attempt_at else "-",
         )
-    logger.debug(
-        "step attempt traceback key=%s step=%s attempt=%s",
-        instance_key,
-        record.step_id,
-        record.attempt_count,
-        exc_info=exc,
-    )
+    if exc is not None:
+        logger.debug(
+            "step attempt traceback key=%s step=%s attempt=%s",
+            instance_key,
+            record.step_id,
+            record.attempt_count,
+            exc_info=exc,
+        )
 
 
 def _log_wait_timed_out(instance_key: str, record: StepRecord) -> None:

@@ -49,6 +49,12 @@ def add_parsers(sub: Any, positive_int: Any) -> None:
     export = sub.add_parser("export", help="Write an instance's whole history as JSON.")
     export.add_argument("key", metavar="KEY")
     export.add_argument("-o", "--output", metavar="FILE", help="Write here (default: stdout).")
+    export.add_argument(
+        "--reveal",
+        action="store_true",
+        help="Write the values the definition names `sensitive` (masked as •••• by default; "
+        "a masked history replays with the masks as its values).",
+    )
 
     probe = sub.add_parser(
         "health",
@@ -124,8 +130,11 @@ def check_replay(
         )
 
 
-def export(command: BaseCommand, *, key: str, output: str | None, **_: Any) -> None:
-    text = exports.dumps(exports.export_history(WorkflowInstance.objects.get(key=key)))
+def export(
+    command: BaseCommand, *, key: str, output: str | None, reveal: bool = False, **_: Any
+) -> None:
+    instance = WorkflowInstance.objects.get(key=key)
+    text = exports.dumps(exports.export_history(instance, reveal=reveal))
     if output is None:
         command.stdout.write(text, ending="")
         return

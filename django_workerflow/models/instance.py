@@ -336,6 +336,7 @@ class WorkflowInstance(models.Model):
             ("send_event_workflowinstance", "Can send events to workflow instances"),
             ("retry_workflowinstance", "Can retry failed workflow instances"),
             ("fork_workflowinstance", "Can fork workflow instances"),
+            ("view_sensitive_payloads", "Can view the sensitive payload values of instances"),
         ]
 
     def __str__(self) -> str:

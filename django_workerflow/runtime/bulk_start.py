@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from django_workerflow.definition import sensitive
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError
 from django_workerflow.models import WorkflowInstance
@@ -24,6 +25,7 @@ from django_workerflow.values import attributes as attribute_values
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.attributes import Scalar
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.sealing import open_value
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +110,8 @@ def _entry(
         key = str(uuid.uuid4()) if key is None else key
         jsonvalue.check_identifier(key, what="its instance key", max_length=255)
         definition.check_input(value)
-        return starting.NewInstance(key, jsonvalue.dumps(value, what="its input"), attributes)
+        sealed = sensitive.sealer(definition.name).input(value)
+        return starting.NewInstance(key, jsonvalue.dumps(sealed, what="its input"), attributes)
     except WorkflowInputError as exc:
         raise WorkflowInputError(
             f"Item {position} of start_many() is refused, nothing was started: {exc}"
@@ -121,7 +124,7 @@ def _concurrency_key(
     """The item's concurrency key; an error names its position (from 0)."""
     try:
         return admission.concurrency_key_for(
-            definition_class, entry.key, jsonvalue.loads(entry.input_json)
+            definition_class, entry.key, open_value(jsonvalue.loads(entry.input_json))
         )
     except WorkflowInputError as exc:
         raise WorkflowInputError(

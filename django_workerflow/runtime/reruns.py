@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from django_workerflow import registry
+from django_workerflow.definition import sensitive
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import (
     ACTIVE_STATUSES,
@@ -334,7 +335,10 @@ def fork(
     with transaction.atomic():
         source = locks.lock_instance(instance_rows.pk_of(instance))
         definition = registry.get(source.definition_name, version)
-        fork_input = source.input if input is ... else input
+        # The source's input as stored (sealed values stay sealed), or a new one sealed.
+        fork_input = (
+            source.input if input is ... else sensitive.sealer(source.definition_name).input(input)
+        )
         fork_input = jsonvalue.loads(jsonvalue.dumps(fork_input, what="The workflow input"))
         steps = list(Step.objects.filter(instance_id=source.pk).order_by("created_at", "id"))
         copies = _steps_to_copy(source, steps, from_step)

@@ -29,7 +29,7 @@ from django.apps import apps
 from django.db import IntegrityError, connection, models, transaction
 
 from django_workerflow import registry, tracing
-from django_workerflow.definition import options
+from django_workerflow.definition import options, sensitive
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance
@@ -44,6 +44,7 @@ from django_workerflow.values import attributes as attribute_values
 from django_workerflow.values import jsonvalue, transitions
 from django_workerflow.values.attributes import Scalar
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.sealing import open_value
 from django_workerflow.values.states import WakeCause, WorkflowEventType
 from django_workerflow.workers import bell_rows, bells
 
@@ -103,6 +104,11 @@ def _layout() -> _Layout:
 # The start path ------------------------------------------------------------------------
 
 
+def _input_json(name: str, input: Any) -> str:
+    """The input as stored: JSON text, its sensitive values sealed (values/sealing.py)."""
+    return jsonvalue.dumps(sensitive.sealer(name).input(input), what="The workflow input")
+
+
 def start(
     definition: str | type[WorkflowDefinition],
     *,
@@ -157,7 +163,7 @@ def start(
         )
     key = str(uuid.uuid4()) if key is None else key
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
-    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"), given)
+    entry = NewInstance(key, _input_json(name, input), given)
     admission.check_priority(priority)
     if not admission.takes_admission(definition_class, key, input):
         # Instance, event and bell in one statement.
@@ -175,7 +181,7 @@ def start(
         created = None
     else:
         concurrency_key = admission.concurrency_key_for(
-            definition_class, key, jsonvalue.loads(entry.input_json)
+            definition_class, key, open_value(jsonvalue.loads(entry.input_json))
         )
         # takes_admission() said yes: the definition has limits, or the key is a shared gate.
         assert admission.limits_for(name, concurrency_key) is not None
@@ -232,7 +238,7 @@ def _start_debounced(
     assert chosen is not None  # the caller saw a debounce, and a bare max_debounce raised
     key = debounce_module.check_debounceable(definition_class, key)
     jsonvalue.check_identifier(key, what="An instance key", max_length=255)
-    entry = NewInstance(key, jsonvalue.dumps(input, what="The workflow input"), attributes)
+    entry = NewInstance(key, _input_json(name, input), attributes)
     admission.check_priority(priority)
     if admission.takes_admission(definition_class, key, input):
         raise WorkflowInputError(

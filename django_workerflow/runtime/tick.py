@@ -22,6 +22,7 @@ from django.db import DatabaseError, connection, transaction
 
 from django_workerflow import registry, tracing
 from django_workerflow.conf import settings
+from django_workerflow.definition import sensitive
 from django_workerflow.definition.drift import unregistered_hint
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
@@ -39,6 +40,7 @@ from django_workerflow.store.steps import StepStore, received_trace_contexts
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
+from django_workerflow.values.sealing import open_value
 from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome, WakeCause
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
@@ -118,6 +120,7 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
         instance.key,
         instance.trace_context,
         woken_at,
+        quiet_errors=bool(definition_class.sensitive),
     )
     try:
         with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
@@ -291,9 +294,11 @@ def _replay(
         definition_name=instance.definition_name,
         instance_deadline=instance.deadline_at,
         instance_timeout=instance.timeout_seconds,
+        quiet_errors=bool(definition_class.sensitive),
+        sealer=sensitive.sealer(instance.definition_name),
     )
     # Each pass gets the pinned input afresh: a pass that changes it must not change the next.
-    pinned_input = jsonvalue.fresh_copy(instance.input)
+    pinned_input = jsonvalue.fresh_copy(open_value(instance.input))
     definition = definition_class(key=instance.key, input=pinned_input, execution=execution)
     result = _run_pass(definition, execution)
     # A pass cut short (stopped, yielded, timed out) did not reach every step it would.
@@ -326,7 +331,8 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
         # User code swallowed a suspension: a step still waits, so the workflow goes on.
         return _suspended(execution)
     try:
-        result_json = jsonvalue.dumps(value, what="The workflow's return value")
+        sealed = execution.sealer.result(value)
+        result_json = jsonvalue.dumps(sealed, what="The workflow's return value")
     except WorkflowInputError as exc:
         return _failed(exc)
     return PassResult(PassOutcome.COMPLETED, result_json=result_json)
@@ -455,7 +461,8 @@ def _settle_locked(
                 locked.key,
                 result.error_name,
                 result.error_step_id or "-",
-                exc_info=result.exception,
+                # Not for a definition with sensitive fields: the traceback may quote one.
+                exc_info=None if sensitive.paths(locked.definition_name) else result.exception,
             )
             return TickResult(TickOutcome.FAILED, replays=replays)
         case PassOutcome.SUSPENDED:

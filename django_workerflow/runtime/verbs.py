@@ -17,6 +17,7 @@ from django.db.models import F, Q, QuerySet
 
 from django_workerflow import tracing
 from django_workerflow.conf import settings
+from django_workerflow.definition import sensitive
 from django_workerflow.definition.drift import awaited_event_names
 from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import (
@@ -41,6 +42,7 @@ from django_workerflow.store import inbound_events, instance_rows, lease, locks
 from django_workerflow.store.transactions import satisfy_wait
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
+from django_workerflow.values.masking import Masker
 from django_workerflow.values.states import WakeCause
 from django_workerflow.workers import bell_rows, bells
 
@@ -119,6 +121,10 @@ def send_event(
                 return sent
         if locked.is_terminal:
             return None
+        sealer = sensitive.sealer(locked.definition_name)
+        if sealer.active:
+            sealed = sealer.event(event_name, payload)
+            payload_json = jsonvalue.dumps(sealed, what=f"The payload of event '{event_name}'")
         now = clock_now()
         if connection.vendor == "postgresql" and not (
             model_rows.signalled(InboundEvent) or model_rows.signalled(WorkflowInstance)
@@ -142,9 +148,16 @@ def send_event(
         locked.key,
         event_name,
         event.claimed_by_id is not None,
-        f" payload={payload_json}" if settings.LOG_PAYLOADS else "",
+        f" payload={_logged_payload(locked, event_name, payload)}" if settings.LOG_PAYLOADS else "",
     )
     return event
+
+
+def _logged_payload(instance: WorkflowInstance, event_name: str, payload: Any) -> str:
+    """The payload as ``WORKERFLOW_LOG_PAYLOADS`` logs it: its sensitive values masked (a
+    log has no reader permissions)."""
+    shown = Masker(sensitive.paths(instance.definition_name)).event(event_name, payload)
+    return jsonvalue.dumps(shown, what=f"The payload of event '{event_name}'")
 
 
 def _deliver_at_once(

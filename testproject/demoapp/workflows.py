@@ -1,7 +1,8 @@
 """The demo's tour: a workflow that fails (to try Retry and Fork), one with a concurrency
 limit (to see an instance queued) that reports its progress, a schedule that fires every
 minute, a partner sync whose definition the demo pauses (to try Resume), a debounced
-search reindex, and a carrier label whose first fetch hangs until its step timeout ends it.
+search reindex, a carrier label whose first fetch hangs until its step timeout ends it,
+and a card payment whose card number is a sensitive field (masked in the admin).
 
 Installed by ``make demo`` only (``WORKERFLOW_DEMO=1``, see ``testproject/settings.py``).
 """
@@ -153,3 +154,27 @@ class Newsletter(WorkflowDefinition):
         self.sleep("wait-a-week", timedelta(days=7))
         self.run("ask-feedback", lambda: {"mailed": email})
         return "done"
+
+
+class CardPayment(WorkflowDefinition):
+    """Authorize a card payment. The card number (in the input and the step's value) is a
+    sensitive field: the admin shows it as •••• to staff without the permission "Can view the
+    sensitive payload values of instances" (the demo's ``support`` login), and in full to
+    those with it (``admin``, a superuser); ``manage.py workerflow show KEY`` masks it
+    unless given ``--reveal``."""
+
+    name = "demo-card-payment"
+    version = "1"
+    sensitive = ["input.card.number", "steps.authorize.card_number"]
+
+    def execute(self) -> dict:
+        card = self.input["card"]
+        authorization = self.run(
+            "authorize",
+            lambda: {
+                "authorization": f"AUTH-{card['number'][-4:]}",
+                "card_number": card["number"],
+                "amount_cents": self.input["amount_cents"],
+            },
+        )
+        return {"authorization": authorization["authorization"], "paid": True}

@@ -22,15 +22,22 @@ from django_workerflow.console import attributes, describe, documents, rerun_com
 from django_workerflow.console.composition import load_composition, render_lines
 from django_workerflow.console.history import load_history
 from django_workerflow.console.terminal import render_list, render_show, safe
+from django_workerflow.definition import sensitive
 from django_workerflow.exceptions import WorkerflowError, WorkflowInputError, WorkflowStateError
 from django_workerflow.management import deploy
 from django_workerflow.management.stranded import list_stranded
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import definition_pauses, verbs
+from django_workerflow.runtime import definition_pauses, resealing, verbs
 from django_workerflow.runtime import purge as purging
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
+
+#: The --reveal option of show, list and export (the command line masks by default).
+REVEAL_HELP = (
+    "Show the values the definition names `sensitive` (masked as •••• by default): for "
+    "an operator allowed to read them."
+)
 
 
 class OneLineParser(CommandParser):
@@ -47,7 +54,7 @@ class Command(BaseCommand):
     help = (
         "Operate django-workerflow instances: start, send-event, pause, resume, cancel, "
         "pause-definition, resume-definition, show, list, sweep, purge, metrics, retry, fork, "
-        "wake, check-replay, export, health."
+        "wake, check-replay, export, health, reseal."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -137,6 +144,7 @@ class Command(BaseCommand):
             help="Also print the instance's and its failed attempts' tracebacks.",
         )
         show.add_argument("--format", choices=("text", "json"), default="text")
+        show.add_argument("--reveal", action="store_true", help=REVEAL_HELP)
 
         listing = sub.add_parser("list", help="List instances, newest first.")
         listing.add_argument("--status", choices=WorkflowStatus.values)
@@ -161,6 +169,7 @@ class Command(BaseCommand):
         listing.add_argument(
             "--fresh", action="store_true", help="With --stranded: check every instance now."
         )
+        listing.add_argument("--reveal", action="store_true", help=REVEAL_HELP)
 
         sub.add_parser(
             "sweep",
@@ -183,6 +192,12 @@ class Command(BaseCommand):
             help="Only this finished status (repeatable; default: all finished ones).",
         )
         purge.add_argument("--dry-run", action="store_true", help="Count, delete nothing.")
+
+        sub.add_parser(
+            "reseal",
+            help="Seal the stored sensitive values again with the newest key of "
+            "WORKERFLOW_FERNET_KEYS (a key rotation's middle step).",
+        )
 
         sub.add_parser(
             "metrics",
@@ -281,18 +296,24 @@ class Command(BaseCommand):
         self.stdout.write(f"Cancelled {key!r}." + (f" Reason: {reason}" if reason else ""))
 
     def handle_show(
-        self, *, key: str, tracebacks: bool = False, format: str = "text", **_: Any
+        self,
+        *,
+        key: str,
+        tracebacks: bool = False,
+        format: str = "text",
+        reveal: bool = False,
+        **_: Any,
     ) -> None:
         instance = WorkflowInstance.objects.get(key=key)
         now = clock_now()
-        history = load_history(instance, now)
+        history = load_history(instance, now, reveal=reveal)
         if format == "json":
-            composition = load_composition(instance)
+            composition = load_composition(instance, history.masker)
             document = documents.show_document(history, composition, now, tracebacks=tracebacks)
             self.stdout.write(documents.dumps(document))
             return
         self.stdout.write(render_show(history, now, tracebacks=tracebacks))
-        self.stdout.write("\n".join(render_lines(load_composition(instance))))
+        self.stdout.write("\n".join(render_lines(load_composition(instance, history.masker))))
 
     def handle_list(
         self,
@@ -304,6 +325,7 @@ class Command(BaseCommand):
         attrs: list[str] | None = None,
         stranded: bool = False,
         fresh: bool = False,
+        reveal: bool = False,
         **_: Any,
     ) -> None:
         if stranded:
@@ -319,11 +341,13 @@ class Command(BaseCommand):
             instances = instances.filter(status=status)
         if name:
             instances = instances.filter(definition_name=name)
-        page = instances.prefetch_related(*describe.attention_prefetches())[:limit]
+        page = list(instances.prefetch_related(*describe.attention_prefetches())[:limit])
+        maskers = sensitive.maskers_for(page, reveal=reveal)
         if format == "json":
-            self.stdout.write(documents.dumps(documents.list_document(page, clock_now())))
+            document = documents.list_document(page, clock_now(), maskers)
+            self.stdout.write(documents.dumps(document))
             return
-        self.stdout.write(render_list(page, clock_now()))
+        self.stdout.write(render_list(page, clock_now(), maskers))
 
     def handle_sweep(self, **_: Any) -> None:
         queued = verbs.sweep()
@@ -364,6 +388,13 @@ class Command(BaseCommand):
 
     def handle_health(self, **options: Any) -> None:
         deploy.health(self, **options)
+
+    def handle_reseal(self, **_: Any) -> None:
+        rows = resealing.reseal_all()
+        self.stdout.write(
+            f"Sealed again with the newest key: {rows} row{'s' if rows != 1 else ''}. The "
+            "older keys can now be dropped from WORKERFLOW_FERNET_KEYS."
+        )
 
     def handle_metrics(self, **_: Any) -> None:
         try:

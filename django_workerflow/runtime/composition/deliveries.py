@@ -27,6 +27,7 @@ from django_workerflow.store.outcomes import cancel_reasons
 from django_workerflow.values import storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.outcome import Outcome
+from django_workerflow.values.sealing import open_value
 from django_workerflow.values.states import WorkflowStatus
 from django_workerflow.workers import bells
 
@@ -156,7 +157,7 @@ def _call_hook(claim: _Claim) -> BaseException | None:
                 f"Definition '{instance.definition_name}' version "
                 f"'{instance.definition_version}' is not registered in this process."
             )
-        definition = definition_class(key=instance.key, input=instance.input)
+        definition = definition_class(key=instance.key, input=open_value(instance.input))
         definition.on_finish(_outcome(claim))
     except Exception as exc:
         logger.warning(
@@ -180,7 +181,7 @@ def _outcome(claim: _Claim) -> Outcome:
             id=delivery.pk,
             key=instance.key,
             status=delivery.outcome_status,
-            result=instance.result if completed else None,
+            result=open_value(instance.result) if completed else None,
             error_name=delivery.outcome_error_name,
             error_message=delivery.outcome_error_message,
             reason=delivery.outcome_reason,
@@ -192,7 +193,7 @@ def _outcome(claim: _Claim) -> Outcome:
         id=claim.delivery_pk,
         key=instance.key,
         status=instance.status,
-        result=instance.result,
+        result=open_value(instance.result),
         error_name=instance.error_name,
         error_message=instance.error_message,
         reason=reason,

@@ -29,6 +29,7 @@ from django_workerflow.store.outcomes import read_outcome
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.outcome import Outcome
 from django_workerflow.values.progress import Progress
+from django_workerflow.values.sealing import open_value
 from django_workerflow.values.states import TERMINAL_STATUSES
 
 # Polling backoff (SQLite and others, and async waits): first pause, growth, longest pause.
@@ -163,7 +164,7 @@ def _result(outcome: Outcome, key: str, timeout: float | timedelta | None) -> An
             f"Instance '{key}' has not finished within {timeout} (status '{outcome.status}')."
         )
     if outcome.ok:
-        return outcome.result
+        return open_value(outcome.result)
     raise failure(outcome.as_json(), child=False)
 
 
