@@ -14,7 +14,7 @@ from django_workerflow.exceptions import DatabaseUnavailableError
 from django_workerflow.runtime import verbs
 from django_workerflow.runtime.composition import deliveries
 from django_workerflow.runtime.flow import schedules
-from django_workerflow.store import outage, process_metrics
+from django_workerflow.store import flushed_totals, outage
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import TickAborted
 from django_workerflow.workers import sweep_chain
@@ -31,7 +31,7 @@ class SweepArea(StrEnum):
 
 def tick(instance_pk: int) -> str:
     """Run one tick of the instance (a bell rang); return what it did. Then flush this
-    process's metrics if they are due (:mod:`django_workerflow.store.process_metrics`).
+    process's metrics if they are due (:mod:`django_workerflow.store.flushed_totals`).
 
     A tick that loses the database raises :class:`DatabaseUnavailableError` (an
     ``Exception``: django-q2's worker reports it and lives on); the bell is acknowledged as a
@@ -41,7 +41,7 @@ def tick(instance_pk: int) -> str:
     except (TickAborted, OperationalError, InterfaceError) as error:
         raise _unavailable(instance_pk, error) from None
     outage.back()
-    process_metrics.flush_if_due()
+    flushed_totals.flush_if_due()
     return outcome
 
 
@@ -85,7 +85,7 @@ def _beat_and_sweep(link: datetime | None) -> int:
         SweepArea.INSTANCES: verbs.sweep_backlog(now),
         SweepArea.DELIVERIES: (deliveries.sweep_backlog(now),),
         SweepArea.SCHEDULES: schedules.sweep_backlog(now),
-        SweepArea.METRICS: (process_metrics.quiet_rows(),),
+        SweepArea.METRICS: (flushed_totals.quiet_rows(),),
     }
     busy = sweep_chain.beat(link, probes, verbs.alarms_by).busy
     rung = 0
@@ -95,9 +95,9 @@ def _beat_and_sweep(link: datetime | None) -> int:
         rung += deliveries.ring_due()
     if SweepArea.SCHEDULES in busy:
         rung += schedules.sweep()
-    process_metrics.flush_if_due()
+    flushed_totals.flush_if_due()
     if SweepArea.METRICS in busy:
-        process_metrics.retire()
+        flushed_totals.retire()
     return rung
 
 

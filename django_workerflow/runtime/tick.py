@@ -27,8 +27,8 @@ from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
 from django_workerflow.engine.failures import failed_step_ids
 from django_workerflow.exceptions import WorkflowInputError, WorkflowTimeoutError
-from django_workerflow.meters import METERS
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.process_counters import PROCESS_COUNTERS
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
 from django_workerflow.store import instance_rows, interrupted, lease
@@ -110,7 +110,7 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     instance, definition_class, recovering, woken_at, woken_for = claimed
     if woken_for is not None:
         cause, due, now = woken_for
-        METERS.woke(instance.definition_name, cause, (now - due).total_seconds())
+        PROCESS_COUNTERS.woke(instance.definition_name, cause, (now - due).total_seconds())
     traced = tracing.tick_trace(
         instance.definition_name,
         instance.definition_version,
@@ -122,7 +122,9 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
         with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
             return _execute(instance, definition_class, token, taken_at, recovering, traced)
     finally:
-        METERS.tick_finished(instance.definition_name, (clock_now() - started).total_seconds())
+        PROCESS_COUNTERS.tick_finished(
+            instance.definition_name, (clock_now() - started).total_seconds()
+        )
 
 
 #: What a claimed tick was woken for: the cause, its due time and the claim's time.
