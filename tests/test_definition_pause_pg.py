@@ -19,7 +19,7 @@ from django.db import connection
 
 import django_workerflow as workerflow
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values.states import TickOutcome
 from tests.threads import in_threads
 
@@ -63,7 +63,7 @@ def test_pause_definition__racing_ticks__no_step_starts_once_it_returned(
         ]
 
         def ticker(pk: int) -> TickOutcome:
-            return verbs.tick(pk).outcome
+            return tick(pk).outcome
 
         def pauser(name: str = definition.name, started: threading.Event = started) -> int:
             assert started.wait(60)
@@ -86,7 +86,7 @@ def test_pause_definition__racing_ticks__no_step_starts_once_it_returned(
             assert outcome == TickOutcome.HELD
             assert (instance.status, instance.lease_token) == (WorkflowStatus.RUNNING, None)
             # A tick now finds it held and starts nothing.
-            assert verbs.tick(instance.pk).outcome == TickOutcome.HELD
+            assert tick(instance.pk).outcome == TickOutcome.HELD
         assert Step.objects.filter(instance__definition_name=definition.name).count() == (
             steps_after
         )

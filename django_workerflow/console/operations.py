@@ -16,7 +16,7 @@ from typing import Any
 from django_workerflow.console.time_words import format_when
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import control, events
 from django_workerflow.values.clock import now as clock_now
 
 
@@ -83,7 +83,7 @@ def pause(instances: Iterable[WorkflowInstance]) -> Report:
     """Pause each running instance at its next step boundary."""
     report = Report()
     for instance in instances:
-        if verbs.pause(instance):
+        if control.pause(instance):
             report.add(instance, True, "paused", f"Paused '{instance.key}'.")
         else:
             report.add(instance, False, _why_not(instance, WorkflowStatus.RUNNING))
@@ -95,7 +95,7 @@ def resume(instances: Iterable[WorkflowInstance]) -> Report:
     report = Report()
     for instance in instances:
         try:
-            verbs.resume(instance)
+            control.resume(instance)
         except WorkflowStateError:
             report.add(instance, False, _why_not(instance, WorkflowStatus.PAUSED))
         else:
@@ -108,7 +108,7 @@ def cancel(instances: Iterable[WorkflowInstance], reason: str | None) -> Report:
     report = Report()
     because = f" Reason: {reason}" if reason else " No reason given."
     for instance in instances:
-        if verbs.cancel(instance, reason=reason):
+        if control.cancel(instance, reason=reason):
             report.add(instance, True, "cancelled", f"Cancelled '{instance.key}'.{because}")
         else:
             report.add(instance, False, _why_not(instance, "unfinished"))
@@ -128,7 +128,9 @@ def send_event(
     sent = f"event '{event_name}'"
     for instance in instances:
         try:
-            event = verbs.send_event(instance, event_name, payload, idempotency_key=idempotency_key)
+            event = events.send_event(
+                instance, event_name, payload, idempotency_key=idempotency_key
+            )
         except WorkflowInputError as exc:
             report.add(instance, False, str(exc))
             continue
@@ -154,8 +156,8 @@ def wake(instances: Iterable[WorkflowInstance]) -> Report:
     for instance in instances:
         now = clock_now()
         sleeping, waiting = _waiting_steps(instance, now)
-        retried = verbs.retry_now(instance)
-        if not verbs.wake(instance):
+        retried = control.retry_now(instance)
+        if not control.wake(instance):
             report.add(instance, False, _why_not(instance, "pending or running"))
             continue
         key = f"'{instance.key}'"

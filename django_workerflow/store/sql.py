@@ -458,7 +458,7 @@ def params(**values: Any) -> dict[str, Any]:
     return {**STATE_PARAMS, **values}
 
 
-# Delivering an event (runtime/verbs.py's send_event) --------------------------------------
+# Delivering an event (runtime/events.py's send_event) -------------------------------------
 
 _SATISFIED_EVENT = _event_from(
     "satisfied", "%(event_wait_satisfied)s::varchar", "NULL", "NULL", "%(payload)s::text"
