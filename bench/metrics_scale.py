@@ -27,7 +27,7 @@ from django.utils import timezone
 from django_workerflow import metrics
 from django_workerflow.models import ProcessMetrics, WorkflowInstance
 from django_workerflow.process_counters import ProcessCounters
-from django_workerflow.values.states import AttemptOutcome, StepType, WakeCause
+from django_workerflow.values.states import AttemptEnding, StepType, WakeCause
 
 from .admin_scale import DEFINITIONS, fill_instances
 from .common import Sizes, percentile
@@ -43,7 +43,7 @@ def _process_totals() -> dict[str, Any]:
     for index in range(DEFINITIONS):
         name = f"bench-admin-{index}"
         process_counters.attempt_started(name, StepType.RUN)
-        for outcome in AttemptOutcome:
+        for outcome in AttemptEnding:
             process_counters.attempt_finished(name, StepType.RUN, outcome, 0.01 * (index + 1))
         process_counters.tick_finished(name, 0.02)
         for cause in WakeCause:

@@ -22,7 +22,7 @@ from django_workerflow.models import (
 from django_workerflow.runtime import sweeping
 from django_workerflow.runtime.tick import tick
 from django_workerflow.testing import Harness
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.values.states import TickEnding
 
 from . import flow_helpers
 from .runtime_helpers import refreshed, status_of, step
@@ -143,7 +143,7 @@ def test_pause_definition__holds_every_instance_at_the_claim(define, harness):
     assert status_of(free.key) == "completed"
     assert CALLS == ["free:a", "free:b"]
     # A bell that rings anyway finds it held, and changes nothing.
-    assert tick(held[0].pk).outcome == TickOutcome.HELD
+    assert tick(held[0].pk).outcome == TickEnding.HELD
     assert refreshed(held[0]).alarm_at is not None
 
 

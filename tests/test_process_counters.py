@@ -22,7 +22,7 @@ from django_workerflow.process_counters import PROCESS_COUNTERS, TICK_DURATION, 
 from django_workerflow.runtime.tick import tick
 from django_workerflow.store import flushed_totals
 from django_workerflow.testing import Harness
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.values.states import TickEnding
 
 from . import flow_helpers
 from .runtime_helpers import fail_first_attempt
@@ -142,9 +142,9 @@ def test_wake_lag__a_duplicate_bell_that_finds_nothing_due__records_none(define_
     with Harness(start=T0) as harness:
         instance = workerflow.start(definition, key="sleeper")
         harness.drain()
-        assert tick(instance.pk).outcome == TickOutcome.NOT_DUE  # a stale bell
+        assert tick(instance.pk).outcome == TickEnding.NOT_DUE  # a stale bell
         harness.advance(timedelta(seconds=10))
-        assert tick(instance.pk).outcome == TickOutcome.INACTIVE  # a duplicate bell
+        assert tick(instance.pk).outcome == TickEnding.INACTIVE  # a duplicate bell
         families = scrape()
     assert lag(families, definition.name, "start") == (1, 0.0)
     assert lag(families, definition.name, "sleep") == (1, 0.0)

@@ -61,7 +61,7 @@ from django_workerflow.values.control_flow import (
 )
 from django_workerflow.values.settled import SettledResult
 from django_workerflow.values.states import (
-    AttemptOutcome,
+    AttemptEnding,
     StepState,
     StepType,
     StopReason,
@@ -346,7 +346,7 @@ class Execution:
                 else "",
             )
             PROCESS_COUNTERS.attempt_finished(
-                self.definition_name, StepType.RUN, AttemptOutcome.INTERRUPTED, None
+                self.definition_name, StepType.RUN, AttemptEnding.INTERRUPTED, None
             )
             if record.state == StepState.FAILED:
                 raise recorded_failure(record)
@@ -473,7 +473,7 @@ class Execution:
         PROCESS_COUNTERS.attempt_finished(
             self.definition_name,
             StepType.RUN,
-            AttemptOutcome.SUCCEEDED,
+            AttemptEnding.SUCCEEDED,
             (clock_now() - started).total_seconds(),
         )
         return recorded.result
@@ -534,7 +534,7 @@ class Execution:
         PROCESS_COUNTERS.attempt_finished(
             self.definition_name,
             StepType.RUN,
-            AttemptOutcome.FAILED,
+            AttemptEnding.FAILED,
             (clock_now() - started).total_seconds(),
         )
         _log_failed_attempt(self.instance_key, record, exc)

@@ -38,7 +38,7 @@ from django_workerflow.store.steps import StepStore, received_trace_contexts
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
-from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome, WakeCause
+from django_workerflow.values.states import PassEnding, StopReason, TickEnding, WakeCause
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
 from django_workerflow.workers.lease_renewal import LeaseRenewal
@@ -56,7 +56,7 @@ MAX_REPLAYS_PER_TICK = 100
 class TickResult:
     """What a tick did, and the alarm it left."""
 
-    outcome: TickOutcome
+    outcome: TickEnding
     alarm_at: datetime | None = None
     replays: int = 0
 
@@ -65,7 +65,7 @@ class TickResult:
 class PassResult:
     """How one replay pass ended, and what settling it needs."""
 
-    outcome: PassOutcome
+    outcome: PassEnding
     result_json: str | None = None
     error_name: str = ""
     error_message: str = ""
@@ -101,7 +101,7 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     # A queued instance's rate-limit bell rang: admission runs with its row released.
     if (
         isinstance(claimed, TickResult)
-        and claimed.outcome == TickOutcome.QUEUED
+        and claimed.outcome == TickEnding.QUEUED
         and admission.admit_queued_instance(instance_pk, clock_now())
     ):
         claimed = _claim(instance_pk, token)
@@ -169,23 +169,23 @@ def _claim(
     with transaction.atomic():
         found = instance_rows.read_for_claim(instance_pk)
         if found is None:
-            return TickResult(TickOutcome.MISSING)
+            return TickResult(TickEnding.MISSING)
         instance, definition_paused = found
         if instance.status not in ACTIVE_STATUSES:
-            return TickResult(TickOutcome.INACTIVE, alarm_at=instance.alarm_at)
+            return TickResult(TickEnding.INACTIVE, alarm_at=instance.alarm_at)
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
-            return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
+            return TickResult(TickEnding.NOT_DUE, alarm_at=instance.alarm_at)
         if definition_paused:
             # Held: left due and without a bell (the sweeper skips it too); resuming the
             # definition rings it (runtime/definition_pauses.py).
-            return TickResult(TickOutcome.HELD, alarm_at=instance.alarm_at)
+            return TickResult(TickEnding.HELD, alarm_at=instance.alarm_at)
         if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
-            return TickResult(TickOutcome.QUEUED, alarm_at=instance.alarm_at)
+            return TickResult(TickEnding.QUEUED, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
             if instance.found_leased():
                 bells.arm(instance.pk, instance.alarm_at)
-            return TickResult(TickOutcome.BUSY, alarm_at=instance.alarm_at)
+            return TickResult(TickEnding.BUSY, alarm_at=instance.alarm_at)
         definition_class = registry.lookup(instance.definition_name, instance.definition_version)
         if definition_class is None:
             logger.warning(
@@ -198,7 +198,7 @@ def _claim(
             )
             instance.defer(now + UNREGISTERED_RETRY)
             bells.arm(instance.pk, instance.alarm_at)
-            return TickResult(TickOutcome.UNREGISTERED, alarm_at=instance.alarm_at)
+            return TickResult(TickEnding.UNREGISTERED, alarm_at=instance.alarm_at)
         # The time of the wake that made it due (an event's, maybe), before the claim.
         woken_at = instance.updated_at if instance.wake_requested else None
         # Before the claim too, which sets the alarm (and clears its cause).
@@ -267,7 +267,7 @@ def _execute(
             traced.link_received(received_trace_contexts(traced.to_link()))
         result = _settle(instance, token, execution, passed, replays, progress)
         if result is not None:
-            failed = result.outcome == TickOutcome.FAILED
+            failed = result.outcome == TickEnding.FAILED
             traced.finished(result.outcome, passed.exception if failed else None)
             return result
 
@@ -311,7 +311,7 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
         value = definition.execute()
     except ExecutionStopped:
         return PassResult(
-            PassOutcome.SUSPENDED, stop_reason=execution.stop_reason or StopReason.STOPPED
+            PassEnding.SUSPENDED, stop_reason=execution.stop_reason or StopReason.STOPPED
         )
     except Suspension:
         return _suspended(execution)
@@ -328,7 +328,7 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
         result_json = jsonvalue.dumps(value, what="The workflow's return value")
     except WorkflowInputError as exc:
         return _failed(exc)
-    return PassResult(PassOutcome.COMPLETED, result_json=result_json)
+    return PassResult(PassEnding.COMPLETED, result_json=result_json)
 
 
 def _flush(execution: Execution, result: PassResult) -> PassResult:
@@ -338,7 +338,7 @@ def _flush(execution: Execution, result: PassResult) -> PassResult:
     try:
         execution.flush()
     except ExecutionStopped:
-        return PassResult(PassOutcome.SUSPENDED, stop_reason=execution.stop_reason)
+        return PassResult(PassEnding.SUSPENDED, stop_reason=execution.stop_reason)
     return result
 
 
@@ -347,7 +347,7 @@ def _failed(exc: BaseException) -> PassResult:
     other failed branches of an ``all()``) are what a retry reopens."""
     step_ids = failed_step_ids(exc)
     return PassResult(
-        PassOutcome.FAILED,
+        PassEnding.FAILED,
         error_name=storable.error_name(exc),
         error_message=error_message(exc),
         error_traceback=format_user_traceback(exc),
@@ -359,7 +359,7 @@ def _failed(exc: BaseException) -> PassResult:
 
 def _suspended(execution: Execution) -> PassResult:
     return PassResult(
-        PassOutcome.SUSPENDED,
+        PassEnding.SUSPENDED,
         due=execution.next_due(),
         due_cause=execution.next_due_cause(),
         stop_reason=execution.stop_reason,
@@ -383,7 +383,7 @@ def _settle(
     The pass's last success commits in this transaction, whatever the lease's fate (the
     step row fences it), so a short workflow's tick ends in one commit, not two; so does
     the progress it reported and no step write took (fenced by the lease)."""
-    finishes = result.outcome in (PassOutcome.COMPLETED, PassOutcome.FAILED)
+    finishes = result.outcome in (PassEnding.COMPLETED, PassEnding.FAILED)
     with transaction.atomic():
         return _settle_locked(instance, token, execution, result, replays, finishes, progress)
 
@@ -405,11 +405,11 @@ def _settle_locked(
     result = _flush(execution, result)
     if locked is None:
         # Deleted mid-tick (a purge, an admin's delete): nothing is left to settle.
-        return TickResult(TickOutcome.MISSING, replays=replays)
+        return TickResult(TickEnding.MISSING, replays=replays)
     now = clock_now()
     if not lease.is_held(locked, token):
         logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
-        return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        return TickResult(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
     if progress.pending is not None:
         # Before the lease is released: the write is fenced by it.
         with connection.cursor() as cursor:
@@ -417,21 +417,21 @@ def _settle_locked(
     if locked.status != WorkflowStatus.RUNNING:
         # Paused or cancelled during the pass: leave the state the operator set.
         locked.release_lease(None, now)
-        return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        return TickResult(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
     if result.stop_reason == StopReason.DEFINITION_PAUSED:
         # Its definition was paused during the pass: held, due, as the claim leaves it.
         locked.release_lease(now, now)
         logger.info("definition paused key=%s: the instance is held", locked.key)
-        return TickResult(TickOutcome.HELD, alarm_at=now, replays=replays)
+        return TickResult(TickEnding.HELD, alarm_at=now, replays=replays)
     _note_unreached(locked, result.unreached)
     match result.outcome:
-        case PassOutcome.COMPLETED:
+        case PassEnding.COMPLETED:
             assert followups is not None  # taken above for every finishing outcome
             locked.set_completed(jsonvalue.loads(result.result_json), now)
             finishing.instance_finished(locked, now, None, followups)
             logger.info("workflow completed key=%s replays=%s", locked.key, replays)
-            return TickResult(TickOutcome.COMPLETED, replays=replays)
-        case PassOutcome.FAILED:
+            return TickResult(TickEnding.COMPLETED, replays=replays)
+        case PassEnding.FAILED:
             locked.set_failed(
                 result.error_name,
                 result.error_message,
@@ -449,8 +449,8 @@ def _settle_locked(
                 result.error_step_id or "-",
                 exc_info=result.exception,
             )
-            return TickResult(TickOutcome.FAILED, replays=replays)
-        case PassOutcome.SUSPENDED:
+            return TickResult(TickEnding.FAILED, replays=replays)
+        case PassEnding.SUSPENDED:
             return _settle_suspended(locked, result, replays, now)
 
 
@@ -464,7 +464,7 @@ def _settle_suspended(
     if result.yielded or replays >= MAX_REPLAYS_PER_TICK:
         locked.release_lease(now, now)
         bells.arm(locked.pk, now)
-        return TickResult(TickOutcome.YIELDED, alarm_at=now, replays=replays)
+        return TickResult(TickEnding.YIELDED, alarm_at=now, replays=replays)
     due, cause = result.due, result.due_cause
     deadline = locked.deadline_at
     if deadline is not None and (due is None or deadline < due):
@@ -477,7 +477,7 @@ def _settle_suspended(
     locked.release_lease(due, now, cause)
     if due is not None:
         bells.arm(locked.pk, due)
-    return TickResult(TickOutcome.SUSPENDED, alarm_at=due, replays=replays)
+    return TickResult(TickEnding.SUSPENDED, alarm_at=due, replays=replays)
 
 
 def _note_unreached(locked: WorkflowInstance, unreached: list[str] | None) -> None:
