@@ -1,4 +1,4 @@
-"""Operator actions on a set of instances, each through the runtime, reported per outcome.
+"""Operator actions on a set of instances, each through the runtime, reported per instance.
 
 Every function takes instances and returns a :class:`Report`: what was done to which
 instance and why the others were skipped, so the admin can say "3 workflows paused; 1
@@ -21,8 +21,8 @@ from django_workerflow.values.clock import now as clock_now
 
 
 @dataclass(slots=True)
-class InstanceOutcome:
-    """What an action did to one instance. ``label`` groups outcomes in the summary;
+class InstanceReport:
+    """What an action did to one instance. ``label`` groups instances in the summary;
     ``detail`` says it for this instance alone (and is what the admin history records);
     ``warning``: done, but not as the operator may expect (the detail says why)."""
 
@@ -35,7 +35,7 @@ class InstanceOutcome:
 
 @dataclass(slots=True)
 class Report:
-    outcomes: list[InstanceOutcome] = field(default_factory=list)
+    entries: list[InstanceReport] = field(default_factory=list)
 
     def add(
         self,
@@ -48,25 +48,25 @@ class Report:
     ) -> None:
         if not detail:
             detail = label if done else f"Skipped '{instance.key}': {label}."
-        self.outcomes.append(InstanceOutcome(instance, done, label, detail, warning))
+        self.entries.append(InstanceReport(instance, done, label, detail, warning))
 
     @property
-    def warnings(self) -> list[InstanceOutcome]:
-        return [outcome for outcome in self.outcomes if outcome.warning]
+    def warnings(self) -> list[InstanceReport]:
+        return [entry for entry in self.entries if entry.warning]
 
     @property
-    def done(self) -> list[InstanceOutcome]:
-        return [outcome for outcome in self.outcomes if outcome.done]
+    def done(self) -> list[InstanceReport]:
+        return [entry for entry in self.entries if entry.done]
 
     @property
-    def skipped(self) -> list[InstanceOutcome]:
-        return [outcome for outcome in self.outcomes if not outcome.done]
+    def skipped(self) -> list[InstanceReport]:
+        return [entry for entry in self.entries if not entry.done]
 
     def summary(self) -> str:
         """ "3 workflows paused; 1 skipped: already completed", or the one instance's detail."""
-        if len(self.outcomes) == 1:
-            return self.outcomes[0].detail
-        if not self.outcomes:
+        if len(self.entries) == 1:
+            return self.entries[0].detail
+        if not self.entries:
             return "No workflow selected."
         parts = [
             f"{count} {_workflows(count)} {label}"

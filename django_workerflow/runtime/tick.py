@@ -53,7 +53,7 @@ MAX_REPLAYS_PER_TICK = 100
 
 
 @dataclass(frozen=True, slots=True)
-class TickResult:
+class TickReport:
     """What a tick did, and the alarm it left."""
 
     outcome: TickEnding
@@ -62,7 +62,7 @@ class TickResult:
 
 
 @dataclass(slots=True)
-class PassResult:
+class PassReport:
     """How one replay pass ended, and what settling it needs."""
 
     outcome: PassEnding
@@ -80,7 +80,7 @@ class PassResult:
     unreached: list[str] | None = field(default=None)
 
 
-def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
+def tick(instance_pk: int, *, renew_lease: bool = False) -> TickReport:
     """Execute the instance as far as it can go now. Safe to call at any time, any number
     of times, from any worker: an instance that is not due, not active, or leased by a live
     worker is left as it is (a live lease gets a request for one more pass).
@@ -100,12 +100,12 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     claimed = _claim(instance_pk, token)
     # A queued instance's rate-limit bell rang: admission runs with its row released.
     if (
-        isinstance(claimed, TickResult)
+        isinstance(claimed, TickReport)
         and claimed.outcome == TickEnding.QUEUED
         and admission.admit_queued_instance(instance_pk, clock_now())
     ):
         claimed = _claim(instance_pk, token)
-    if isinstance(claimed, TickResult):
+    if isinstance(claimed, TickReport):
         return claimed
     instance, definition_class, recovering, woken_at, woken_for = claimed
     if woken_for is not None:
@@ -159,7 +159,7 @@ def recheck_unregistered(**_: Any) -> int:
 def _claim(
     instance_pk: int, token: str
 ) -> (
-    TickResult
+    TickReport
     | tuple[WorkflowInstance, type[WorkflowDefinition], bool, datetime | None, WokenFor | None]
 ):
     """Lock the instance and take its lease, or say why this tick has nothing to do. The
@@ -169,23 +169,23 @@ def _claim(
     with transaction.atomic():
         found = instance_rows.read_for_claim(instance_pk)
         if found is None:
-            return TickResult(TickEnding.MISSING)
+            return TickReport(TickEnding.MISSING)
         instance, definition_paused = found
         if instance.status not in ACTIVE_STATUSES:
-            return TickResult(TickEnding.INACTIVE, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.INACTIVE, alarm_at=instance.alarm_at)
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
-            return TickResult(TickEnding.NOT_DUE, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.NOT_DUE, alarm_at=instance.alarm_at)
         if definition_paused:
             # Held: left due and without a bell (the sweeper skips it too); resuming the
             # definition rings it (runtime/definition_pauses.py).
-            return TickResult(TickEnding.HELD, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.HELD, alarm_at=instance.alarm_at)
         if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
-            return TickResult(TickEnding.QUEUED, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.QUEUED, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
             if instance.found_leased():
                 bells.arm(instance.pk, instance.alarm_at)
-            return TickResult(TickEnding.BUSY, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.BUSY, alarm_at=instance.alarm_at)
         definition_class = registry.lookup(instance.definition_name, instance.definition_version)
         if definition_class is None:
             logger.warning(
@@ -198,7 +198,7 @@ def _claim(
             )
             instance.defer(now + UNREGISTERED_RETRY)
             bells.arm(instance.pk, instance.alarm_at)
-            return TickResult(TickEnding.UNREGISTERED, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.UNREGISTERED, alarm_at=instance.alarm_at)
         # The time of the wake that made it due (an event's, maybe), before the claim.
         woken_at = instance.updated_at if instance.wake_requested else None
         # Before the claim too, which sets the alarm (and clears its cause).
@@ -244,7 +244,7 @@ def _execute(
     taken_at: float,
     recovering: bool,
     traced: tracing.TickTrace,
-) -> TickResult:
+) -> TickReport:
     deadline = time.monotonic() + settings.TICK_BUDGET
     suspects: set[str] | None = None if recovering else set()
     replays = 0
@@ -279,7 +279,7 @@ def _replay(
     deadline: float,
     suspects: set[str],
     traced: tracing.TickTrace,
-) -> tuple[Execution, PassResult]:
+) -> tuple[Execution, PassReport]:
     """One pass of ``execute()``; a success it holds in memory is written by the settle."""
     execution = Execution(
         instance_key=instance.key,
@@ -303,14 +303,14 @@ def _replay(
     return execution, result
 
 
-def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResult:
+def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassReport:
     try:
         if execution.instance_deadline is not None:
             # Woken at its deadline (or past it): fails before any of its code runs.
             execution.check_deadline()
         value = definition.execute()
     except ExecutionStopped:
-        return PassResult(
+        return PassReport(
             PassEnding.SUSPENDED, stop_reason=execution.stop_reason or StopReason.STOPPED
         )
     except Suspension:
@@ -328,25 +328,25 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
         result_json = jsonvalue.dumps(value, what="The workflow's return value")
     except WorkflowInputError as exc:
         return _failed(exc)
-    return PassResult(PassEnding.COMPLETED, result_json=result_json)
+    return PassReport(PassEnding.COMPLETED, result_json=result_json)
 
 
-def _flush(execution: Execution, result: PassResult) -> PassResult:
+def _flush(execution: Execution, result: PassReport) -> PassReport:
     """Write the success held in memory in the settle's transaction, so it is durable
     before (and with) the suspension or the finish; a lost lease or a stopped instance
     found by that write ends the pass as stopped."""
     try:
         execution.flush()
     except ExecutionStopped:
-        return PassResult(PassEnding.SUSPENDED, stop_reason=execution.stop_reason)
+        return PassReport(PassEnding.SUSPENDED, stop_reason=execution.stop_reason)
     return result
 
 
-def _failed(exc: BaseException) -> PassResult:
+def _failed(exc: BaseException) -> PassReport:
     """A failed pass; the steps whose failure escaped ``execute()`` (the error's own, and the
     other failed branches of an ``all()``) are what a retry reopens."""
     step_ids = failed_step_ids(exc)
-    return PassResult(
+    return PassReport(
         PassEnding.FAILED,
         error_name=storable.error_name(exc),
         error_message=error_message(exc),
@@ -357,8 +357,8 @@ def _failed(exc: BaseException) -> PassResult:
     )
 
 
-def _suspended(execution: Execution) -> PassResult:
-    return PassResult(
+def _suspended(execution: Execution) -> PassReport:
+    return PassReport(
         PassEnding.SUSPENDED,
         due=execution.next_due(),
         due_cause=execution.next_due_cause(),
@@ -374,10 +374,10 @@ def _settle(
     instance: WorkflowInstance,
     token: str,
     execution: Execution,
-    result: PassResult,
+    result: PassReport,
     replays: int,
     progress: PendingProgress,
-) -> TickResult | None:
+) -> TickReport | None:
     """Commit the pass's outcome and release the lease, or return None to replay again.
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
@@ -392,11 +392,11 @@ def _settle_locked(
     instance: WorkflowInstance,
     token: str,
     execution: Execution,
-    result: PassResult,
+    result: PassReport,
     replays: int,
     finishes: bool,
     progress: PendingProgress,
-) -> TickResult | None:
+) -> TickReport | None:
     """The settle's work, in its transaction. A rollback raises out of the tick, whose
     held progress goes with it (the next tick reads the row afresh)."""
     # The lock order (store/locks.py): whoever waits for this instance first.
@@ -405,11 +405,11 @@ def _settle_locked(
     result = _flush(execution, result)
     if locked is None:
         # Deleted mid-tick (a purge, an admin's delete): nothing is left to settle.
-        return TickResult(TickEnding.MISSING, replays=replays)
+        return TickReport(TickEnding.MISSING, replays=replays)
     now = clock_now()
     if not lease.is_held(locked, token):
         logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
-        return TickResult(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        return TickReport(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
     if progress.pending is not None:
         # Before the lease is released: the write is fenced by it.
         with connection.cursor() as cursor:
@@ -417,12 +417,12 @@ def _settle_locked(
     if locked.status != WorkflowStatus.RUNNING:
         # Paused or cancelled during the pass: leave the state the operator set.
         locked.release_lease(None, now)
-        return TickResult(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        return TickReport(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
     if result.stop_reason == StopReason.DEFINITION_PAUSED:
         # Its definition was paused during the pass: held, due, as the claim leaves it.
         locked.release_lease(now, now)
         logger.info("definition paused key=%s: the instance is held", locked.key)
-        return TickResult(TickEnding.HELD, alarm_at=now, replays=replays)
+        return TickReport(TickEnding.HELD, alarm_at=now, replays=replays)
     _note_unreached(locked, result.unreached)
     match result.outcome:
         case PassEnding.COMPLETED:
@@ -430,7 +430,7 @@ def _settle_locked(
             locked.set_completed(jsonvalue.loads(result.result_json), now)
             finishing.instance_finished(locked, now, None, followups)
             logger.info("workflow completed key=%s replays=%s", locked.key, replays)
-            return TickResult(TickEnding.COMPLETED, replays=replays)
+            return TickReport(TickEnding.COMPLETED, replays=replays)
         case PassEnding.FAILED:
             locked.set_failed(
                 result.error_name,
@@ -449,14 +449,14 @@ def _settle_locked(
                 result.error_step_id or "-",
                 exc_info=result.exception,
             )
-            return TickResult(TickEnding.FAILED, replays=replays)
+            return TickReport(TickEnding.FAILED, replays=replays)
         case PassEnding.SUSPENDED:
             return _settle_suspended(locked, result, replays, now)
 
 
 def _settle_suspended(
-    locked: WorkflowInstance, result: PassResult, replays: int, now: datetime
-) -> TickResult | None:
+    locked: WorkflowInstance, result: PassReport, replays: int, now: datetime
+) -> TickReport | None:
     """Yield the worker, pass again at once (something is due or changed), or sleep until
     the earliest due time (None: until an event arrives), and never past the instance's
     deadline: its alarm rings then, and the pass it wakes fails it with
@@ -464,7 +464,7 @@ def _settle_suspended(
     if result.yielded or replays >= MAX_REPLAYS_PER_TICK:
         locked.release_lease(now, now)
         bells.arm(locked.pk, now)
-        return TickResult(TickEnding.YIELDED, alarm_at=now, replays=replays)
+        return TickReport(TickEnding.YIELDED, alarm_at=now, replays=replays)
     due, cause = result.due, result.due_cause
     deadline = locked.deadline_at
     if deadline is not None and (due is None or deadline < due):
@@ -477,7 +477,7 @@ def _settle_suspended(
     locked.release_lease(due, now, cause)
     if due is not None:
         bells.arm(locked.pk, due)
-    return TickResult(TickEnding.SUSPENDED, alarm_at=due, replays=replays)
+    return TickReport(TickEnding.SUSPENDED, alarm_at=due, replays=replays)
 
 
 def _note_unreached(locked: WorkflowInstance, unreached: list[str] | None) -> None:

@@ -65,7 +65,7 @@ class WorkflowEventType(models.TextChoices):
 
 
 class TickEnding(models.TextChoices):
-    """How a tick ended (:attr:`~django_workerflow.runtime.tick.TickResult.outcome`)."""
+    """How a tick ended (:attr:`~django_workerflow.runtime.tick.TickReport.outcome`)."""
 
     COMPLETED = "completed"
     FAILED = "failed"

@@ -1,7 +1,7 @@
 """``runtime.tick.tick``: what a tick claims, and how it settles the pass it ran.
 
 Each test calls ``tick(pk)`` directly (the worker's entry point) under the test harness's
-virtual clock, with worker bells silenced, and reads the :class:`TickResult` and the row.
+virtual clock, with worker bells silenced, and reads the :class:`TickReport` and the row.
 """
 
 from __future__ import annotations
