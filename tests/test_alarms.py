@@ -73,9 +73,9 @@ def test_send_event__queues_its_bell_and_records_it_in_the_wakes_one_update(defi
         if q["sql"].lstrip().replace('"', "").startswith(f"UPDATE {table} ")
     ]
     if connection.vendor == "postgresql":
-        # The wake, its bell and bell_at are part of the one statement that delivers.
+        # The wake, its bell and bell_at are part of the one statement that sends the event.
         assert updates == []
-        assert sum("deliver_event" in q["sql"] for q in captured) >= 1
+        assert sum("workerflow_send_event" in q["sql"] for q in captured) >= 1
     else:
         assert len(updates) == 1, updates
 

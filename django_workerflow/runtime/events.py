@@ -1,4 +1,4 @@
-"""Events: :func:`send_event` delivers an event to an instance, under its row lock.
+"""Events: :func:`send_event` sends an event to an instance, under its row lock.
 
 It satisfies the earliest waiting step of that name, or is queued. On PostgreSQL the event,
 the wait it satisfies, the wake and its bell are one statement; on SQLite, or while save
@@ -47,7 +47,7 @@ def send_event(
     missing_ok: bool = False,
     idempotency_key: str | None = None,
 ) -> InboundEvent | None:
-    """Deliver an event: it satisfies the earliest waiting step of that name, or is queued.
+    """Send an event: it satisfies the earliest waiting step of that name, or is queued.
 
     With ``idempotency_key``, a send that finds an event of the instance sent with that key
     returns it and stores nothing (the instance's row lock orders concurrent sends), so a
@@ -58,7 +58,7 @@ def send_event(
     ``waiting_for`` lists the names the instance's waiting steps wait for.
 
     On PostgreSQL two statements: the instance looked up and locked, then the event
-    delivered (:func:`~django_workerflow.store.inbound_events.deliver`).
+    sent (:func:`~django_workerflow.store.inbound_events.send`).
     """
     jsonvalue.check_identifier(event_name, what="An event name")
     payload_json = jsonvalue.dumps(payload, what=f"The payload of event '{event_name}'")
@@ -89,11 +89,11 @@ def send_event(
         if connection.vendor == "postgresql" and not (
             model_rows.signalled(InboundEvent) or model_rows.signalled(WorkflowInstance)
         ):
-            event = _deliver_at_once(locked, event_name, payload_json, now)
+            event = _send_at_once(locked, event_name, payload_json, now)
         else:
-            event = _deliver_in_steps(locked, event_name, payload_json, now)
+            event = _send_in_steps(locked, event_name, payload_json, now)
         if idempotency_key is not None:
-            # A statement of its own: the delivery's statement stays the same with or without.
+            # A statement of its own: the send's statement stays the same with or without.
             InboundEvent.objects.filter(pk=event.pk).update(idempotency_key=idempotency_key)
             event.idempotency_key = idempotency_key
     if event.waiting_for is not None and event_name not in event.waiting_for:
@@ -113,7 +113,7 @@ def send_event(
     return event
 
 
-def _deliver_at_once(
+def _send_at_once(
     locked: WorkflowInstance, event_name: str, payload_json: str, now: datetime
 ) -> InboundEvent:
     """PostgreSQL: the event, the wait it satisfies, the wake and its bell in one statement."""
@@ -125,7 +125,7 @@ def _deliver_at_once(
         bell = inbound_events.Bell(bell_rows.list_key(), bell_rows.payload(locked.pk))
     trace_context = tracing.carrier()
     with connection.cursor() as cursor:
-        delivery = inbound_events.deliver(
+        sent = inbound_events.send(
             cursor,
             locked.pk,
             event_name,
@@ -140,27 +140,27 @@ def _deliver_at_once(
             queue_table=bell_rows.queue_table() if direct else None,
             bell=bell,
         )
-    if delivery.woken and not leased and not direct:
+    if sent.woken and not leased and not direct:
         # Another broker, or django-q2 on another database: its bell goes through alarms.
         bells.arm(locked.pk, now)
-    claimed_at = now if delivery.claimed_by_id is not None else None
+    claimed_at = now if sent.claimed_by_id is not None else None
     stored = {
-        "id": delivery.event_pk,
+        "id": sent.event_pk,
         "instance_id": locked.pk,
         "event_name": event_name,
         "payload": jsonvalue.loads(payload_json),
         "created_at": now,
-        "claimed_by_id": delivery.claimed_by_id,
+        "claimed_by_id": sent.claimed_by_id,
         "claimed_at": claimed_at,
         "trace_context": trace_context,
     }
     # As if read back: the caller may save or delete it like any other row.
     event = InboundEvent.from_db(connection.alias, list(stored), list(stored.values()))
-    event.waiting_for = delivery.waiting_for
+    event.waiting_for = sent.waiting_for
     return event
 
 
-def _deliver_in_steps(
+def _send_in_steps(
     locked: WorkflowInstance, event_name: str, payload_json: str, now: datetime
 ) -> InboundEvent:
     """SQLite, or while save signals are connected: the event through the ORM, then the
