@@ -1,7 +1,7 @@
 """One home per name: a module lists in ``__all__`` only what it defines or uses itself.
 
 A module that imports a name only to list it again in ``__all__`` is a second address for
-it (``runtime/verbs.py`` re-exported ``tick`` and ``start``), and a grep for the name then
+it (the runtime's old ``verbs`` module re-exported ``tick`` and ``start``), and a grep then
 finds two homes. The packages' ``__init__`` modules are exempt: re-exporting is what a
 facade is for. ruff's F401 already fails an unused import that ``__all__`` does not list.
 """
