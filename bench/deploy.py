@@ -30,7 +30,7 @@ def check_replay(sizes: Sizes, progress: Any) -> dict[str, Any]:
     from django.core.management import call_command
 
     from django_workerflow import start
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime.tick import tick
     from django_workerflow.workers import bells
 
     count = sizes.check_replay_instances
@@ -38,7 +38,7 @@ def check_replay(sizes: Sizes, progress: Any) -> dict[str, Any]:
     with bells.suppressed():
         for index in range(count):
             instance = start("bench-deploy", key=f"deploy-{index}")
-            verbs.tick(instance.pk)
+            tick(instance.pk)
     progress("check-replay")
     out = StringIO()
     with Stopwatch() as watch:

@@ -20,7 +20,8 @@ from django.db.models import Count
 
 from django_workerflow import start
 from django_workerflow.models import WorkflowEvent, WorkflowInstance
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
+from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
 from .common import Sizes
@@ -40,7 +41,7 @@ def queue_drain(sizes: Sizes) -> dict[str, Any]:
             definition_name="bench-limited", admitted_at__isnull=True
         ).count()
         began = time.monotonic()
-        drain_from = verbs.clock_now()
+        drain_from = clock_now()
         workers = [
             threading.Thread(target=_work, args=(count,)) for _ in range(sizes.queue_workers)
         ]
@@ -78,12 +79,10 @@ def _work(total: int) -> None:
             )
             while done.count() < total:
                 due = list(
-                    WorkflowInstance.objects.due(verbs.clock_now()).values_list("pk", flat=True)[
-                        :LIMIT
-                    ]
+                    WorkflowInstance.objects.due(clock_now()).values_list("pk", flat=True)[:LIMIT]
                 )
                 for pk in due:
-                    verbs.tick(pk)
+                    tick(pk)
                 if not due:
                     time.sleep(0.001)
     finally:

@@ -19,7 +19,8 @@ from django.db import connection
 
 from django_workerflow import start
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
+from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
 from .common import REPO, Sizes, Stopwatch
@@ -45,7 +46,7 @@ def drive(instance_pk: int) -> str:
     """
     with bells.suppressed():
         while True:
-            outcome = verbs.tick(instance_pk).outcome
+            outcome = tick(instance_pk).outcome
             if outcome in ("completed", "failed", "suspended"):
                 return outcome
             if outcome != "yielded":
@@ -54,7 +55,7 @@ def drive(instance_pk: int) -> str:
 
 def make_due(instance_pk: int) -> None:
     """Bring a sleeping instance's alarm to now: its next tick replays it."""
-    WorkflowInstance.objects.filter(pk=instance_pk).update(alarm_at=verbs.clock_now())
+    WorkflowInstance.objects.filter(pk=instance_pk).update(alarm_at=clock_now())
 
 
 # The raw commit rate ------------------------------------------------------------------

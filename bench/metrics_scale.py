@@ -5,7 +5,7 @@
 finished (completed, some failed) and 5 % active (running and pending), and
 ``metrics_processes`` process metrics rows, each with every counter and histogram series
 of the four definitions: the live workers of a few clusters and those stopped in the last
-minute (the sweeper merges the rows of older ones into one, ``store/process_metrics.py``).
+minute (the sweeper merges the rows of older ones into one, ``store/flushed_totals.py``).
 Then ``metrics.text()`` (what the view answers) is timed ``metrics_repeats`` times with
 the rows unchanged, then as many times with every row flushed again before each scrape
 (live workers flush every few seconds), and the queries of one more scrape are timed each.
@@ -25,9 +25,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_workerflow import metrics
-from django_workerflow.meters import Meters
 from django_workerflow.models import ProcessMetrics, WorkflowInstance
-from django_workerflow.values.states import AttemptOutcome, StepType, WakeCause
+from django_workerflow.process_counters import ProcessCounters
+from django_workerflow.values.states import AttemptEnding, StepType, WakeCause
 
 from .admin_scale import DEFINITIONS, fill_instances
 from .common import Sizes, percentile
@@ -39,16 +39,16 @@ FINISHED = 38
 
 def _process_totals() -> dict[str, Any]:
     """The totals of a process that saw every series of the four definitions."""
-    meters = Meters()
+    process_counters = ProcessCounters()
     for index in range(DEFINITIONS):
         name = f"bench-admin-{index}"
-        meters.attempt_started(name, StepType.RUN)
-        for outcome in AttemptOutcome:
-            meters.attempt_finished(name, StepType.RUN, outcome, 0.01 * (index + 1))
-        meters.tick_finished(name, 0.02)
+        process_counters.attempt_started(name, StepType.RUN)
+        for outcome in AttemptEnding:
+            process_counters.attempt_finished(name, StepType.RUN, outcome, 0.01 * (index + 1))
+        process_counters.tick_finished(name, 0.02)
         for cause in WakeCause:
-            meters.woke(name, cause, 0.1)
-    return meters.totals()
+            process_counters.woke(name, cause, 0.1)
+    return process_counters.totals()
 
 
 def _fill_processes(count: int) -> None:

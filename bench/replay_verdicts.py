@@ -71,7 +71,7 @@ def replay_verdicts(sizes: Sizes, progress: Any) -> dict[str, Any]:
 def _pass_rate(sizes: Sizes, progress: Any) -> dict[str, Any]:
     from django_workerflow import start
     from django_workerflow.deploy import verdicts
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime.tick import tick
     from django_workerflow.workers import bells
 
     count = sizes.check_replay_instances
@@ -79,7 +79,7 @@ def _pass_rate(sizes: Sizes, progress: Any) -> dict[str, Any]:
     with bells.suppressed():
         for index in range(count):
             instance = start("bench-deploy", key=f"verdict-{index}")
-            verbs.tick(instance.pk)
+            tick(instance.pk)
     progress("verdicts: the background pass")
     with Stopwatch() as watch:
         done = verdicts.refresh()

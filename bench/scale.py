@@ -24,8 +24,10 @@ from django_workerflow.models import (
     WorkflowEvent,
     WorkflowInstance,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
+from django_workerflow.runtime.tick import tick
 from django_workerflow.store.instance_ids import id_block
+from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
 from .common import Sizes, timed
@@ -93,7 +95,7 @@ def _later(seconds: str) -> str:
 
 def insert_sleeping_instances(count: int, due: int) -> None:
     """``count`` sleeping instances, every ``count // due``-th of them overdue."""
-    now = verbs.clock_now()
+    now = clock_now()
     adapt = connection.ops.adapt_datetimefield_value
     params = {
         "count": count,
@@ -137,7 +139,7 @@ def insert_sleeping_instances(count: int, due: int) -> None:
 
 def due_lookup(sizes: Sizes) -> tuple[float, int]:
     """Median seconds of ``WorkflowInstance.objects.due(now)`` fetching the due pks."""
-    now = verbs.clock_now()
+    now = clock_now()
     queryset = WorkflowInstance.objects.due(now).values_list("pk", flat=True)
     found = len(list(queryset))
     timings = [timed(lambda: list(queryset.all())) for _ in range(sizes.due_repeats)]
@@ -145,7 +147,7 @@ def due_lookup(sizes: Sizes) -> tuple[float, int]:
 
 
 def explain_due() -> str:
-    queryset = WorkflowInstance.objects.due(verbs.clock_now()).values_list("pk", flat=True)
+    queryset = WorkflowInstance.objects.due(clock_now()).values_list("pk", flat=True)
     if connection.vendor == "postgresql":
         return queryset.explain(analyze=True, buffers=True)
     return queryset.explain()
@@ -158,7 +160,7 @@ def sweep_seconds(repeats: int, *, ringing: bool) -> tuple[float, int]:
     for _ in range(repeats):
         with nullcontext() if ringing else bells.suppressed():
             began = time.perf_counter()
-            rang = verbs.sweep()
+            rang = sweeping.sweep()
             timings.append(time.perf_counter() - began)
     return statistics.median(timings), rang
 
@@ -166,13 +168,13 @@ def sweep_seconds(repeats: int, *, ringing: bool) -> tuple[float, int]:
 def wake_one_due() -> str:
     """A tick of one overdue bulk instance: it must complete like a real one would."""
     pk = (
-        WorkflowInstance.objects.due(verbs.clock_now())
+        WorkflowInstance.objects.due(clock_now())
         .filter(key__startswith=KEY_PREFIX)
         .values_list("pk", flat=True)
         .first()
     )
     with bells.suppressed():
-        return verbs.tick(pk).outcome
+        return tick(pk).outcome
 
 
 def analyze() -> None:

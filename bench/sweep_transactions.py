@@ -53,11 +53,12 @@ def one_pass(count: int) -> tuple[float, float, int]:
 
     from bench import scale
     from django_workerflow.models import WorkflowInstance
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime import sweeping
+    from django_workerflow.values.clock import now as clock_now
 
     scale.empty_engine_tables()
     scale.insert_sleeping_instances(count, count // 2)
-    now = verbs.clock_now()
+    now = clock_now()
     WorkflowInstance.objects.filter(alarm_at__gt=now).update(alarm_at=now + timedelta(minutes=2))
     scale.analyze()
     with connection.cursor() as cursor:
@@ -83,7 +84,7 @@ def one_pass(count: int) -> tuple[float, float, int]:
     sampler = threading.Thread(target=sample)
     sampler.start()
     began = time.perf_counter()
-    rang = verbs.sweep()
+    rang = sweeping.sweep()
     seconds = time.perf_counter() - began
     stop.set()
     sampler.join()

@@ -202,9 +202,9 @@ def send_event(
     same key after any error (a database error during the commit included).
     """
     # Late: the runtime needs the app registry (see the note above start()).
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime import events
 
-    return verbs.send_event(
+    return events.send_event(
         instance, event_name, payload, missing_ok=missing_ok, idempotency_key=idempotency_key
     )
 
@@ -213,18 +213,18 @@ def pause(instance: WorkflowInstance | str) -> bool:
     """Pause a running instance at its next step boundary. Returns False if it was not
     running (nothing changed); raises ``WorkflowInstance.DoesNotExist`` for an unknown key."""
     # Late: the runtime needs the app registry (see the note above start()).
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime import control
 
-    return verbs.pause(instance)
+    return control.pause(instance)
 
 
 def resume(instance: WorkflowInstance | str) -> None:
     """Resume a paused instance at once; returns None. Raises :class:`WorkflowStateError`
     if it is not paused, ``WorkflowInstance.DoesNotExist`` for an unknown key."""
     # Late: the runtime needs the app registry (see the note above start()).
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime import control
 
-    verbs.resume(instance)
+    control.resume(instance)
 
 
 def pause_definition(name: str, *, reason: str, actor: str | None = None) -> bool:
@@ -266,9 +266,9 @@ def cancel(instance: WorkflowInstance | str, reason: str | None = None) -> bool:
     this. Returns False if it had already finished; raises :class:`WorkflowInputError` for a
     reason that is not storable text, ``WorkflowInstance.DoesNotExist`` for an unknown key."""
     # Late: the runtime needs the app registry (see the note above start()).
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime import control
 
-    return verbs.cancel(instance, reason=reason)
+    return control.cancel(instance, reason=reason)
 
 
 def retry(

@@ -7,7 +7,7 @@ workerflow metrics`` prints the same text. It needs the optional extra
 
 The gauges (instances, queues, oldest ages, deliveries, heartbeats) are read from the
 database at scrape time. The counters and histograms are kept in each process's memory by
-the code that observes them (:mod:`django_workerflow.meters`), and each process flushes
+the code that observes them (:mod:`django_workerflow.process_counters`), and each process flushes
 its totals to a row of its own (``ProcessMetrics``) every few seconds; a scrape sums every
 row, with the scraping process's own totals from memory instead of its row. So a scrape
 from the web process sees every cluster and worker process, on every host, and the ticks
@@ -32,7 +32,7 @@ from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 
-from django_workerflow import meters, registry
+from django_workerflow import process_counters, registry
 from django_workerflow.conf import settings
 from django_workerflow.models import (
     ACTIVE_STATUSES,
@@ -41,7 +41,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.store import instance_counts, process_metrics
+from django_workerflow.store import flushed_totals, instance_counts
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.states import TERMINAL_STATUSES
 
@@ -74,7 +74,7 @@ class Family:
 def families(now: datetime | None = None) -> list[Family]:
     """Read every metric, ages measured from ``now`` (default: the engine's clock, so the
     test harness's virtual time applies)."""
-    return [*_gauges(now), *_counted(process_metrics.fleet_series())]
+    return [*_gauges(now), *_counted(flushed_totals.fleet_series())]
 
 
 def text() -> bytes:
@@ -84,7 +84,7 @@ def text() -> bytes:
     """
     # The counters and histograms are most of the text: rendered again only when a
     # process's totals changed (see _counted_text).
-    return rendered(_gauges()) + _counted_text(process_metrics.fleet_series())
+    return rendered(_gauges()) + _counted_text(flushed_totals.fleet_series())
 
 
 def _gauges(now: datetime | None = None) -> list[Family]:
@@ -101,9 +101,9 @@ def _gauges(now: datetime | None = None) -> list[Family]:
 
 
 @functools.lru_cache(maxsize=1)
-def _counted_text(fleet: meters.Series) -> bytes:
+def _counted_text(fleet: process_counters.Series) -> bytes:
     """The counters and histograms of ``fleet`` rendered; kept while the fleet's sum is the
-    same object (:data:`~django_workerflow.store.process_metrics.FLEET` keeps it while no
+    same object (:data:`~django_workerflow.store.flushed_totals.FLEET` keeps it while no
     row changed and this process observed nothing)."""
     return rendered(list(_counted(fleet)))
 
@@ -308,9 +308,9 @@ def _clusters(now: datetime) -> Family:
     )
 
 
-def _counted(fleet: meters.Series) -> Iterator[Family]:
+def _counted(fleet: process_counters.Series) -> Iterator[Family]:
     """The counters and histograms: every process's totals summed (see
-    :mod:`django_workerflow.meters`)."""
+    :mod:`django_workerflow.process_counters`)."""
     counters, histograms = fleet.counters, fleet.histograms
     for name, kind_help, labels in COUNTERS:
         samples = sorted(counters.get(name, {}).items())
@@ -322,7 +322,7 @@ def _counted(fleet: meters.Series) -> Iterator[Family]:
             kind_help,
             labels,
             buckets=[
-                _cumulative(key, values, meters.BUCKETS[name])
+                _cumulative(key, values, process_counters.BUCKETS[name])
                 for key, values in sorted(histograms.get(name, {}).items())
             ],
         )
@@ -345,12 +345,12 @@ def _cumulative(
 #: The counters: name (without ``_total``), help, labels.
 COUNTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
-        meters.ATTEMPTS_STARTED,
+        process_counters.ATTEMPTS_STARTED,
         "Step attempts started.",
         ("definition", "step_type"),
     ),
     (
-        meters.ATTEMPTS_FINISHED,
+        process_counters.ATTEMPTS_FINISHED,
         "Step attempts finished, by outcome (succeeded, failed, interrupted).",
         ("definition", "step_type", "outcome"),
     ),
@@ -358,17 +358,17 @@ COUNTERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 #: The histograms: name, help, labels.
 HISTOGRAMS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
-        meters.ATTEMPT_DURATION,
+        process_counters.ATTEMPT_DURATION,
         "Seconds a step attempt's callback ran, to its success or failure.",
         ("definition",),
     ),
     (
-        meters.TICK_DURATION,
+        process_counters.TICK_DURATION,
         "Seconds a tick took, from claiming the instance to settling it.",
         ("definition",),
     ),
     (
-        meters.WAKE_LAG,
+        process_counters.WAKE_LAG,
         "Seconds from a due time to the start of the tick woken for it, by cause (start, "
         "sleep, retry, event, child, schedule).",
         ("definition", "cause"),

@@ -12,10 +12,11 @@ from django.db.models import QuerySet
 
 from django_workerflow.deploy import verdicts
 from django_workerflow.exceptions import DatabaseUnavailableError
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
 from django_workerflow.runtime.composition import deliveries
 from django_workerflow.runtime.flow import schedules
-from django_workerflow.store import outage, process_metrics
+from django_workerflow.runtime.tick import tick as run_tick
+from django_workerflow.store import flushed_totals, outage
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import TickAborted
 from django_workerflow.workers import sweep_chain
@@ -32,17 +33,17 @@ class SweepArea(StrEnum):
 
 def tick(instance_pk: int) -> str:
     """Run one tick of the instance (a bell rang); return what it did. Then flush this
-    process's metrics if they are due (:mod:`django_workerflow.store.process_metrics`).
+    process's metrics if they are due (:mod:`django_workerflow.store.flushed_totals`).
 
     A tick that loses the database raises :class:`DatabaseUnavailableError` (an
     ``Exception``: django-q2's worker reports it and lives on); the bell is acknowledged as a
     failure and the instance's lease, running out, leads the sweeper to ring it again."""
     try:
-        outcome = verbs.tick(instance_pk, renew_lease=True).outcome
+        outcome = run_tick(instance_pk, renew_lease=True).outcome
     except (TickAborted, OperationalError, InterfaceError) as error:
         raise _unavailable(instance_pk, error) from None
     outage.back()
-    process_metrics.flush_if_due()
+    flushed_totals.flush_if_due()
     return outcome
 
 
@@ -83,22 +84,22 @@ def _beat_and_sweep(link: datetime | None) -> int:
     schedules.sync_once()  # before the probe: it creates the schedules' rows
     now = clock_now()
     probes: dict[str, Sequence[QuerySet[Any]]] = {
-        SweepArea.INSTANCES: verbs.sweep_backlog(now),
+        SweepArea.INSTANCES: sweeping.sweep_backlog(now),
         SweepArea.DELIVERIES: (deliveries.sweep_backlog(now),),
         SweepArea.SCHEDULES: schedules.sweep_backlog(now),
-        SweepArea.METRICS: (process_metrics.quiet_rows(),),
+        SweepArea.METRICS: (flushed_totals.quiet_rows(),),
     }
-    busy = sweep_chain.beat(link, probes, verbs.alarms_by).busy
+    busy = sweep_chain.beat(link, probes, sweeping.alarms_by).busy
     rung = 0
     if SweepArea.INSTANCES in busy:
-        rung += verbs.sweep()
+        rung += sweeping.sweep()
     if SweepArea.DELIVERIES in busy:
         rung += deliveries.ring_due()
     if SweepArea.SCHEDULES in busy:
         rung += schedules.sweep()
-    process_metrics.flush_if_due()
+    flushed_totals.flush_if_due()
     if SweepArea.METRICS in busy:
-        process_metrics.retire()
+        flushed_totals.retire()
     return rung
 
 

@@ -107,8 +107,8 @@ class Harness:
         until nothing is due; return the ticks run."""
         # Models need the app registry; the pytest plugin imports this before Django's setup.
         from django_workerflow.models import WorkflowInstance
-        from django_workerflow.runtime import verbs
         from django_workerflow.runtime.composition import deliveries
+        from django_workerflow.runtime.tick import tick
 
         ran = 0
         self.run_on_commit_callbacks()
@@ -121,7 +121,7 @@ class Harness:
                     continue
                 return ran
             for pk in due:
-                verbs.tick(pk)
+                tick(pk)
                 self.run_on_commit_callbacks()
                 ran += 1
                 self.ticks += 1

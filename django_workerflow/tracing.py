@@ -129,7 +129,7 @@ class TickTrace:
         self._span.end()
 
     def finished(self, outcome: str, error: BaseException | None = None) -> None:
-        """Note the tick's outcome (a :class:`~django_workerflow.values.states.TickOutcome`
+        """Note the tick's outcome (a :class:`~django_workerflow.values.states.TickEnding`
         value), and the error that failed the instance."""
         if not self.recording:
             return

@@ -336,7 +336,7 @@ def start_stranded_newsletter(stamp: str) -> str:
 
     import django_workerflow as workerflow
     from django_workerflow import WorkflowDefinition, testing
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime.tick import tick
     from django_workerflow.workers import bells
 
     def before_the_deploy(self: WorkflowDefinition) -> str:
@@ -352,7 +352,7 @@ def start_stranded_newsletter(stamp: str) -> str:
         instance = workerflow.start(
             "demo-newsletter", key=f"newsletter-{stamp}", input={"email": "reader@example.com"}
         )
-        verbs.tick(instance.pk)
+        tick(instance.pk)
     return instance.key
 
 

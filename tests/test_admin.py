@@ -30,7 +30,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import control
 from django_workerflow.testing import Harness
 from django_workerflow.values import clock
 from django_workerflow.values.jsonvalue import MAX_NESTING
@@ -675,8 +675,8 @@ def test_delete_selected__deletes_only_finished_instances(admin_client, scenario
 
 
 def test_runtime_retry_now__leaves_sleeps_and_finished_instances_alone(scenario):
-    assert verbs.retry_now("sleeping-1") == []
-    assert verbs.retry_now("completed-1") == []
-    assert verbs.retry_now("retrying-1") == ["charge"]
+    assert control.retry_now("sleeping-1") == []
+    assert control.retry_now("completed-1") == []
+    assert control.retry_now("retrying-1") == ["charge"]
     charge = Step.objects.get(instance__key="retrying-1", step_id="charge")
     assert charge.next_attempt_at <= clock.now()

@@ -15,7 +15,8 @@ from django_q.signing import SignedPackage
 import django_workerflow as workerflow
 from django_workerflow import tasks
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values.clock import VirtualClock, now, set_clock
 from django_workerflow.workers import bells
 
@@ -72,9 +73,9 @@ def test_send_event__queues_its_bell_and_records_it_in_the_wakes_one_update(defi
         if q["sql"].lstrip().replace('"', "").startswith(f"UPDATE {table} ")
     ]
     if connection.vendor == "postgresql":
-        # The wake, its bell and bell_at are part of the one statement that delivers.
+        # The wake, its bell and bell_at are part of the one statement that sends the event.
         assert updates == []
-        assert sum("deliver_event" in q["sql"] for q in captured) >= 1
+        assert sum("workerflow_send_event" in q["sql"] for q in captured) >= 1
     else:
         assert len(updates) == 1, updates
 
@@ -115,7 +116,7 @@ def test_tick_task__runs_the_instance_until_it_suspends(sleeper):
 def test_suspension__beyond_the_horizon_queues_no_bell(sleeper):
     instance = workerflow.start(sleeper, key="k")
     OrmQ.objects.all().delete()
-    verbs.tick(instance.pk)
+    tick(instance.pk)
     assert queued_bells() == []
     instance.refresh_from_db()
     assert instance.alarm_at > now() + bells.HORIZON
@@ -123,14 +124,14 @@ def test_suspension__beyond_the_horizon_queues_no_bell(sleeper):
 
 def test_sweep__queues_the_bell_of_an_alarm_coming_due_once(sleeper):
     instance = workerflow.start(sleeper, key="k")
-    verbs.tick(instance.pk)
+    tick(instance.pk)
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
     clock = VirtualClock(instance.alarm_at - timedelta(minutes=2))
     previous = set_clock(clock)
     try:
-        assert verbs.sweep() == 1
-        assert verbs.sweep() == 0
+        assert sweeping.sweep() == 1
+        assert sweeping.sweep() == 0
     finally:
         set_clock(previous)
     [(args, lock)] = queued_bells()
@@ -142,10 +143,10 @@ def test_sweep__rings_an_overdue_instance_whose_bell_was_lost(sleeper):
     instance = workerflow.start(sleeper, key="k")
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
-    clock = VirtualClock(instance.alarm_at + verbs.SWEEP_GRACE + timedelta(seconds=1))
+    clock = VirtualClock(instance.alarm_at + sweeping.SWEEP_GRACE + timedelta(seconds=1))
     previous = set_clock(clock)
     try:
-        assert verbs.sweep() == 1
+        assert sweeping.sweep() == 1
     finally:
         set_clock(previous)
     assert [args for args, _ in queued_bells()] == [(instance.pk,)]
@@ -161,13 +162,13 @@ def test_sweep__does_not_ring_an_overdue_instance_again_while_its_bell_may_be_qu
     instance = workerflow.start(sleeper, key="k")
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
-    overdue = instance.alarm_at + verbs.SWEEP_GRACE + timedelta(seconds=1)
+    overdue = instance.alarm_at + sweeping.SWEEP_GRACE + timedelta(seconds=1)
     previous = set_clock(VirtualClock(overdue))
     try:
-        assert verbs.sweep() == 1
-        assert verbs.sweep() == 0
-        set_clock(VirtualClock(overdue + verbs.SWEEP_RERING + timedelta(seconds=1)))
-        assert verbs.sweep() == 1
+        assert sweeping.sweep() == 1
+        assert sweeping.sweep() == 0
+        set_clock(VirtualClock(overdue + sweeping.SWEEP_RERING + timedelta(seconds=1)))
+        assert sweeping.sweep() == 1
     finally:
         set_clock(previous)
     assert len(queued_bells()) == 2

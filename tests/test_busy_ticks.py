@@ -8,7 +8,7 @@ import pytest
 import django_workerflow as workerflow
 from django_workerflow.conf import settings
 from django_workerflow.models import WorkflowStatus
-from django_workerflow.runtime.verbs import tick
+from django_workerflow.runtime.tick import tick
 from django_workerflow.testing import WorkerDeath
 
 pytestmark = pytest.mark.django_db

@@ -332,9 +332,9 @@ def test_child__finishing_wakes_the_waiting_parent_in_the_same_transaction(
     workerflow_harness.drain()
     assert refreshed(parent).alarm_at is None
     workerflow.send_event("p/ship", "shipped", "T")
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime.tick import tick
 
-    verbs.tick(WorkflowInstance.objects.get(key="p/ship").pk)
+    tick(WorkflowInstance.objects.get(key="p/ship").pk)
     woken = refreshed(parent)
     assert (woken.alarm_at, woken.wake_requested) == (workerflow_harness.now(), True)
 

@@ -23,7 +23,7 @@ from django_workerflow.models import (
     WorkflowStatus,
     step_events_of,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick as run_tick
 from tests.threads import in_threads
 
 from .runtime_helpers import refreshed
@@ -115,7 +115,7 @@ def test_send_event__racing_a_tick_that_creates_the_wait_is_never_lost(
         instance = workerflow.start(definition, key=key)
 
         def tick(pk: int = instance.pk) -> None:
-            verbs.tick(pk)
+            run_tick(pk)
 
         def send(key: str = key, iteration: int = iteration) -> InboundEvent:
             assert prepared[key].wait(THREAD_TIMEOUT)
@@ -185,7 +185,7 @@ def test_pause__racing_a_tick_leaves_a_paused_instance_with_a_consistent_history
         instance = workerflow.start(definition, key=key)
 
         def tick(pk: int = instance.pk) -> None:
-            verbs.tick(pk)
+            run_tick(pk)
 
         def pause(key: str = key) -> bool:
             assert started[key].wait(THREAD_TIMEOUT)
@@ -236,7 +236,7 @@ def test_cancel__racing_a_tick_means_no_step_starts_afterwards(
         instance = workerflow.start(definition, key=key)
 
         def tick(pk: int = instance.pk) -> None:
-            verbs.tick(pk)
+            run_tick(pk)
 
         def cancel(key: str = key) -> tuple[bool, int]:
             assert started[key].wait(THREAD_TIMEOUT)
@@ -278,7 +278,7 @@ def test_tick__two_racing_ticks_run_each_step_once(transactional_db, define, wor
 
         def tick(pk: int = instance.pk, barrier: threading.Barrier = barrier) -> str:
             barrier.wait()
-            return verbs.tick(pk).outcome
+            return run_tick(pk).outcome
 
         outcomes = in_threads(tick, tick)
         workerflow_harness.drain()

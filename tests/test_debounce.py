@@ -282,12 +282,12 @@ def test_start_many__of_a_debounced_workflow_is_refused(define_with):
 
 
 def test_wake__runs_a_debounced_instance_at_once(define_with):
-    from django_workerflow.runtime import verbs
+    from django_workerflow.runtime import control
 
     definition = define_with(record_input)
     with Harness(start=T0) as harness:
         workerflow.start(definition, key="k", input="now", debounce=3600)
-        assert verbs.wake("k")
+        assert control.wake("k")
         harness.drain()
     assert RUNS == ["now"]
 

@@ -14,7 +14,7 @@ from django.db import connection
 import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from tests.threads import in_threads
 
 from . import flow_helpers
@@ -72,7 +72,7 @@ class Round:
         while not self.done.is_set():
             pk = WorkflowInstance.objects.filter(key=self.key).values_list("pk", flat=True).first()
             if pk is not None:
-                verbs.tick(pk)
+                tick(pk)
                 ticks += 1
         return ticks
 

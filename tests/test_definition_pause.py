@@ -19,9 +19,10 @@ from django_workerflow.models import (
     DefinitionPauseRecord,
     WorkflowInstance,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
+from django_workerflow.runtime.tick import tick
 from django_workerflow.testing import Harness
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.values.states import TickEnding
 
 from . import flow_helpers
 from .runtime_helpers import refreshed, status_of, step
@@ -142,7 +143,7 @@ def test_pause_definition__holds_every_instance_at_the_claim(define, harness):
     assert status_of(free.key) == "completed"
     assert CALLS == ["free:a", "free:b"]
     # A bell that rings anyway finds it held, and changes nothing.
-    assert verbs.tick(held[0].pk).outcome == TickOutcome.HELD
+    assert tick(held[0].pk).outcome == TickEnding.HELD
     assert refreshed(held[0]).alarm_at is not None
 
 
@@ -284,7 +285,7 @@ def test_sweep__rings_no_bell_for_a_held_instance(define, harness):
     workerflow.pause_definition(definition.name, reason="hold")
     harness.advance(600)
 
-    overdue, _upcoming = verbs.sweep_backlog(harness.now())
+    overdue, _upcoming = sweeping.sweep_backlog(harness.now())
     assert instance.pk not in overdue.values_list("pk", flat=True)
     assert not health.check(now=harness.now()).overdue
 

@@ -19,8 +19,8 @@ from django.db import connection
 
 import django_workerflow as workerflow
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.runtime.tick import tick
+from django_workerflow.values.states import TickEnding
 from tests.threads import in_threads
 
 pytestmark = [
@@ -62,8 +62,8 @@ def test_pause_definition__racing_ticks__no_step_starts_once_it_returned(
             workerflow.start(definition, key=f"r{round_number}-{n}") for n in range(INSTANCES)
         ]
 
-        def ticker(pk: int) -> TickOutcome:
-            return verbs.tick(pk).outcome
+        def ticker(pk: int) -> TickEnding:
+            return tick(pk).outcome
 
         def pauser(name: str = definition.name, started: threading.Event = started) -> int:
             assert started.wait(60)
@@ -81,12 +81,12 @@ def test_pause_definition__racing_ticks__no_step_starts_once_it_returned(
         assert steps_after - steps_at_pause <= INSTANCES
         for instance, outcome in zip(instances, outcomes, strict=True):
             instance.refresh_from_db()
-            if outcome == TickOutcome.COMPLETED:
+            if outcome == TickEnding.COMPLETED:
                 continue
-            assert outcome == TickOutcome.HELD
+            assert outcome == TickEnding.HELD
             assert (instance.status, instance.lease_token) == (WorkflowStatus.RUNNING, None)
             # A tick now finds it held and starts nothing.
-            assert verbs.tick(instance.pk).outcome == TickOutcome.HELD
+            assert tick(instance.pk).outcome == TickEnding.HELD
         assert Step.objects.filter(instance__definition_name=definition.name).count() == (
             steps_after
         )

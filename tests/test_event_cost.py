@@ -58,9 +58,9 @@ def test_send_event__to_a_waiting_step_by_key_takes_two_statements_on_postgresql
     statements = statements_of(send)
 
     if connection.vendor == "postgresql":
-        lock, deliver = statements
+        lock, sending = statements
         assert lock.startswith(label("lock_instance_by_key"))
-        assert deliver.startswith(label("deliver_event"))
+        assert sending.startswith(label("send_event"))
     else:
         assert len(statements) <= 9, statements
     assert event is not None

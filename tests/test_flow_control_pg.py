@@ -13,7 +13,7 @@ from django.db.models import Count
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values.clock import now as clock_now
 from tests.threads import in_threads
 
@@ -71,7 +71,7 @@ def work_until_done(total: int, deadline: float) -> int:
         due = list(WorkflowInstance.objects.due(clock_now()).values_list("pk", flat=True)[:8])
         rng.shuffle(due)
         for pk in due:
-            verbs.tick(pk)
+            tick(pk)
             ticks += 1
         if not due:
             time.sleep(0.002)

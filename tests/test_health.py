@@ -14,7 +14,7 @@ from django_q.signing import SignedPackage
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkerHeartbeat, WorkflowInstance
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
 from django_workerflow.workers import sweep_chain
 
 pytestmark = pytest.mark.django_db
@@ -122,6 +122,6 @@ def test_sweep__rings_an_instance_whose_lease_expired_at_once(define):
         alarm_at=now - timedelta(seconds=1),
         bell_at=None,
     )
-    assert verbs.sweep() == 1
+    assert sweeping.sweep() == 1
     # Not rung again while that bell may still wait in the queue.
-    assert verbs.sweep() == 0
+    assert sweeping.sweep() == 0

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 import django_workerflow as workerflow
 from django_workerflow import NondeterminismError, WorkflowDefinition, WorkflowInputError, testing
 from django_workerflow.deploy.exports import HISTORY_FORMAT
-from django_workerflow.deploy.replay import ReplayOutcome
+from django_workerflow.deploy.replay import ReplayEnding
 from tests.test_check_replay import WRITE
 
 pytestmark = pytest.mark.django_db
@@ -79,7 +79,7 @@ def test_export__to_stdout_and_for_an_unknown_key(exported):
 def test_replay__of_unchanged_code_returns_a_report_and_calls_nothing(exported):
     with testing.registered(Signup), CaptureQueriesContext(connection) as queries:
         report = testing.replay(exported)
-    assert report.outcome == ReplayOutcome.STOPPED
+    assert report.outcome == ReplayEnding.STOPPED
     assert report.steps_replayed == 3  # 'inner' is inside a settled run step
     assert report.unreached == ()
     assert CALLS == []
@@ -131,7 +131,7 @@ def test_replay__of_a_finished_history_completes(workerflow_harness, tmp_path):
         out = StringIO()
         call_command("workerflow", "export", "signup-2", stdout=out)
         report = testing.replay(json.loads(out.getvalue()))
-    assert report.outcome == ReplayOutcome.COMPLETED
+    assert report.outcome == ReplayEnding.COMPLETED
     assert report.steps_replayed == 4
 
 

@@ -29,9 +29,9 @@ from django_workerflow import (
     WorkflowTimeoutError,
 )
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.testing import Harness
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.values.states import TickEnding
 
 from . import flow_helpers
 from .admin_helpers import change_url, text
@@ -328,7 +328,7 @@ def test_timeout__never_fires_on_a_finished_instance(harness, define):
 
     # The alarm of the deadline had a bell; it rings after the finish and finds nothing.
     harness.advance(timedelta(minutes=5))
-    assert verbs.tick(instance.pk).outcome == TickOutcome.INACTIVE
+    assert tick(instance.pk).outcome == TickEnding.INACTIVE
     instance = refreshed(instance)
     assert (instance.status, instance.result, instance.error_name) == ("completed", "ok", "")
 
@@ -340,7 +340,7 @@ def test_timeout__fires_once(harness, define_with, status_changes):
     instance = started(harness, definition)
     harness.advance(timedelta(seconds=30))
     harness.advance(timedelta(hours=2))
-    assert verbs.tick(instance.pk).outcome == TickOutcome.INACTIVE
+    assert tick(instance.pk).outcome == TickEnding.INACTIVE
     harness.drain()
 
     assert workflow_event_types(instance).count("failed") == 1

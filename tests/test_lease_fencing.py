@@ -18,11 +18,11 @@ from django_workerflow.engine.execution import (
     Execution,
 )
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime.tick import PassResult, _settle
+from django_workerflow.runtime.tick import PassReport, _settle
 from django_workerflow.store.steps import StepStore
 from django_workerflow.values.clock import now
 from django_workerflow.values.control_flow import ExecutionStopped
-from django_workerflow.values.states import PassOutcome, StepState, StopReason, TickOutcome
+from django_workerflow.values.states import PassEnding, StepState, StopReason, TickEnding
 
 from .factories import WorkflowInstanceFactory
 from .runtime_helpers import claim
@@ -158,14 +158,14 @@ def test_fencing__stale_worker_cannot_settle_the_tick(instance, stale):
     execution = Execution(
         instance_key=instance.key, store=stale, deadline=1e18, interrupted_suspects=set()
     )
-    passed = PassResult(PassOutcome.COMPLETED, result_json="1")
+    passed = PassReport(PassEnding.COMPLETED, result_json="1")
 
     result = _settle(
         instance, stale.lease.token, execution, passed, 1, stale.progress, stale.attributes
     )
 
     assert result is not None
-    assert result.outcome == TickOutcome.STOPPED
+    assert result.outcome == TickEnding.STOPPED
     after = WorkflowInstance.objects.get(pk=instance.pk)
     assert (after.status, after.lease_token, after.alarm_at, after.result) == (
         before.status,

@@ -17,7 +17,7 @@ from django.db import connection
 import django_workerflow as workerflow
 from django_workerflow import tracing
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values.clock import now
 from tests.threads import in_threads
 
@@ -56,9 +56,9 @@ def family(define, child_execute):
 def started_family(parent, key: str) -> tuple[str, str]:
     """Start the parent, tick it (its child starts), tick the child (it waits)."""
     workerflow.start(parent, key=key)
-    verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+    tick(WorkflowInstance.objects.get(key=key).pk)
     child_key = f"{key}/child"
-    verbs.tick(WorkflowInstance.objects.get(key=child_key).pk)
+    tick(WorkflowInstance.objects.get(key=child_key).pk)
     return key, child_key
 
 
@@ -103,7 +103,7 @@ def test_cancel_parent__racing_the_tick_that_completes_its_child__never_deadlock
         def tick_child(child_pk: int = child_pk, barrier: threading.Barrier = barrier) -> None:
             barrier.wait()
             jitter()
-            verbs.tick(child_pk)
+            tick(child_pk)
 
         in_threads(cancel_parent, tick_child)
 
@@ -131,10 +131,10 @@ def test_cancel_two_parents__whose_children_share_a_gate__never_deadlocks(
         # Each parent's first child takes one of the two slots; the later ones queue.
         for key in keys:
             workerflow.start(parent_definition, key=key)
-            verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+            tick(WorkflowInstance.objects.get(key=key).pk)
         for key in keys:
             workerflow.send_event(key, "more")
-            verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+            tick(WorkflowInstance.objects.get(key=key).pk)
         children = WorkflowInstance.objects.filter(
             key__startswith=f"gate-{iteration}-", parent__isnull=False
         )
@@ -170,7 +170,7 @@ def test_cancel__a_child_started_between_the_first_look_and_the_row_lock_is_canc
     child = define(wait_for_go)
     parent = define(wait_for_go)
     workerflow.start(parent, key="late-parent")
-    verbs.tick(WorkflowInstance.objects.get(key="late-parent").pk)
+    tick(WorkflowInstance.objects.get(key="late-parent").pk)
     first_look = finishing.lock_waiters
 
     def look_then_a_child_starts(pk: int) -> finishing.Followups:
@@ -199,10 +199,10 @@ def test_an_event_holding_a_queued_row__when_a_finish_frees_a_slot__asks_for_adm
     is not left unused."""
     gated = define_with(wait_for_go, max_concurrency=1, concurrency_key=lambda self: "one")
     workerflow.start(gated, key="holder")
-    verbs.tick(WorkflowInstance.objects.get(key="holder").pk)
+    tick(WorkflowInstance.objects.get(key="holder").pk)
     workerflow.start(gated, key="queued")
     queued = WorkflowInstance.objects.get(key="queued")
-    verbs.tick(queued.pk)  # no free slot: it stays queued, with no alarm
+    tick(queued.pk)  # no free slot: it stays queued, with no alarm
     queued.refresh_from_db()
     assert (queued.admitted_at, queued.alarm_at) == (None, None)
     holding, finished = threading.Event(), threading.Event()
@@ -230,6 +230,6 @@ def test_an_event_holding_a_queued_row__when_a_finish_frees_a_slot__asks_for_adm
     assert queued.admitted_at is None  # the finish's admission skipped the held row
     assert queued.alarm_at is not None
     assert queued.alarm_at <= now()
-    verbs.tick(queued.pk)
+    tick(queued.pk)
     queued.refresh_from_db()
     assert queued.admitted_at is not None

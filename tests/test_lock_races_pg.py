@@ -25,7 +25,8 @@ from django.test.utils import CaptureQueriesContext
 
 import django_workerflow as workerflow
 from django_workerflow.models import Step, WorkflowEvent, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import purge, verbs
+from django_workerflow.runtime import purge, sweeping
+from django_workerflow.runtime.tick import tick
 from django_workerflow.store import locks
 from django_workerflow.values.clock import now
 from tests.threads import in_threads
@@ -136,10 +137,10 @@ def failed_family(define, key: str) -> tuple[str, str]:
 
     parent_definition = define(parent, name=f"{key}-parent")
     workerflow.start(parent_definition, key=key)
-    verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+    tick(WorkflowInstance.objects.get(key=key).pk)
     child_key = f"{key}/child"
-    verbs.tick(WorkflowInstance.objects.get(key=child_key).pk)
-    verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+    tick(WorkflowInstance.objects.get(key=child_key).pk)
+    tick(WorkflowInstance.objects.get(key=key).pk)
     assert status(key) == status(child_key) == WorkflowStatus.FAILED
     return key, child_key
 
@@ -209,7 +210,7 @@ def test_purge__racing_retry__deletes_all_of_an_instance_or_none_of_it(transacti
         if WorkflowInstance.objects.filter(key=child_key).exists():
             assert status(child_key) == WorkflowStatus.RUNNING
             assert rows_of(child_key)[0] == steps
-            verbs.tick(WorkflowInstance.objects.get(key=child_key).pk)
+            tick(WorkflowInstance.objects.get(key=child_key).pk)
             assert status(child_key) == WorkflowStatus.COMPLETED
             assert runs[child_key] == 2  # the failed attempt, and one after the retry
             assert Step.objects.get(instance__key=child_key, step_id="work").attempt_count == 2
@@ -227,9 +228,9 @@ def test_purge__racing_fork_of_the_instance__never_rolls_back_or_deletes_the_for
     for iteration in range(RACES):
         key = f"fork-{iteration}"
         workerflow.start(source, key=key)
-        verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+        tick(WorkflowInstance.objects.get(key=key).pk)
         workerflow.send_event(key, "go", {})
-        verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+        tick(WorkflowInstance.objects.get(key=key).pk)
         assert status(key) == WorkflowStatus.COMPLETED
         barrier = threading.Barrier(2)
 
@@ -272,11 +273,11 @@ def test_purge__a_family_whose_child_a_held_fork_points_at__takes_the_parent_onl
         return self.child("only-child", child, key=f"{self.key}/child")
 
     workerflow.start(define(parent, name="held-fork-parent"), key="p")
-    verbs.tick(WorkflowInstance.objects.get(key="p").pk)
-    verbs.tick(WorkflowInstance.objects.get(key="p/child").pk)
+    tick(WorkflowInstance.objects.get(key="p").pk)
+    tick(WorkflowInstance.objects.get(key="p/child").pk)
     workerflow.send_event("p/child", "go", {})
-    verbs.tick(WorkflowInstance.objects.get(key="p/child").pk)
-    verbs.tick(WorkflowInstance.objects.get(key="p").pk)
+    tick(WorkflowInstance.objects.get(key="p/child").pk)
+    tick(WorkflowInstance.objects.get(key="p").pk)
     assert status("p") == status("p/child") == WorkflowStatus.COMPLETED
     fork = workerflow.fork("p/child", from_step="go")
 
@@ -306,10 +307,10 @@ def overdue_family(define, key: str) -> tuple[int, int]:
 
     workerflow.start(define(parent, name=f"{key}-parent"), key=key)
     parent_pk = WorkflowInstance.objects.get(key=key).pk
-    verbs.tick(parent_pk)
+    tick(parent_pk)
     child_pk = WorkflowInstance.objects.get(key=f"{key}/child").pk
-    verbs.tick(child_pk)
-    past = now() - verbs.SWEEP_GRACE - timedelta(minutes=1)
+    tick(child_pk)
+    past = now() - sweeping.SWEEP_GRACE - timedelta(minutes=1)
     # A lost bell: the rows as a worker that died would leave them (test set-up).
     WorkflowInstance.objects.filter(pk=parent_pk).update(alarm_at=past, bell_at=None)
     WorkflowInstance.objects.filter(pk=child_pk).update(
@@ -321,13 +322,13 @@ def overdue_family(define, key: str) -> tuple[int, int]:
 def test_sweep__skips_an_instance_another_transaction_holds(transactional_db, define):
     parent_pk, child_pk = overdue_family(define, "held-sweep")
 
-    rang, waited = while_held(lambda: locks.lock_instance(child_pk), verbs.sweep)
+    rang, waited = while_held(lambda: locks.lock_instance(child_pk), sweeping.sweep)
 
     assert not waited
     assert rang == 1
     assert WorkflowInstance.objects.get(pk=parent_pk).bell_at is not None
     assert WorkflowInstance.objects.get(pk=child_pk).bell_at is None
-    assert verbs.sweep() == 1  # the next sweep rings the child
+    assert sweeping.sweep() == 1  # the next sweep rings the child
 
 
 def test_sweep__locks_at_most_a_batch_of_rows_per_transaction_in_pk_order(transactional_db, define):
@@ -337,7 +338,7 @@ def test_sweep__locks_at_most_a_batch_of_rows_per_transaction_in_pk_order(transa
     WorkflowInstance.objects.update(alarm_at=now() - timedelta(hours=1), bell_at=None)
 
     with CaptureQueriesContext(connection) as queries:
-        assert verbs.sweep() == 250
+        assert sweeping.sweep() == 250
 
     taking = [q["sql"] for q in queries.captured_queries if "SKIP LOCKED" in q["sql"]]
     assert len(taking) == 3
@@ -365,7 +366,7 @@ def test_sweep__racing_cancel_of_a_family__never_deadlocks(transactional_db, def
         thread.start()
         barrier.wait()
         jitter()
-        verbs.sweep()  # here: bells ring (in_threads would suppress them)
+        sweeping.sweep()  # here: bells ring (in_threads would suppress them)
         thread.join(30)
 
         assert cancelled == [True]
@@ -401,8 +402,8 @@ def test_retry__racing_cancel__never_deadlocks_and_runs_each_step_once(transacti
             assert runs[child_key] == 1
             continue
         outcomes["retried after a no-op cancel"] += 1
-        verbs.tick(WorkflowInstance.objects.get(key=child_key).pk)
-        verbs.tick(WorkflowInstance.objects.get(key=key).pk)
+        tick(WorkflowInstance.objects.get(key=child_key).pk)
+        tick(WorkflowInstance.objects.get(key=key).pk)
         assert status(key) == status(child_key) == WorkflowStatus.COMPLETED
         assert runs[child_key] == 2
         assert Step.objects.get(instance__key=child_key, step_id="work").attempt_count == 2

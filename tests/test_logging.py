@@ -12,7 +12,7 @@ import pytest
 from django_q.tasks import async_task
 
 import django_workerflow as workerflow
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
 from django_workerflow.workers import task_lines
 
 pytestmark = pytest.mark.django_db
@@ -111,7 +111,7 @@ def test_a_sweep_that_only_queues_bells_for_alarms_coming_near__logs_at_debug(
     workerflow.start(define(sleeper))
     workerflow_harness.drain()  # asleep, its alarm 2 minutes ahead: within the bell horizon
     with caplog.at_level(logging.DEBUG, logger="django_workerflow"):
-        assert verbs.sweep() == 1
+        assert sweeping.sweep() == 1
 
     [line] = sweep_lines(caplog)
     assert line.getMessage() == "sweep overdue=0 upcoming=1"
@@ -123,7 +123,7 @@ def test_a_sweep_that_rings_overdue_instances__logs_at_info(workerflow_harness, 
     workerflow_harness.drain()
     workerflow_harness.clock.advance(timedelta(minutes=3))  # past the alarm, no tick ran
     with caplog.at_level(logging.INFO, logger="django_workerflow"):
-        assert verbs.sweep() == 1
+        assert sweeping.sweep() == 1
 
     [line] = sweep_lines(caplog)
     assert line.getMessage() == "sweep overdue=1 upcoming=0"

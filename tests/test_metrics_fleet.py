@@ -1,4 +1,4 @@
-"""The scraping process's fleet (store/process_metrics.py, Fleet): the other processes' rows
+"""The scraping process's fleet (store/flushed_totals.py, Fleet): the other processes' rows
 kept parsed and summed between scrapes by (process, flushed_at), re-read only where they
 changed, and the counters and histograms rendered again only then (docs/metrics.md)."""
 
@@ -16,11 +16,11 @@ from django.db.models import JSONField
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_workerflow import meters, metrics
-from django_workerflow.meters import METERS, Meters, Series, summed
+from django_workerflow import metrics, process_counters
 from django_workerflow.models import ProcessMetrics
-from django_workerflow.store import process_metrics
-from django_workerflow.store.process_metrics import FLEET
+from django_workerflow.process_counters import PROCESS_COUNTERS, ProcessCounters, Series, summed
+from django_workerflow.store import flushed_totals
+from django_workerflow.store.flushed_totals import FLEET
 
 from .test_metrics import URL, scrape, value
 
@@ -36,17 +36,17 @@ DURATION = "workerflow_step_attempt_duration_seconds"
 def idle_scraper() -> None:
     """A scraping process that observed nothing (a web process): the fleet alone counts,
     so the kept sum and its rendered text are what a scrape answers."""
-    METERS.start_afresh()
+    PROCESS_COUNTERS.start_afresh()
     FLEET.forget()
 
 
 def totals(started: int, seconds: float = 0.5) -> dict[str, Any]:
     """A process's totals: ``started`` attempts started and finished, each ``seconds``."""
-    meters = Meters()
+    process_counters = ProcessCounters()
     for _ in range(started):
-        meters.attempt_started("fleet-def", "run")
-        meters.attempt_finished("fleet-def", "run", "succeeded", seconds)
-    return meters.totals()
+        process_counters.attempt_started("fleet-def", "run")
+        process_counters.attempt_finished("fleet-def", "run", "succeeded", seconds)
+    return process_counters.totals()
 
 
 def row(started: int, at: datetime | None = None, **fields: Any) -> ProcessMetrics:
@@ -139,13 +139,13 @@ def test_retiring_rows__counts_nothing_twice_and_loses_nothing():
     for pid in (11, 12, 13):
         row(2, pid=pid)
     assert started() == 6
-    old = timezone.now() - process_metrics.retire_after() - timedelta(seconds=1)
+    old = timezone.now() - flushed_totals.retire_after() - timedelta(seconds=1)
     ProcessMetrics.objects.filter(pid__in=[11, 12]).update(flushed_at=old)
     assert started() == 6
-    assert process_metrics.retire() == 2
+    assert flushed_totals.retire() == 2
     assert started() == 6
     ProcessMetrics.objects.filter(pid=13).update(flushed_at=old)
-    assert process_metrics.retire() == 1
+    assert flushed_totals.retire() == 1
     assert set(ProcessMetrics.objects.values_list("pid", flat=True)) == {0}
     assert started() == 6
 
@@ -158,13 +158,15 @@ def test_an_unchanged_fleet__reads_no_totals_and_renders_the_same_text():
         assert metrics.text() == first
     fleet_reads = [q["sql"] for q in captured.captured_queries if "processmetrics" in q["sql"]]
     assert len(fleet_reads) == 1
-    assert FLEET.read(METERS.process).summed is FLEET.read(METERS.process).summed
+    assert (
+        FLEET.read(PROCESS_COUNTERS.process).summed is FLEET.read(PROCESS_COUNTERS.process).summed
+    )
 
 
 def test_the_scraping_processs_own_row__its_memory_counts_instead():
-    row(2, process=METERS.process)  # its row, as it flushed it
+    row(2, process=PROCESS_COUNTERS.process)  # its row, as it flushed it
     assert started() is None  # it observed nothing since it started
-    METERS.attempt_started("fleet-def", "run")
+    PROCESS_COUNTERS.attempt_started("fleet-def", "run")
     assert started() == 1
     row(3)
     assert started() == 4
@@ -173,20 +175,22 @@ def test_the_scraping_processs_own_row__its_memory_counts_instead():
 def test_a_scraping_process_that_observed__adds_its_own_to_the_kept_sum_without_summing_again():
     row(2)
     row(3)
-    METERS.attempt_started("fleet-def", "run")
-    METERS.attempt_finished("fleet-def", "run", "succeeded", 0.25)
-    first = process_metrics.fleet_series()
+    PROCESS_COUNTERS.attempt_started("fleet-def", "run")
+    PROCESS_COUNTERS.attempt_finished("fleet-def", "run", "succeeded", 0.25)
+    first = flushed_totals.fleet_series()
     assert first.counters[STARTED][("fleet-def", "run")] == 6
     assert (
         first.histograms[DURATION][("fleet-def",)]
-        == summed([totals(2), totals(3), METERS.totals()]).histograms[DURATION][("fleet-def",)]
+        == summed([totals(2), totals(3), PROCESS_COUNTERS.totals()]).histograms[DURATION][
+            ("fleet-def",)
+        ]
     )
     # Nothing changed: the same sum, whose rendering is kept (an unchanged text).
-    assert process_metrics.fleet_series() is first
+    assert flushed_totals.fleet_series() is first
     text = metrics.text()
     assert metrics.text() == text
-    METERS.attempt_started("fleet-def", "run")
-    assert process_metrics.fleet_series().counters[STARTED][("fleet-def", "run")] == 7
+    PROCESS_COUNTERS.attempt_started("fleet-def", "run")
+    assert flushed_totals.fleet_series().counters[STARTED][("fleet-def", "run")] == 7
     assert started() == 7
 
 
@@ -198,7 +202,7 @@ def test_threads_scraping_at_once__each_sees_the_whole_fleet():
 
     def read() -> None:
         try:
-            seen.append(sum(FLEET.read(METERS.process).summed.counters[STARTED].values()))
+            seen.append(sum(FLEET.read(PROCESS_COUNTERS.process).summed.counters[STARTED].values()))
         finally:
             connection.close()  # this thread's own
 
@@ -250,8 +254,8 @@ def test_kept_rows__are_tuples_the_garbage_collector_stops_tracking():
 
 def test_summed__adds_flattened_documents_as_it_adds_the_documents():
     other_buckets = {"histograms": {DURATION: [[["fleet-def"], [1, 1, 0.5]]]}}
-    documents = [totals(2, 0.25), totals(3), other_buckets, meters.EMPTY]
-    flat = meters.summed_flat(map(meters.flattened, documents))
+    documents = [totals(2, 0.25), totals(3), other_buckets, process_counters.EMPTY]
+    flat = process_counters.summed_flat(map(process_counters.flattened, documents))
     assert flat.counters == summed(documents).counters
     assert flat.counters[STARTED] == {("fleet-def", "run"): 5.0}
     assert flat.histograms == summed(documents).histograms

@@ -19,7 +19,7 @@ import django_workerflow as workerflow
 from django_workerflow import WorkflowInputError, WorkflowStateError, testing
 from django_workerflow.deploy import exports
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values.progress import MAX_MESSAGE_LENGTH
 from django_workerflow.workers import bells
 
@@ -180,7 +180,7 @@ def test_set_progress__is_written_with_the_next_step_write(define):
         self.sleep("rest", 60)
 
     instance = workerflow.start(define(execute), key="next")
-    verbs.tick(instance.pk)
+    tick(instance.pk)
     assert seen == [(1, "first")]
 
 
@@ -295,7 +295,7 @@ def test_wait_progress__sees_each_value_a_ticking_worker_reports_in_order(transa
 
     with bells.suppressed():
         instance = workerflow.start(define(execute, name="test-progress-live"), key="live")
-        verbs.tick(instance.pk)
+        tick(instance.pk)
     sent: list[float] = []
     seen: list[tuple[int, float]] = []
     saw = threading.Event()
@@ -305,7 +305,7 @@ def test_wait_progress__sees_each_value_a_ticking_worker_reports_in_order(transa
             saw.clear()
             workerflow.send_event("live", "go")
             sent.append(time.monotonic())
-            verbs.tick(instance.pk)
+            tick(instance.pk)
             assert saw.wait(10)
 
     def waiter() -> None:

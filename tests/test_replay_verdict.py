@@ -457,8 +457,8 @@ def test_fork_onto_current__of_a_renamed_step_runs_anew_from_the_step_it_replace
         report = fork_stranded(WorkflowInstance.objects.filter(key="user-0"), "rename")
         fork = WorkflowInstance.objects.get(key="user-0~1")
 
-        assert [o.label for o in report.outcomes] == ["forked"]
-        assert "from step 'welcome'" in report.outcomes[0].detail
+        assert [o.label for o in report.entries] == ["forked"]
+        assert "from step 'welcome'" in report.entries[0].detail
         assert list(fork.steps.values_list("step_id", flat=True)) == ["create-account"]
         assert workerflow.replay_verdict(fork).ok
 

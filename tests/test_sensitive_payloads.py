@@ -23,8 +23,8 @@ from django_workerflow.definition import sensitive
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.deploy import exports
 from django_workerflow.exceptions import WorkflowDefinitionError
-from django_workerflow.meters import METERS
 from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowInstance
+from django_workerflow.process_counters import PROCESS_COUNTERS
 from django_workerflow.values.masking import MASK, Masker, parse_all
 
 from .admin_helpers import change_url, changelist_url, staff_client, text
@@ -414,7 +414,7 @@ def test_traces__record_errors_by_class_name_only(harness, spans: Spans):
 
 
 def test_metrics__labels_carry_no_payload_value(paid, declined):
-    snapshot = json.dumps(METERS.totals(), default=str)
+    snapshot = json.dumps(PROCESS_COUNTERS.totals(), default=str)
     assert "sensitive-checkout" in snapshot  # the definition's name is a label
     for value in (CARD, EVENT_CARD, TOKEN):
         assert value not in snapshot

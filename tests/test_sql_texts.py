@@ -60,8 +60,8 @@ def texts() -> dict[str, str]:
     found["start/insert_bells.sql"] = sql.insert_bells_statement(QUEUE, 2)
     found["start/draw_instance_ids.sql"] = sql.DRAW_INSTANCE_IDS
     # send_event()'s delivery on PostgreSQL, with django-q2's queue (a bell) and without.
-    found["event/deliver_event.sql"] = sql.deliver_event_statement(QUEUE)
-    found["event/deliver_event_without_bells.sql"] = sql.deliver_event_statement(None)
+    found["event/send_event.sql"] = sql.send_event_statement(QUEUE)
+    found["event/send_event_without_bells.sql"] = sql.send_event_statement(None)
     # The purge's, for two instances: the instance rows, and a table that points at them.
     found["purge/purge_instances.sql"] = sql.purge_statement(sql.INSTANCE, 2)
     found["purge/purge_workflow_events.sql"] = sql.purge_statement(sql.WORKFLOW_EVENT, 2)

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, transaction
 
 import django_workerflow as workerflow
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +63,7 @@ class StatementCounter:
 def count_tick(instance_pk: int) -> StatementCounter:
     counter = StatementCounter()
     with connection.execute_wrapper(counter):
-        verbs.tick(instance_pk)
+        tick(instance_pk)
     return counter
 
 

@@ -21,7 +21,7 @@ from django_workerflow.models import (
     WorkflowStatus,
     step_events_of,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.testing import WorkerDeath
 
 from .runtime_helpers import lease_runs_out
@@ -166,7 +166,7 @@ def test_outcome__is_durable_before_the_worker_yields(define, workerflow_harness
 
     instance = workerflow.start(define(execute))
     with override_settings(WORKERFLOW_TICK_BUDGET=0):
-        result = verbs.tick(instance.pk)
+        result = tick(instance.pk)
 
     assert result.outcome == "yielded"
     assert states(instance) == {"s0": StepState.SUCCEEDED}

@@ -20,7 +20,7 @@ import pytest
 import django_workerflow as workerflow
 from django_workerflow.exceptions import StepStateError, WaitStepTimedOutError
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus, step_events_of
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import control
 from django_workerflow.runtime.starting import start
 from django_workerflow.store.records import StepRecord
 from django_workerflow.store.steps import StepStore
@@ -630,7 +630,7 @@ def test_sleep__replaying_an_elapsed_sleep_sets_no_alarm(
     workerflow_harness.advance(60)
     assert Step.objects.get(step_id="sleep-1").state == StepState.ELAPSED
 
-    verbs.wake(instance)
+    control.wake(instance)
     assert workerflow_harness.drain() == 1
 
     assert alarm_of(instance) is None
@@ -801,7 +801,7 @@ def test_wait__replay_keeps_the_recorded_timeout_for_the_alarm_not_the_new_one(
 
     # A replay 30 s later reaches the wait with the same timeout: the stored one stands.
     workerflow_harness.clock.advance(timedelta(seconds=30))
-    verbs.wake(instance)
+    control.wake(instance)
     assert workerflow_harness.drain() == 1
 
     assert alarm_of(instance) == original_timeout

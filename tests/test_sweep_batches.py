@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
 from django_workerflow.store import locks
 from django_workerflow.values.clock import now
 
@@ -21,11 +21,11 @@ def test_sweep__rings_a_backlog_of_several_batches_each_instance_once(db, define
     count = 2 * locks.HOUSEKEEPING_BATCH + 7
     for n in range(count):
         workerflow.start(sleeper, key=f"backlog-{n}")
-    overdue = now() - verbs.SWEEP_GRACE - timedelta(minutes=1)
+    overdue = now() - sweeping.SWEEP_GRACE - timedelta(minutes=1)
     # Lost bells, as a worker that died would leave them (test set-up).
     WorkflowInstance.objects.update(alarm_at=overdue, bell_at=None)
 
-    assert verbs.sweep() == count
+    assert sweeping.sweep() == count
 
     assert not WorkflowInstance.objects.filter(bell_at__isnull=True).exists()
-    assert verbs.sweep() == 0
+    assert sweeping.sweep() == 0

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 
 from django_workerflow import registry
-from django_workerflow.definition.drift import TASKS_HINT
+from django_workerflow.definition.drift import DJANGO_TASKS_HINT
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.runtime.tick import recheck_unregistered
 from django_workerflow.testing import Harness
@@ -84,4 +84,6 @@ def test_unregistered_hint__a_workflow_s_instance_keeps_the_definitions_hint():
 
     assert unregistered_hint(WorkflowInstance(input={"order": 1})) == DEFINITIONS_HINT
     task_input = {"enqueued_at": "", "backend": "default", "queue": "default", "args": []}
-    assert unregistered_hint(WorkflowInstance(input={**task_input, "kwargs": {}})) == TASKS_HINT
+    assert (
+        unregistered_hint(WorkflowInstance(input={**task_input, "kwargs": {}})) == DJANGO_TASKS_HINT
+    )

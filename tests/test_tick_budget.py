@@ -6,7 +6,7 @@ import pytest
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 
 pytestmark = pytest.mark.django_db
 
@@ -25,10 +25,10 @@ def test_tick__yields_after_its_budget_and_resumes_where_it_stopped(
     instance = workerflow.start(define(execute), key="budget")
     outcomes = []
     for _ in range(2):
-        outcomes.append(verbs.tick(instance.pk).outcome)
+        outcomes.append(tick(instance.pk).outcome)
         instance.refresh_from_db()
         assert instance.alarm_at == workerflow_harness.now()
-    outcomes.append(verbs.tick(instance.pk).outcome)
+    outcomes.append(tick(instance.pk).outcome)
     # One new step per tick: the budget is spent before the second one of each tick.
     assert outcomes == ["yielded", "yielded", "completed"]
     assert calls == [0, 1, 2]
@@ -41,4 +41,4 @@ def test_tick__with_time_left_runs_every_step_in_one_go(define, workerflow_harne
             self.run(f"step-{number}", lambda: None)
 
     instance = workerflow.start(define(execute))
-    assert verbs.tick(instance.pk).outcome == "completed"
+    assert tick(instance.pk).outcome == "completed"

@@ -21,7 +21,7 @@ from opentelemetry.trace import StatusCode
 import django_workerflow as workerflow
 from django_workerflow import NonRetryableStepError, tracing
 from django_workerflow.models import InboundEvent, WorkflowInstance, WorkflowStatus
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.values.states import TickEnding
 
 from .tracing_helpers import Spans
 
@@ -58,7 +58,7 @@ def test_tick__is_a_span_with_a_child_span_per_step_attempt(spans: Spans, harnes
         "workerflow.version": definition.version,
         "workerflow.instance_key": "order-1",
     }
-    assert _attributes(tick) == {**identity, "workerflow.tick_outcome": TickOutcome.COMPLETED}
+    assert _attributes(tick) == {**identity, "workerflow.tick_outcome": TickEnding.COMPLETED}
     assert _attributes(step) == {
         **identity,
         "workerflow.step_id": "charge",
@@ -99,8 +99,8 @@ def test_replay__a_recorded_step_makes_no_second_span(spans: Spans, harness, def
 
     ticks = spans.ticks()
     assert [_attributes(t)["workerflow.tick_outcome"] for t in ticks] == [
-        TickOutcome.SUSPENDED,
-        TickOutcome.COMPLETED,
+        TickEnding.SUSPENDED,
+        TickEnding.COMPLETED,
     ]
     assert len(first_tick) == 1
     # The second tick replayed 'charge' from its record: one span for it in all.
@@ -169,7 +169,7 @@ def test_tick__links_a_queued_event_that_its_wait_claims(spans: Spans, harness, 
     assert [name for name, _ in _events(slept)] == ["workerflow.sleep"]
     assert [name for name, _ in _events(received)] == ["workerflow.event"]
     assert [link.context.span_id for link in received.links] == [webhook.get_span_context().span_id]
-    assert _attributes(received)["workerflow.tick_outcome"] == TickOutcome.COMPLETED
+    assert _attributes(received)["workerflow.tick_outcome"] == TickEnding.COMPLETED
 
 
 def test_tick__links_each_event_once(spans: Spans, harness, define):
@@ -229,7 +229,7 @@ def test_step__failure_is_recorded_on_its_span_with_the_traceback(spans: Spans, 
     assert "in boom" in attributes["exception.stacktrace"]
     # The instance failed: its tick's span says so, with the error that failed it.
     (tick,) = spans.ticks()
-    assert _attributes(tick)["workerflow.tick_outcome"] == TickOutcome.FAILED
+    assert _attributes(tick)["workerflow.tick_outcome"] == TickEnding.FAILED
     assert tick.status.status_code == StatusCode.ERROR
     assert [n for n, _ in _events(tick)] == ["exception"]
 
@@ -252,8 +252,8 @@ def test_step__each_attempt_is_a_span_of_its_own(spans: Spans, harness, define):
     assert first.status.status_code == StatusCode.ERROR
     assert second.status.status_code == StatusCode.UNSET
     assert [_attributes(t)["workerflow.tick_outcome"] for t in spans.ticks()] == [
-        TickOutcome.SUSPENDED,
-        TickOutcome.COMPLETED,
+        TickEnding.SUSPENDED,
+        TickEnding.COMPLETED,
     ]
 
 
@@ -374,7 +374,7 @@ def test_tick_trace__with_the_api_alone_records_nothing():
         assert traced.recording is False
         assert traced.step("charge", "run", 1) is None
         traced.slept("nap", None)
-        traced.finished(TickOutcome.COMPLETED)
+        traced.finished(TickEnding.COMPLETED)
     assert tracing.carrier() is None
 
 

@@ -12,7 +12,8 @@ from django.db import transaction
 
 import django_workerflow as workerflow
 from django_workerflow import WorkflowCancelledError, WorkflowFailedError, WorkflowStateError
-from django_workerflow.runtime import verbs
+from django_workerflow.models import WorkflowInstance
+from django_workerflow.runtime.tick import tick
 from django_workerflow.store import instance_rows
 from django_workerflow.workers import bells
 
@@ -111,13 +112,13 @@ def test_await_result__under_the_harness_raises_timeout_after_draining(waiter, w
 def _finish_later(key: str, delay: float) -> None:
     time.sleep(delay)
     workerflow.send_event(key, "go", "late")
-    verbs.tick(instance_rows.pk_of(key))
+    tick(instance_rows.pk_of(key))
 
 
 def test_wait_result__returns_when_another_worker_finishes(transactional_db, waiter):
     with bells.suppressed():
         instance = workerflow.start(waiter, key="rt-1")
-        verbs.tick(instance.pk)
+        tick(instance.pk)
 
     def wait() -> tuple[object, float]:
         began = time.monotonic()
@@ -172,8 +173,8 @@ def _tick_after_event_in_thread(key: str) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             with bells.suppressed():
-                verbs.tick(instance_rows.pk_of(key))
-            if verbs.WorkflowInstance.objects.get(key=key).is_terminal:
+                tick(instance_rows.pk_of(key))
+            if WorkflowInstance.objects.get(key=key).is_terminal:
                 return
             time.sleep(0.05)
     finally:

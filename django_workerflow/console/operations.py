@@ -1,4 +1,4 @@
-"""Operator actions on a set of instances, each through the runtime, reported per outcome.
+"""Operator actions on a set of instances, each through the runtime, reported per instance.
 
 Every function takes instances and returns a :class:`Report`: what was done to which
 instance and why the others were skipped, so the admin can say "3 workflows paused; 1
@@ -16,13 +16,13 @@ from typing import Any
 from django_workerflow.console.time_words import format_when
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import Step, StepState, StepType, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import control, events
 from django_workerflow.values.clock import now as clock_now
 
 
 @dataclass(slots=True)
-class InstanceOutcome:
-    """What an action did to one instance. ``label`` groups outcomes in the summary;
+class InstanceReport:
+    """What an action did to one instance. ``label`` groups instances in the summary;
     ``detail`` says it for this instance alone (and is what the admin history records);
     ``warning``: done, but not as the operator may expect (the detail says why)."""
 
@@ -35,7 +35,7 @@ class InstanceOutcome:
 
 @dataclass(slots=True)
 class Report:
-    outcomes: list[InstanceOutcome] = field(default_factory=list)
+    entries: list[InstanceReport] = field(default_factory=list)
 
     def add(
         self,
@@ -48,25 +48,25 @@ class Report:
     ) -> None:
         if not detail:
             detail = label if done else f"Skipped '{instance.key}': {label}."
-        self.outcomes.append(InstanceOutcome(instance, done, label, detail, warning))
+        self.entries.append(InstanceReport(instance, done, label, detail, warning))
 
     @property
-    def warnings(self) -> list[InstanceOutcome]:
-        return [outcome for outcome in self.outcomes if outcome.warning]
+    def warnings(self) -> list[InstanceReport]:
+        return [entry for entry in self.entries if entry.warning]
 
     @property
-    def done(self) -> list[InstanceOutcome]:
-        return [outcome for outcome in self.outcomes if outcome.done]
+    def done(self) -> list[InstanceReport]:
+        return [entry for entry in self.entries if entry.done]
 
     @property
-    def skipped(self) -> list[InstanceOutcome]:
-        return [outcome for outcome in self.outcomes if not outcome.done]
+    def skipped(self) -> list[InstanceReport]:
+        return [entry for entry in self.entries if not entry.done]
 
     def summary(self) -> str:
         """ "3 workflows paused; 1 skipped: already completed", or the one instance's detail."""
-        if len(self.outcomes) == 1:
-            return self.outcomes[0].detail
-        if not self.outcomes:
+        if len(self.entries) == 1:
+            return self.entries[0].detail
+        if not self.entries:
             return "No workflow selected."
         parts = [
             f"{count} {_workflows(count)} {label}"
@@ -83,7 +83,7 @@ def pause(instances: Iterable[WorkflowInstance]) -> Report:
     """Pause each running instance at its next step boundary."""
     report = Report()
     for instance in instances:
-        if verbs.pause(instance):
+        if control.pause(instance):
             report.add(instance, True, "paused", f"Paused '{instance.key}'.")
         else:
             report.add(instance, False, _why_not(instance, WorkflowStatus.RUNNING))
@@ -95,7 +95,7 @@ def resume(instances: Iterable[WorkflowInstance]) -> Report:
     report = Report()
     for instance in instances:
         try:
-            verbs.resume(instance)
+            control.resume(instance)
         except WorkflowStateError:
             report.add(instance, False, _why_not(instance, WorkflowStatus.PAUSED))
         else:
@@ -108,7 +108,7 @@ def cancel(instances: Iterable[WorkflowInstance], reason: str | None) -> Report:
     report = Report()
     because = f" Reason: {reason}" if reason else " No reason given."
     for instance in instances:
-        if verbs.cancel(instance, reason=reason):
+        if control.cancel(instance, reason=reason):
             report.add(instance, True, "cancelled", f"Cancelled '{instance.key}'.{because}")
         else:
             report.add(instance, False, _why_not(instance, "unfinished"))
@@ -128,7 +128,9 @@ def send_event(
     sent = f"event '{event_name}'"
     for instance in instances:
         try:
-            event = verbs.send_event(instance, event_name, payload, idempotency_key=idempotency_key)
+            event = events.send_event(
+                instance, event_name, payload, idempotency_key=idempotency_key
+            )
         except WorkflowInputError as exc:
             report.add(instance, False, str(exc))
             continue
@@ -154,8 +156,8 @@ def wake(instances: Iterable[WorkflowInstance]) -> Report:
     for instance in instances:
         now = clock_now()
         sleeping, waiting = _waiting_steps(instance, now)
-        retried = verbs.retry_now(instance)
-        if not verbs.wake(instance):
+        retried = control.retry_now(instance)
+        if not control.wake(instance):
             report.add(instance, False, _why_not(instance, "pending or running"))
             continue
         key = f"'{instance.key}'"

@@ -136,7 +136,7 @@ def fork_stranded(instances: Instances, reason: str | None) -> Report:
         forked, _ = fork(
             instance, ForkRequest(from_step=first_break(instance, replay), reason=reason)
         )
-        report.outcomes.extend(forked.outcomes)
+        report.entries.extend(forked.entries)
     return report
 
 

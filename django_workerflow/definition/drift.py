@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFINITIONS_HINT",
-    "TASKS_HINT",
+    "DJANGO_TASKS_HINT",
     "awaited_event_names",
     "missing_definition",
     "unimported_definitions",
@@ -40,14 +40,14 @@ DEFINITIONS_HINT = (
     "what those modules import); define it there and deploy the workers"
 )
 #: Why a worker lacks a django.tasks task's definition (it loads those on demand), and the fix.
-TASKS_HINT = (
+DJANGO_TASKS_HINT = (
     "it is a django.tasks task, and this worker process has no TASKS backend of "
     "django_workerflow to load it with: it was started before TASKS named "
     "django_workerflow.task_backend.WorkflowTaskBackend, or with other settings. Restart the "
     "workers with the settings that configure TASKS; the waiting tasks then run at once"
 )
-# What a task's instance is started with (task_backend.WorkflowTaskBackend.enqueue).
-_TASK_INPUT = frozenset({"enqueued_at", "backend", "queue", "args", "kwargs"})
+# What a Django task's instance is started with (task_backend.WorkflowTaskBackend.enqueue).
+_DJANGO_TASK_INPUT = frozenset({"enqueued_at", "backend", "queue", "args", "kwargs"})
 # How deep imports are followed from a `workflows` module, and packages never followed.
 _IMPORT_DEPTH = 4
 _NOT_FOLLOWED = ("django", "django_q", "django_workerflow")
@@ -74,8 +74,8 @@ def unregistered_hint(instance: WorkflowInstance) -> str:
     """What to do about ``instance`` when a worker lacks its definition: restart the workers
     with TASKS for a task's, else define it where workers import it."""
     task_input = instance.input
-    if isinstance(task_input, dict) and task_input.keys() >= _TASK_INPUT:
-        return TASKS_HINT
+    if isinstance(task_input, dict) and task_input.keys() >= _DJANGO_TASK_INPUT:
+        return DJANGO_TASKS_HINT
     return DEFINITIONS_HINT
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from django_workerflow.values.outcome import Outcome
 
 
-class ReplayOutcome(models.TextChoices):
+class ReplayEnding(models.TextChoices):
     """How a check replay ended."""
 
     COMPLETED = "completed", "execute() returned"
@@ -93,7 +93,7 @@ class ReplayReport:
     key: str
     name: str
     version: str
-    outcome: ReplayOutcome | None
+    outcome: ReplayEnding | None
     steps_replayed: int = 0
     first_new_step: str | None = None
     unreached: tuple[str, ...] = ()
@@ -289,18 +289,18 @@ def replay_records(
         interrupted_suspects=set(),
     )
     definition = definition_class(key=key, input=open_value(input), execution=execution)
-    outcome: ReplayOutcome | None = None
+    outcome: ReplayEnding | None = None
     problems: list[Problem] = []
     try:
         definition.execute()
     except Suspension:
-        outcome = ReplayOutcome.STOPPED
+        outcome = ReplayEnding.STOPPED
     except Exception as exc:
         fatal = execution.fatal
         if fatal is not None:
             problems.append(_definition_problem(fatal))
         elif _is_recorded_failure(store, exc, recorded_error):
-            outcome = ReplayOutcome.FAILED
+            outcome = ReplayEnding.FAILED
         else:
             problems.append(
                 Problem(
@@ -314,7 +314,7 @@ def replay_records(
         if execution.fatal is not None:
             problems.append(_definition_problem(execution.fatal))
         else:
-            outcome = ReplayOutcome.STOPPED if execution.suspended else ReplayOutcome.COMPLETED
+            outcome = ReplayEnding.STOPPED if execution.suspended else ReplayEnding.COMPLETED
     seen = execution.seen_step_ids
     unreached: tuple[str, ...] = ()
     displaced: list[str] = []

@@ -48,7 +48,7 @@ from django_workerflow.exceptions import (
     WorkflowTimeoutError,
     WorkflowVersionConflictError,
 )
-from django_workerflow.meters import METERS
+from django_workerflow.process_counters import PROCESS_COUNTERS
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.backoff import Backoff
@@ -62,7 +62,7 @@ from django_workerflow.values.control_flow import (
 from django_workerflow.values.sealing import Sealer, open_value
 from django_workerflow.values.settled import SettledResult
 from django_workerflow.values.states import (
-    AttemptOutcome,
+    AttemptEnding,
     StepState,
     StepType,
     StopReason,
@@ -149,7 +149,7 @@ class Execution:
         # of the outermost run step's attempt. None: no timeout, nothing checked.
         self.instance_deadline = instance_deadline
         self.instance_timeout = instance_timeout
-        # The label of the attempts this pass counts (meters.METERS).
+        # The label of the attempts this pass counts (process_counters.PROCESS_COUNTERS).
         self.definition_name = definition_name
         self.store = store
         self.deadline = deadline
@@ -331,7 +331,7 @@ class Execution:
                 max_attempts=max_attempts,
                 fuse=True,
             )
-            METERS.attempt_started(self.definition_name, StepType.RUN)
+            PROCESS_COUNTERS.attempt_started(self.definition_name, StepType.RUN)
             return self._attempt(record, fn, backoff, atomic, seconds)
         self._check_kind(record, StepType.RUN)
         if record.state == StepState.SUCCEEDED:
@@ -359,8 +359,8 @@ class Execution:
                 if lost
                 else "",
             )
-            METERS.attempt_finished(
-                self.definition_name, StepType.RUN, AttemptOutcome.INTERRUPTED, None
+            PROCESS_COUNTERS.attempt_finished(
+                self.definition_name, StepType.RUN, AttemptEnding.INTERRUPTED, None
             )
             if record.state == StepState.FAILED:
                 raise recorded_failure(record)
@@ -369,7 +369,7 @@ class Execution:
             self._suspend(record.next_attempt_at, WakeCause.RETRY)
         self._boundary()
         record = self._write(store.mark_attempt_started, step_id, record.attempt_count + 1)
-        METERS.attempt_started(self.definition_name, StepType.RUN)
+        PROCESS_COUNTERS.attempt_started(self.definition_name, StepType.RUN)
         return self._attempt(record, fn, backoff, atomic, seconds)
 
     def _was_interrupted(self, step_id: str) -> bool:
@@ -486,10 +486,10 @@ class Execution:
             recorded = self._write(
                 self.store.defer_success, step_id, record.attempt_count, result_json, fuse=True
             )
-        METERS.attempt_finished(
+        PROCESS_COUNTERS.attempt_finished(
             self.definition_name,
             StepType.RUN,
-            AttemptOutcome.SUCCEEDED,
+            AttemptEnding.SUCCEEDED,
             (clock_now() - started).total_seconds(),
         )
         return open_value(recorded.result)
@@ -547,10 +547,10 @@ class Execution:
             backoff=backoff,
             traceback=format_user_traceback(exc),
         )
-        METERS.attempt_finished(
+        PROCESS_COUNTERS.attempt_finished(
             self.definition_name,
             StepType.RUN,
-            AttemptOutcome.FAILED,
+            AttemptEnding.FAILED,
             (clock_now() - started).total_seconds(),
         )
         _log_failed_attempt(self.instance_key, record, None if self.quiet_errors else exc)

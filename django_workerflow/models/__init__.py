@@ -8,6 +8,7 @@ the lease call them, under the instance's row lock. The step store writes steps.
 from django_workerflow.models.delivery import FinishDelivery
 from django_workerflow.models.fields import JSONTextField
 from django_workerflow.models.flow import AdmissionGate, WorkflowSchedule
+from django_workerflow.models.flushed_totals import ProcessMetrics
 from django_workerflow.models.heartbeat import WorkerHeartbeat
 from django_workerflow.models.history import (
     WAKE_LAG,
@@ -21,7 +22,6 @@ from django_workerflow.models.history import (
 )
 from django_workerflow.models.instance import WorkflowInstance, WorkflowInstanceQuerySet
 from django_workerflow.models.pauses import DefinitionPause, DefinitionPauseRecord
-from django_workerflow.models.process_metrics import ProcessMetrics
 from django_workerflow.models.verdicts import ReplayVerdictRecord
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,

@@ -361,23 +361,23 @@ class WorkflowInstance(models.Model):
     def pause(self) -> bool:
         """Pause a running instance at its next step boundary; False if nothing changed.
         See :func:`django_workerflow.pause`."""
-        from django_workerflow.runtime import verbs  # upward, at call time: see above
+        from django_workerflow.runtime import control  # upward, at call time: see above
 
-        return verbs.pause(self)
+        return control.pause(self)
 
     def resume(self) -> None:
         """Resume a paused instance; WorkflowStateError if it is not paused. See
         :func:`django_workerflow.resume`."""
-        from django_workerflow.runtime import verbs  # upward, at call time: see above
+        from django_workerflow.runtime import control  # upward, at call time: see above
 
-        verbs.resume(self)
+        control.resume(self)
 
     def cancel(self, reason: str | None = None) -> bool:
         """Cancel a non-terminal instance; False if it had already finished. See
         :func:`django_workerflow.cancel`."""
-        from django_workerflow.runtime import verbs  # upward, at call time: see above
+        from django_workerflow.runtime import control  # upward, at call time: see above
 
-        return verbs.cancel(self, reason=reason)
+        return control.cancel(self, reason=reason)
 
     def send_event(
         self,
@@ -388,9 +388,9 @@ class WorkflowInstance(models.Model):
         idempotency_key: str | None = None,
     ) -> InboundEvent | None:
         """Send an event to this instance. See :func:`django_workerflow.send_event`."""
-        from django_workerflow.runtime import verbs  # upward, at call time: see above
+        from django_workerflow.runtime import events  # upward, at call time: see above
 
-        return verbs.send_event(
+        return events.send_event(
             self, event_name, payload, missing_ok=missing_ok, idempotency_key=idempotency_key
         )
 

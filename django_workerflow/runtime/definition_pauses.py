@@ -8,7 +8,7 @@ ran is recorded all the same). Starts, events and child starts are accepted mean
 schedules record their occurrences: the rows wait. Resuming removes the row and rings the held
 instances that are due, earliest alarm first; admission still applies the definition's limits.
 
-An instance's own status is not touched: one paused with :func:`~.verbs.pause` stays paused
+An instance's own status is not touched: one paused with :func:`~.control.pause` stays paused
 after the definition is resumed. The deadlines of the definition's unfinished instances with
 a timeout move by the pause's length when it is resumed: an operator's pause makes no
 instance time out.

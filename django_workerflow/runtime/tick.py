@@ -28,8 +28,8 @@ from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.engine.execution import Execution, error_message
 from django_workerflow.engine.failures import failed_step_ids
 from django_workerflow.exceptions import WorkflowInputError, WorkflowTimeoutError
-from django_workerflow.meters import METERS
 from django_workerflow.models import ACTIVE_STATUSES, WorkflowInstance, WorkflowStatus
+from django_workerflow.process_counters import PROCESS_COUNTERS
 from django_workerflow.runtime import finishing, starting
 from django_workerflow.runtime.flow import admission
 from django_workerflow.store import instance_rows, interrupted, lease
@@ -41,7 +41,7 @@ from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
 from django_workerflow.values.sealing import open_value
-from django_workerflow.values.states import PassOutcome, StopReason, TickOutcome, WakeCause
+from django_workerflow.values.states import PassEnding, StopReason, TickEnding, WakeCause
 from django_workerflow.values.tracebacks import format_user_traceback
 from django_workerflow.workers import bells
 from django_workerflow.workers.lease_renewal import LeaseRenewal
@@ -56,19 +56,19 @@ MAX_REPLAYS_PER_TICK = 100
 
 
 @dataclass(frozen=True, slots=True)
-class TickResult:
+class TickReport:
     """What a tick did, and the alarm it left."""
 
-    outcome: TickOutcome
+    outcome: TickEnding
     alarm_at: datetime | None = None
     replays: int = 0
 
 
 @dataclass(slots=True)
-class PassResult:
+class PassReport:
     """How one replay pass ended, and what settling it needs."""
 
-    outcome: PassOutcome
+    outcome: PassEnding
     result_json: str | None = None
     error_name: str = ""
     error_message: str = ""
@@ -83,7 +83,7 @@ class PassResult:
     unreached: list[str] | None = field(default=None)
 
 
-def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
+def tick(instance_pk: int, *, renew_lease: bool = False) -> TickReport:
     """Execute the instance as far as it can go now. Safe to call at any time, any number
     of times, from any worker: an instance that is not due, not active, or leased by a live
     worker is left as it is (a live lease gets a request for one more pass).
@@ -103,17 +103,17 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
     claimed = _claim(instance_pk, token)
     # A queued instance's rate-limit bell rang: admission runs with its row released.
     if (
-        isinstance(claimed, TickResult)
-        and claimed.outcome == TickOutcome.QUEUED
+        isinstance(claimed, TickReport)
+        and claimed.outcome == TickEnding.QUEUED
         and admission.admit_queued_instance(instance_pk, clock_now())
     ):
         claimed = _claim(instance_pk, token)
-    if isinstance(claimed, TickResult):
+    if isinstance(claimed, TickReport):
         return claimed
     instance, definition_class, recovering, woken_at, woken_for = claimed
     if woken_for is not None:
         cause, due, now = woken_for
-        METERS.woke(instance.definition_name, cause, (now - due).total_seconds())
+        PROCESS_COUNTERS.woke(instance.definition_name, cause, (now - due).total_seconds())
     traced = tracing.tick_trace(
         instance.definition_name,
         instance.definition_version,
@@ -126,7 +126,9 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickResult:
         with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
             return _execute(instance, definition_class, token, taken_at, recovering, traced)
     finally:
-        METERS.tick_finished(instance.definition_name, (clock_now() - started).total_seconds())
+        PROCESS_COUNTERS.tick_finished(
+            instance.definition_name, (clock_now() - started).total_seconds()
+        )
 
 
 #: What a claimed tick was woken for: the cause, its due time and the claim's time.
@@ -161,7 +163,7 @@ def recheck_unregistered(**_: Any) -> int:
 def _claim(
     instance_pk: int, token: str
 ) -> (
-    TickResult
+    TickReport
     | tuple[WorkflowInstance, type[WorkflowDefinition], bool, datetime | None, WokenFor | None]
 ):
     """Lock the instance and take its lease, or say why this tick has nothing to do. The
@@ -171,23 +173,23 @@ def _claim(
     with transaction.atomic():
         found = instance_rows.read_for_claim(instance_pk)
         if found is None:
-            return TickResult(TickOutcome.MISSING)
+            return TickReport(TickEnding.MISSING)
         instance, definition_paused = found
         if instance.status not in ACTIVE_STATUSES:
-            return TickResult(TickOutcome.INACTIVE, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.INACTIVE, alarm_at=instance.alarm_at)
         now = clock_now()
         if instance.alarm_at is None or instance.alarm_at > now:
-            return TickResult(TickOutcome.NOT_DUE, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.NOT_DUE, alarm_at=instance.alarm_at)
         if definition_paused:
             # Held: left due and without a bell (the sweeper skips it too); resuming the
             # definition rings it (runtime/definition_pauses.py).
-            return TickResult(TickOutcome.HELD, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.HELD, alarm_at=instance.alarm_at)
         if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
-            return TickResult(TickOutcome.QUEUED, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.QUEUED, alarm_at=instance.alarm_at)
         if lease.is_live(instance, now):
             if instance.found_leased():
                 bells.arm(instance.pk, instance.alarm_at)
-            return TickResult(TickOutcome.BUSY, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.BUSY, alarm_at=instance.alarm_at)
         definition_class = registry.lookup(instance.definition_name, instance.definition_version)
         if definition_class is None:
             logger.warning(
@@ -200,7 +202,7 @@ def _claim(
             )
             instance.defer(now + UNREGISTERED_RETRY)
             bells.arm(instance.pk, instance.alarm_at)
-            return TickResult(TickOutcome.UNREGISTERED, alarm_at=instance.alarm_at)
+            return TickReport(TickEnding.UNREGISTERED, alarm_at=instance.alarm_at)
         # The time of the wake that made it due (an event's, maybe), before the claim.
         woken_at = instance.updated_at if instance.wake_requested else None
         # Before the claim too, which sets the alarm (and clears its cause).
@@ -246,7 +248,7 @@ def _execute(
     taken_at: float,
     recovering: bool,
     traced: tracing.TickTrace,
-) -> TickResult:
+) -> TickReport:
     deadline = time.monotonic() + settings.TICK_BUDGET
     suspects: set[str] | None = None if recovering else set()
     replays = 0
@@ -271,7 +273,7 @@ def _execute(
             traced.link_received(received_trace_contexts(traced.to_link()))
         result = _settle(instance, token, execution, passed, replays, progress, attributes)
         if result is not None:
-            failed = result.outcome == TickOutcome.FAILED
+            failed = result.outcome == TickEnding.FAILED
             traced.finished(result.outcome, passed.exception if failed else None)
             return result
 
@@ -283,7 +285,7 @@ def _replay(
     deadline: float,
     suspects: set[str],
     traced: tracing.TickTrace,
-) -> tuple[Execution, PassResult]:
+) -> tuple[Execution, PassReport]:
     """One pass of ``execute()``; a success it holds in memory is written by the settle."""
     execution = Execution(
         instance_key=instance.key,
@@ -309,15 +311,15 @@ def _replay(
     return execution, result
 
 
-def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResult:
+def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassReport:
     try:
         if execution.instance_deadline is not None:
             # Woken at its deadline (or past it): fails before any of its code runs.
             execution.check_deadline()
         value = definition.execute()
     except ExecutionStopped:
-        return PassResult(
-            PassOutcome.SUSPENDED, stop_reason=execution.stop_reason or StopReason.STOPPED
+        return PassReport(
+            PassEnding.SUSPENDED, stop_reason=execution.stop_reason or StopReason.STOPPED
         )
     except Suspension:
         return _suspended(execution)
@@ -335,26 +337,26 @@ def _run_pass(definition: WorkflowDefinition, execution: Execution) -> PassResul
         result_json = jsonvalue.dumps(sealed, what="The workflow's return value")
     except WorkflowInputError as exc:
         return _failed(exc)
-    return PassResult(PassOutcome.COMPLETED, result_json=result_json)
+    return PassReport(PassEnding.COMPLETED, result_json=result_json)
 
 
-def _flush(execution: Execution, result: PassResult) -> PassResult:
+def _flush(execution: Execution, result: PassReport) -> PassReport:
     """Write the success held in memory in the settle's transaction, so it is durable
     before (and with) the suspension or the finish; a lost lease or a stopped instance
     found by that write ends the pass as stopped."""
     try:
         execution.flush()
     except ExecutionStopped:
-        return PassResult(PassOutcome.SUSPENDED, stop_reason=execution.stop_reason)
+        return PassReport(PassEnding.SUSPENDED, stop_reason=execution.stop_reason)
     return result
 
 
-def _failed(exc: BaseException) -> PassResult:
+def _failed(exc: BaseException) -> PassReport:
     """A failed pass; the steps whose failure escaped ``execute()`` (the error's own, and the
     other failed branches of an ``all()``) are what a retry reopens."""
     step_ids = failed_step_ids(exc)
-    return PassResult(
-        PassOutcome.FAILED,
+    return PassReport(
+        PassEnding.FAILED,
         error_name=storable.error_name(exc),
         error_message=error_message(exc),
         error_traceback=format_user_traceback(exc),
@@ -364,9 +366,9 @@ def _failed(exc: BaseException) -> PassResult:
     )
 
 
-def _suspended(execution: Execution) -> PassResult:
-    return PassResult(
-        PassOutcome.SUSPENDED,
+def _suspended(execution: Execution) -> PassReport:
+    return PassReport(
+        PassEnding.SUSPENDED,
         due=execution.next_due(),
         due_cause=execution.next_due_cause(),
         stop_reason=execution.stop_reason,
@@ -381,17 +383,17 @@ def _settle(
     instance: WorkflowInstance,
     token: str,
     execution: Execution,
-    result: PassResult,
+    result: PassReport,
     replays: int,
     progress: PendingProgress,
     attributes: PendingAttributes,
-) -> TickResult | None:
+) -> TickReport | None:
     """Commit the pass's outcome and release the lease, or return None to replay again.
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
     step row fences it), so a short workflow's tick ends in one commit, not two; so does
     the progress and attributes it set and no step write took (fenced by the lease)."""
-    finishes = result.outcome in (PassOutcome.COMPLETED, PassOutcome.FAILED)
+    finishes = result.outcome in (PassEnding.COMPLETED, PassEnding.FAILED)
     with transaction.atomic():
         return _settle_locked(
             instance, token, execution, result, replays, finishes, progress, attributes
@@ -402,12 +404,12 @@ def _settle_locked(
     instance: WorkflowInstance,
     token: str,
     execution: Execution,
-    result: PassResult,
+    result: PassReport,
     replays: int,
     finishes: bool,
     progress: PendingProgress,
     attributes: PendingAttributes,
-) -> TickResult | None:
+) -> TickReport | None:
     """The settle's work, in its transaction. A rollback raises out of the tick, whose
     held progress goes with it (the next tick reads the row afresh)."""
     # The lock order (store/locks.py): whoever waits for this instance first.
@@ -416,11 +418,11 @@ def _settle_locked(
     result = _flush(execution, result)
     if locked is None:
         # Deleted mid-tick (a purge, an admin's delete): nothing is left to settle.
-        return TickResult(TickOutcome.MISSING, replays=replays)
+        return TickReport(TickEnding.MISSING, replays=replays)
     now = clock_now()
     if not lease.is_held(locked, token):
         logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
-        return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        return TickReport(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
     if progress.pending is not None:
         # Before the lease is released: the write is fenced by it.
         with connection.cursor() as cursor:
@@ -431,21 +433,21 @@ def _settle_locked(
     if locked.status != WorkflowStatus.RUNNING:
         # Paused or cancelled during the pass: leave the state the operator set.
         locked.release_lease(None, now)
-        return TickResult(TickOutcome.STOPPED, alarm_at=locked.alarm_at, replays=replays)
+        return TickReport(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
     if result.stop_reason == StopReason.DEFINITION_PAUSED:
         # Its definition was paused during the pass: held, due, as the claim leaves it.
         locked.release_lease(now, now)
         logger.info("definition paused key=%s: the instance is held", locked.key)
-        return TickResult(TickOutcome.HELD, alarm_at=now, replays=replays)
+        return TickReport(TickEnding.HELD, alarm_at=now, replays=replays)
     _note_unreached(locked, result.unreached)
     match result.outcome:
-        case PassOutcome.COMPLETED:
+        case PassEnding.COMPLETED:
             assert followups is not None  # taken above for every finishing outcome
             locked.set_completed(jsonvalue.loads(result.result_json), now)
             finishing.instance_finished(locked, now, None, followups)
             logger.info("workflow completed key=%s replays=%s", locked.key, replays)
-            return TickResult(TickOutcome.COMPLETED, replays=replays)
-        case PassOutcome.FAILED:
+            return TickReport(TickEnding.COMPLETED, replays=replays)
+        case PassEnding.FAILED:
             locked.set_failed(
                 result.error_name,
                 result.error_message,
@@ -464,14 +466,14 @@ def _settle_locked(
                 # Not for a definition with sensitive fields: the traceback may quote one.
                 exc_info=None if sensitive.paths(locked.definition_name) else result.exception,
             )
-            return TickResult(TickOutcome.FAILED, replays=replays)
-        case PassOutcome.SUSPENDED:
+            return TickReport(TickEnding.FAILED, replays=replays)
+        case PassEnding.SUSPENDED:
             return _settle_suspended(locked, result, replays, now)
 
 
 def _settle_suspended(
-    locked: WorkflowInstance, result: PassResult, replays: int, now: datetime
-) -> TickResult | None:
+    locked: WorkflowInstance, result: PassReport, replays: int, now: datetime
+) -> TickReport | None:
     """Yield the worker, pass again at once (something is due or changed), or sleep until
     the earliest due time (None: until an event arrives), and never past the instance's
     deadline: its alarm rings then, and the pass it wakes fails it with
@@ -479,7 +481,7 @@ def _settle_suspended(
     if result.yielded or replays >= MAX_REPLAYS_PER_TICK:
         locked.release_lease(now, now)
         bells.arm(locked.pk, now)
-        return TickResult(TickOutcome.YIELDED, alarm_at=now, replays=replays)
+        return TickReport(TickEnding.YIELDED, alarm_at=now, replays=replays)
     due, cause = result.due, result.due_cause
     deadline = locked.deadline_at
     if deadline is not None and (due is None or deadline < due):
@@ -492,7 +494,7 @@ def _settle_suspended(
     locked.release_lease(due, now, cause)
     if due is not None:
         bells.arm(locked.pk, due)
-    return TickResult(TickOutcome.SUSPENDED, alarm_at=due, replays=replays)
+    return TickReport(TickEnding.SUSPENDED, alarm_at=due, replays=replays)
 
 
 def _note_unreached(locked: WorkflowInstance, unreached: list[str] | None) -> None:

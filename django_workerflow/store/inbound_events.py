@@ -1,8 +1,8 @@
-"""Inbound events: the one statement that delivers an event on PostgreSQL (send_event()).
+"""Inbound events: the one statement that sends an event on PostgreSQL (send_event()).
 
-An event delivered with the ORM took about ten round trips (insert, find the waiting step,
+An event sent with the ORM took about ten round trips (insert, find the waiting step,
 satisfy it, claim the event, its step event, the bell, the instance's wake); this sends
-:func:`~.sql.deliver_event_statement` instead, after the statement that locked the row.
+:func:`~.sql.send_event_statement` instead, after the statement that locked the row.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ class Bell:
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
-    """What a delivery did: the event's id, the wait step that claimed it (None: queued),
+class SendReport:
+    """What sending the event did: the event's id, the wait step that claimed it (None: queued),
     whether the instance was asked for a tick, and for a queued event the names its
     waiting wait steps wait for (oldest first, each once)."""
 
@@ -36,7 +36,7 @@ class Delivery:
     waiting_for: list[str] | None
 
 
-def deliver(
+def send(
     cursor: Any,
     instance_pk: int,
     event_name: str,
@@ -49,9 +49,9 @@ def deliver(
     trace_context: str | None,
     queue_table: str | None,
     bell: Bell | None,
-) -> Delivery:
-    """Deliver the event to the instance ``instance_pk``, whose row the caller's transaction
-    holds locked (see :func:`~.sql.deliver_event_statement` for the flags)."""
+) -> SendReport:
+    """Send the event to the instance ``instance_pk``, whose row the caller's transaction
+    holds locked (see :func:`~.sql.send_event_statement` for the flags)."""
     values = sql.params(
         instance=instance_pk,
         event_name=event_name,
@@ -68,8 +68,8 @@ def deliver(
         list_key=bell.list_key if bell is not None else None,
         bell_payload=bell.package if bell is not None else None,
     )
-    text = sql.deliver_event_statement(queue_table)
-    row = executor.execute_composed(cursor, "deliver_event", text, values).fetchone()
+    text = sql.send_event_statement(queue_table)
+    row = executor.execute_composed(cursor, "send_event", text, values).fetchone()
     event_pk, claimed_by_id, woken, names = row
     waiting_for = None if names is None else list(dict.fromkeys(names))
-    return Delivery(event_pk, claimed_by_id, woken, waiting_for)
+    return SendReport(event_pk, claimed_by_id, woken, waiting_for)

@@ -463,7 +463,7 @@ def params(**values: Any) -> dict[str, Any]:
     return {**STATE_PARAMS, **values}
 
 
-# Delivering an event (runtime/verbs.py's send_event) --------------------------------------
+# Sending an event (runtime/events.py's send_event) ---------------------------------------
 
 _SATISFIED_EVENT = _event_from(
     "satisfied", "%(event_wait_satisfied)s::varchar", "NULL", "NULL", "%(payload)s::text"
@@ -471,8 +471,8 @@ _SATISFIED_EVENT = _event_from(
 
 
 @cache
-def deliver_event_statement(queue_table: str | None) -> str:
-    """PostgreSQL: deliver an event to an instance whose row the transaction has locked, in
+def send_event_statement(queue_table: str | None) -> str:
+    """PostgreSQL: send an event to an instance whose row the transaction has locked, in
     one statement. With ``active``, the earliest waiting wait step of the name whose
     deadline has not come is satisfied (with its step event), and the event is inserted
     claimed by it; else the event is inserted queued. The instance is asked for a tick if

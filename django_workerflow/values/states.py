@@ -64,8 +64,8 @@ class WorkflowEventType(models.TextChoices):
     DEBOUNCED = "debounced"
 
 
-class TickOutcome(models.TextChoices):
-    """What a tick did (:attr:`~django_workerflow.runtime.tick.TickResult.outcome`)."""
+class TickEnding(models.TextChoices):
+    """How a tick ended (:attr:`~django_workerflow.runtime.tick.TickReport.outcome`)."""
 
     COMPLETED = "completed"
     FAILED = "failed"
@@ -82,7 +82,7 @@ class TickOutcome(models.TextChoices):
     HELD = "held"
 
 
-class AttemptOutcome(models.TextChoices):
+class AttemptEnding(models.TextChoices):
     """How a step attempt ended: the ``outcome`` of the finished attempts metric
     (interrupted: its worker died, and the next tick recorded it as failed)."""
 
@@ -106,7 +106,7 @@ class WakeCause(models.TextChoices):
     UNREGISTERED = "unregistered"
 
 
-class PassOutcome(models.TextChoices):
+class PassEnding(models.TextChoices):
     """How one replay pass of ``execute()`` ended."""
 
     COMPLETED = "completed"

@@ -32,7 +32,7 @@ from django_workerflow.models import (
     WorkflowStatus,
     step_events_of,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
 from django_workerflow.values.clock import now
 from django_workerflow.workers.bells import TICK_TASK
 from django_workerflow.workers.sweeper_schedule import (
@@ -329,13 +329,13 @@ def test_lost_bell__is_rung_again_by_the_sweep(qcluster: ClusterRunner) -> None:
     assert nap.wake_at in locks
     sleep_until(nap.wake_at + timedelta(seconds=1.5))
     assert Step.objects.get(pk=nap.pk).state == StepState.WAITING
-    sleep_until(nap.wake_at + verbs.SWEEP_GRACE + timedelta(seconds=0.2))
-    assert verbs.sweep() >= 1
+    sleep_until(nap.wake_at + sweeping.SWEEP_GRACE + timedelta(seconds=0.2))
+    assert sweeping.sweep() >= 1
     finished = wait_finished(instance.pk, timeout=15)
     assert (finished.status, finished.result) == (WorkflowStatus.COMPLETED, "awake")
     nap.refresh_from_db()
     assert nap.state == StepState.ELAPSED
-    assert nap.resolved_at >= nap.wake_at + verbs.SWEEP_GRACE
+    assert nap.resolved_at >= nap.wake_at + sweeping.SWEEP_GRACE
 
 
 # Bells and transactions ---------------------------------------------------------------

@@ -13,8 +13,8 @@ from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 import django_workerflow as workerflow
-from django_workerflow.meters import METERS
 from django_workerflow.models import ProcessMetrics, Step
+from django_workerflow.process_counters import PROCESS_COUNTERS
 from django_workerflow.values.states import StepState
 
 from .conftest import ClusterRunner, wait_until
@@ -122,5 +122,9 @@ def test_scrape__during_a_running_cluster__counts_the_workers_work(
     # The workers did it: their rows hold it, and this process observed none of it.
     workers = ProcessMetrics.objects.exclude(pid=os.getpid())
     assert workers.exists()
-    assert not any(labels[0] == JOURNEY for series in METERS.counters.values() for labels in series)
-    assert METERS.process not in set(ProcessMetrics.objects.values_list("process", flat=True))
+    assert not any(
+        labels[0] == JOURNEY for series in PROCESS_COUNTERS.counters.values() for labels in series
+    )
+    assert PROCESS_COUNTERS.process not in set(
+        ProcessMetrics.objects.values_list("process", flat=True)
+    )

@@ -24,7 +24,7 @@ from django.urls import reverse
 import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus, step_events_of
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values.jsonvalue import MAX_NESTING
 
 from ..bad_values import (
@@ -611,7 +611,7 @@ def test_send_event__deeply_nested_payload_cannot_poison_the_instance(
         assert any(word in refusal for word in ("deep", "depth", "nest")), refusal
         assert table_counts() == before
         return
-    deeper_by(100, lambda: verbs.tick(waiting.pk))
+    deeper_by(100, lambda: tick(waiting.pk))
     waiting.refresh_from_db()
     assert waiting.status == WorkflowStatus.COMPLETED, (waiting.status, waiting.error_message)
 

@@ -57,7 +57,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     step_events_of,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values import clock
 from django_workerflow.workers import bells
 
@@ -397,7 +397,7 @@ class ControlRaces(RuleBasedStateMachine):
         if name == "send_event":
             return workerflow.send_event(key, "go", {"from": "race"}) is not None
         if name == "tick":
-            return verbs.tick(pk).outcome
+            return tick(pk).outcome
         if name == "start":
             return workerflow.start(self.definition, key=key).pk
         raise AssertionError(name)
@@ -462,10 +462,10 @@ def drive_to_finish(key: str) -> tuple[str, int]:
         if not Step.objects.filter(
             instance=instance, type=StepType.WAIT, state=StepState.WAITING
         ).exists():
-            verbs.tick(instance.pk)
+            tick(instance.pk)
             continue
         sent += workerflow.send_event(instance, "go", {"from": "teardown"}) is not None
-        verbs.tick(instance.pk)
+        tick(instance.pk)
     instance.refresh_from_db()
     raise AssertionError(f"instance {key} did not finish: {instance.status}")
 

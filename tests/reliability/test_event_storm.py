@@ -26,7 +26,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime.tick import tick
 from django_workerflow.values import clock
 from django_workerflow.workers import bells
 
@@ -106,7 +106,7 @@ class Storm:
                         continue
                     shuffle(due)  # workers contend for the same instances
                     for pk in due:
-                        verbs.tick(pk)
+                        tick(pk)
                         with self.lock:
                             self.ticks += 1
         except BaseException as exc:  # re-raised by run_storm

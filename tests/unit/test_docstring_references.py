@@ -132,7 +132,7 @@ def test_every_file_named_in_the_package_exists() -> None:
         ("WorkflowInputError", "django_workerflow.values.storable", True),
         ("NoSuchError", "django_workerflow.values.storable", False),
         ("TimeoutError", "django_workerflow.exceptions", True),
-        ("retired", "django_workerflow.meters", True),
+        ("retired", "django_workerflow.process_counters", True),
         ("title <django_workerflow.engine.execution.Execution.patched>", "x", True),
     ],
 )

@@ -228,7 +228,7 @@ def test_layout__the_graph_sees_function_level_imports_and_the_conveniences() ->
     found = sources()
     graph = run_time_graph(found)
     assert f"{PACKAGE}.runtime.starting" in graph[PACKAGE]  # a verb's late import
-    assert f"{PACKAGE}.runtime.verbs" not in graph[f"{PACKAGE}.models.instance"]
+    assert f"{PACKAGE}.runtime.control" not in graph[f"{PACKAGE}.models.instance"]
     for importer, imported in convenience_edges():
         graph[importer].add(imported)
     assert any(f"{PACKAGE}.models.instance" in c and len(c) > 2 for c in strongly_connected(graph))

@@ -27,7 +27,14 @@ from django_workerflow.exceptions import WorkerflowError, WorkflowInputError, Wo
 from django_workerflow.management import deploy
 from django_workerflow.management.stranded import list_stranded
 from django_workerflow.models import TERMINAL_STATUSES, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import definition_pauses, resealing, verbs
+from django_workerflow.runtime import (
+    control,
+    definition_pauses,
+    events,
+    resealing,
+    starting,
+    sweeping,
+)
 from django_workerflow.runtime import purge as purging
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
@@ -230,7 +237,7 @@ class Command(BaseCommand):
     ) -> None:
         value = _json(input, "--input")
         existed = key is not None and WorkflowInstance.objects.filter(key=key).exists()
-        instance = verbs.start(name, key=key, input=value, version=definition_version)
+        instance = starting.start(name, key=key, input=value, version=definition_version)
         what = f"'{safe(instance.key)}' ({instance.definition_name} v{instance.definition_version})"
         if existed:
             self.stdout.write(
@@ -249,7 +256,7 @@ class Command(BaseCommand):
         **_: Any,
     ) -> None:
         value = _json(payload, "--payload")
-        sent = verbs.send_event(key, event, value, idempotency_key=idempotency_key)
+        sent = events.send_event(key, event, value, idempotency_key=idempotency_key)
         if sent is None:
             raise CommandError(f"Instance {key!r} is {_status(key)}: the event was not delivered.")
         if sent.claimed_by_id is not None:
@@ -262,13 +269,13 @@ class Command(BaseCommand):
             )
 
     def handle_pause(self, *, key: str, **_: Any) -> None:
-        if not verbs.pause(key):
+        if not control.pause(key):
             raise CommandError(f"Instance {key!r} is {_status(key)}, not running: not paused.")
         self.stdout.write(f"Paused {key!r}: it stops at its next step boundary.")
 
     def handle_resume(self, *, key: str, **_: Any) -> None:
         try:
-            verbs.resume(key)
+            control.resume(key)
         except WorkflowStateError:
             raise CommandError(f"Instance {key!r} is {_status(key)}, not paused.") from None
         self.stdout.write(f"Resumed {key!r}.")
@@ -291,7 +298,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Resumed definition {name!r}: its due instances are rung.")
 
     def handle_cancel(self, *, key: str, reason: str | None, **_: Any) -> None:
-        if not verbs.cancel(key, reason=reason or None):
+        if not control.cancel(key, reason=reason or None):
             raise CommandError(f"Instance {key!r} is already {_status(key)}: not cancelled.")
         self.stdout.write(f"Cancelled {key!r}." + (f" Reason: {reason}" if reason else ""))
 
@@ -350,7 +357,7 @@ class Command(BaseCommand):
         self.stdout.write(render_list(page, clock_now(), maskers))
 
     def handle_sweep(self, **_: Any) -> None:
-        queued = verbs.sweep()
+        queued = sweeping.sweep()
         horizon = time_words.format_duration(bells.HORIZON)
         self.stdout.write(
             f"Queued {queued} bell{'s' if queued != 1 else ''}: overdue instances ring now, "

@@ -32,7 +32,7 @@ from django_workerflow.definition.options import cron as cron_walk
 from django_workerflow.definition.workflow import WorkflowDefinition
 from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import starting
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.workers import bells
 
@@ -215,7 +215,7 @@ def _fire(pk: int, now: datetime) -> list[WorkflowInstance]:
                 MAX_CATCH_UP,
             )
         started = [
-            verbs.start(
+            starting.start(
                 row.name,
                 key=occurrence_key(row.name, occurrence),
                 input={"scheduled_at": iso_utc(occurrence)},
@@ -271,7 +271,7 @@ def run_now(name: str, now: datetime | None = None) -> WorkflowInstance:
     """Start the scheduled workflow now, outside its schedule (key ``name@manual-<ISO>``)."""
     now = now or clock_now()
     when = iso_utc(now)
-    return verbs.start(name, key=f"{name}@manual-{when}", input={"scheduled_at": when})
+    return starting.start(name, key=f"{name}@manual-{when}", input={"scheduled_at": when})
 
 
 def set_enabled(name: str, enabled: bool, now: datetime | None = None) -> bool:

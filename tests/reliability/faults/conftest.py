@@ -37,7 +37,7 @@ from django_workerflow.models import (
     WorkflowInstance,
     step_events_of,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
 from tests.cluster.conftest import (  # noqa: F401 - the fixture and the hook, by name
     Cluster,
     ClusterRunner,
@@ -170,7 +170,7 @@ def drive(
     on_poll: Callable[[], None] | None = None,
     interval: float = 0.05,
 ) -> int:
-    """Wait until every instance has finished, calling ``verbs.sweep()`` every
+    """Wait until every instance has finished, calling ``sweeping.sweep()`` every
     ``sweep_every`` seconds (the clusters' own sweeper runs about once a minute) and
     ``on_poll`` between polls; return how many bells the sweeps rang."""
     pks = set(instances)
@@ -181,7 +181,7 @@ def drive(
         if time.monotonic() >= deadline:
             pytest.fail(f"Timed out after {timeout} s: {progress(pks)}")
         if time.monotonic() >= next_sweep:
-            rung += verbs.sweep()
+            rung += sweeping.sweep()
             next_sweep = time.monotonic() + sweep_every
         if on_poll is not None:
             on_poll()

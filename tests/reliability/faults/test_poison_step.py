@@ -27,7 +27,7 @@ from django_workerflow.models import (
     WorkflowStatus,
     step_events_of,
 )
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import sweeping
 from tests.reliability.conftest import print_figures
 
 from .conftest import LEASE_SECONDS, ClusterRunner, Trace, drive, respawned_workers
@@ -88,7 +88,7 @@ def test_poison_step__fails_with_worker_lost_after_three_crashes_all_recorded_an
 
     # It never loops: past another lease and a sweep, nothing runs or changes.
     time.sleep(float(LEASE_SECONDS) + 1)
-    assert verbs.sweep() == 0
+    assert sweeping.sweep() == 0
     time.sleep(1)
     assert trace.executions()[("poison", "poison")] == CRASHES
     assert WorkflowInstance.objects.get(pk=failed.pk).updated_at == failed.updated_at

@@ -12,7 +12,7 @@ import pytest
 
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import starting, verbs
+from django_workerflow.runtime import starting
 from django_workerflow.runtime.starting import BATCH_ROWS, NewInstance
 from django_workerflow.values.states import WorkflowEventType
 
@@ -35,7 +35,7 @@ def idle(self: Any) -> None:
 def test_start__creates_a_pending_instance_due_now_with_its_created_event(
     define, workerflow_harness
 ):
-    instance = verbs.start(define(idle), key="order-1", input={"n": 1})
+    instance = starting.start(define(idle), key="order-1", input={"n": 1})
 
     row = refreshed(instance)
     assert (row.status, row.input, row.alarm_at) == (
@@ -50,10 +50,10 @@ def test_start__again_with_the_same_key_returns_the_instance_and_writes_nothing(
     define, workerflow_harness
 ):
     definition = define(idle)
-    first = verbs.start(definition, key="order-1", input={"n": 1})
+    first = starting.start(definition, key="order-1", input={"n": 1})
     before = counts()
 
-    again = verbs.start(definition, key="order-1", input={"n": 2})
+    again = starting.start(definition, key="order-1", input={"n": 2})
 
     assert again.pk == first.pk
     assert again.input == {"n": 1}  # the first call pinned the input
@@ -62,21 +62,21 @@ def test_start__again_with_the_same_key_returns_the_instance_and_writes_nothing(
 
 def test_start__again_after_the_instance_ran_returns_it_as_it_is(define, workerflow_harness):
     definition = define(lambda self: "done")
-    first = verbs.start(definition, key="order-1")
+    first = starting.start(definition, key="order-1")
     workerflow_harness.drain()
 
-    again = verbs.start(definition, key="order-1")
+    again = starting.start(definition, key="order-1")
 
     assert again.pk == first.pk
     assert (again.status, again.result) == (WorkflowStatus.COMPLETED, "done")
 
 
 def test_start__of_a_key_that_another_definition_holds_is_refused(define, workerflow_harness):
-    verbs.start(define(idle), key="order-1")
+    starting.start(define(idle), key="order-1")
     other = define(idle)
 
     with pytest.raises(WorkflowInputError, match="already belongs to a"):
-        verbs.start(other, key="order-1")
+        starting.start(other, key="order-1")
 
 
 def test_start__at_another_version_of_an_unfinished_instance_is_a_version_conflict(
@@ -84,16 +84,16 @@ def test_start__at_another_version_of_an_unfinished_instance_is_a_version_confli
 ):
     first = define(idle, name="versioned", version="1")
     define(idle, name="versioned", version="2")
-    verbs.start(first, key="order-1")
+    starting.start(first, key="order-1")
 
     with pytest.raises(WorkflowVersionConflictError, match="pinned to '1'"):
-        verbs.start("versioned", key="order-1", version="2")
+        starting.start("versioned", key="order-1", version="2")
 
 
 def test_start__without_a_key_creates_a_new_instance_each_time(define, workerflow_harness):
     definition = define(idle)
 
-    first, second = verbs.start(definition), verbs.start(definition)
+    first, second = starting.start(definition), starting.start(definition)
 
     assert first.key != second.key
     assert counts()[0] == 2
@@ -106,7 +106,7 @@ def test_insert_pending__creates_one_instance_per_free_key_and_skips_taken_ones(
     define, workerflow_harness
 ):
     definition = define(idle)
-    verbs.start(definition, key="taken")
+    starting.start(definition, key="taken")
     entries = [NewInstance("a", "1"), NewInstance("taken", "2"), NewInstance("b", "null")]
 
     created = starting.insert_pending(
@@ -162,7 +162,7 @@ def test_insert_pending__returns_instances_as_saved_rows(define, workerflow_harn
 
 def test_start_one__of_a_taken_key_returns_none(define, workerflow_harness):
     definition = define(idle)
-    verbs.start(definition, key="taken")
+    starting.start(definition, key="taken")
 
     assert (
         starting.start_one(

@@ -1,7 +1,7 @@
 """``runtime.tick.tick``: what a tick claims, and how it settles the pass it ran.
 
 Each test calls ``tick(pk)`` directly (the worker's entry point) under the test harness's
-virtual clock, with worker bells silenced, and reads the :class:`TickResult` and the row.
+virtual clock, with worker bells silenced, and reads the :class:`TickReport` and the row.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.tick import UNREGISTERED_RETRY, tick
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.values.states import TickEnding
 
 from ...factories import WorkflowInstanceFactory
 from ...runtime_helpers import fail_first_attempt, refreshed
@@ -32,7 +32,7 @@ def started(define, execute) -> WorkflowInstance:
 
 
 def test_tick__of_a_deleted_instance_is_missing(workerflow_harness):
-    assert tick(2**31 - 1).outcome == TickOutcome.MISSING
+    assert tick(2**31 - 1).outcome == TickEnding.MISSING
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_tick__of_an_instance_that_is_not_active_leaves_it(workerflow_harness, s
 
     result = tick(instance.pk)
 
-    assert result.outcome == TickOutcome.INACTIVE
+    assert result.outcome == TickEnding.INACTIVE
     assert refreshed(instance).status == status
 
 
@@ -54,7 +54,7 @@ def test_tick__before_the_alarm_is_not_due_and_keeps_the_alarm(workerflow_harnes
 
     result = tick(instance.pk)
 
-    assert (result.outcome, result.alarm_at) == (TickOutcome.NOT_DUE, later)
+    assert (result.outcome, result.alarm_at) == (TickEnding.NOT_DUE, later)
     assert refreshed(instance).status == WorkflowStatus.PENDING
 
 
@@ -69,7 +69,7 @@ def test_tick__of_an_instance_leased_by_a_live_worker_is_busy_and_asks_for_one_m
 
     result = tick(instance.pk)
 
-    assert result.outcome == TickOutcome.BUSY
+    assert result.outcome == TickEnding.BUSY
     row = refreshed(instance)
     assert row.wake_requested
     assert row.alarm_at == expires  # the next chance, if the holder died
@@ -82,7 +82,7 @@ def test_tick__of_an_unregistered_definition_defers_the_instance(workerflow_harn
 
     result = tick(instance.pk)
 
-    assert result.outcome == TickOutcome.UNREGISTERED
+    assert result.outcome == TickEnding.UNREGISTERED
     assert result.alarm_at == workerflow_harness.now() + UNREGISTERED_RETRY
     assert refreshed(instance).status == WorkflowStatus.PENDING
 
@@ -95,7 +95,7 @@ def test_tick__takes_over_an_expired_lease_and_finishes_the_work(workerflow_harn
         lease_expires_at=workerflow_harness.now() - timedelta(seconds=1),
     )
 
-    assert tick(instance.pk).outcome == TickOutcome.COMPLETED
+    assert tick(instance.pk).outcome == TickEnding.COMPLETED
     assert refreshed(instance).result == "done"
 
 
@@ -113,7 +113,7 @@ def test_tick__its_first_step_write_keeps_the_lease_the_claim_just_took(
 
     instance = started(define, execute)
 
-    assert tick(instance.pk).outcome == TickOutcome.COMPLETED
+    assert tick(instance.pk).outcome == TickEnding.COMPLETED
     # The claim's expiry: the start of step "a" did not renew it (it is not due for a
     # quarter lease).
     assert seen == [claimed_at + timedelta(seconds=60)]
@@ -129,7 +129,7 @@ def test_tick__completes_the_workflow_stores_its_result_and_releases_the_lease(
 
     result = tick(instance.pk)
 
-    assert result.outcome == TickOutcome.COMPLETED
+    assert result.outcome == TickEnding.COMPLETED
     row = refreshed(instance)
     assert (row.status, row.result) == (WorkflowStatus.COMPLETED, 2)
     assert (row.lease_token, row.alarm_at) == (None, None)
@@ -144,7 +144,7 @@ def test_tick__fails_the_workflow_with_the_error_that_escaped_execute(workerflow
 
     result = tick(instance.pk)
 
-    assert result.outcome == TickOutcome.FAILED
+    assert result.outcome == TickEnding.FAILED
     row = refreshed(instance)
     assert (row.status, row.error_name) == (WorkflowStatus.FAILED, "LookupError")
     assert "no such order" in row.error_message
@@ -157,7 +157,7 @@ def test_tick__suspends_on_a_sleep_with_the_alarm_at_its_wake_time(workerflow_ha
     result = tick(instance.pk)
 
     wake_at = workerflow_harness.now() + timedelta(seconds=600)
-    assert (result.outcome, result.alarm_at) == (TickOutcome.SUSPENDED, wake_at)
+    assert (result.outcome, result.alarm_at) == (TickEnding.SUSPENDED, wake_at)
     row = refreshed(instance)
     assert (row.status, row.alarm_at, row.lease_token) == (WorkflowStatus.RUNNING, wake_at, None)
 
@@ -167,7 +167,7 @@ def test_tick__suspends_on_a_wait_without_an_alarm(workerflow_harness, define):
 
     result = tick(instance.pk)
 
-    assert (result.outcome, result.alarm_at) == (TickOutcome.SUSPENDED, None)
+    assert (result.outcome, result.alarm_at) == (TickEnding.SUSPENDED, None)
     assert refreshed(instance).alarm_at is None
 
 
@@ -179,12 +179,12 @@ def test_tick__replays_recorded_steps_without_running_them_again(workerflow_harn
         return self.wait("go", "go")
 
     instance = started(define, execute)
-    assert tick(instance.pk).outcome == TickOutcome.SUSPENDED
+    assert tick(instance.pk).outcome == TickEnding.SUSPENDED
     workerflow.send_event(instance, "go", "yes")
 
     result = tick(instance.pk)
 
-    assert result.outcome == TickOutcome.COMPLETED
+    assert result.outcome == TickEnding.COMPLETED
     assert calls == {"a": 1}
     assert refreshed(instance).result == "yes"
 
@@ -196,7 +196,7 @@ def test_tick__a_pass_that_suspends_with_work_due_replays_at_once(workerflow_har
 
     result = tick(instance.pk)
 
-    assert (result.outcome, result.replays) == (TickOutcome.COMPLETED, 2)
+    assert (result.outcome, result.replays) == (TickEnding.COMPLETED, 2)
     assert refreshed(instance).result == "second attempt"
     assert len(calls) == 2
 
@@ -210,7 +210,7 @@ def test_tick__of_an_instance_paused_while_it_ran_leaves_it_paused(workerflow_ha
 
     result = tick(instance.pk)
 
-    assert result.outcome == TickOutcome.STOPPED
+    assert result.outcome == TickEnding.STOPPED
     row = refreshed(instance)
     assert row.status == WorkflowStatus.PAUSED
     assert not row.steps.filter(step_id="never").exists()

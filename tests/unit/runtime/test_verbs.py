@@ -1,5 +1,5 @@
-"""``runtime.verbs``: the operations on an instance, each one transaction under its row
-lock, and what each returns and raises."""
+"""The verbs on an instance (``runtime.control``, ``runtime.events``, ``runtime.starting``):
+each one transaction under its row lock, and what each returns and raises."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from django_workerflow.exceptions import WorkflowStateError
 from django_workerflow.models import InboundEvent, WorkflowInstance, WorkflowStatus
-from django_workerflow.runtime import verbs
+from django_workerflow.runtime import control, events, starting
 from django_workerflow.values.states import StepState
 
 from ...runtime_helpers import refreshed, step
@@ -21,22 +21,22 @@ pytestmark = pytest.mark.django_db
 
 
 def test_pause__of_a_running_instance_pauses_it_and_says_so(waiting):
-    assert verbs.pause(waiting) is True
+    assert control.pause(waiting) is True
     assert waiting.status == WorkflowStatus.PAUSED  # the caller's object is refreshed
     assert refreshed(waiting).status == WorkflowStatus.PAUSED
 
 
 def test_pause__of_an_instance_that_is_not_running_changes_nothing(waiting):
-    verbs.pause(waiting)
+    control.pause(waiting)
 
-    assert verbs.pause(waiting.key) is False
+    assert control.pause(waiting.key) is False
     assert refreshed(waiting).status == WorkflowStatus.PAUSED
 
 
 def test_resume__of_a_paused_instance_makes_it_running_and_due(waiting, workerflow_harness):
-    verbs.pause(waiting)
+    control.pause(waiting)
 
-    verbs.resume(waiting)
+    control.resume(waiting)
 
     row = refreshed(waiting)
     assert (row.status, row.alarm_at) == (WorkflowStatus.RUNNING, workerflow_harness.now())
@@ -44,11 +44,11 @@ def test_resume__of_a_paused_instance_makes_it_running_and_due(waiting, workerfl
 
 def test_resume__of_an_instance_that_is_not_paused_raises_naming_its_status(waiting):
     with pytest.raises(WorkflowStateError, match="expected status 'paused' but got 'running'"):
-        verbs.resume(waiting)
+        control.resume(waiting)
 
 
 def test_cancel__of_an_unfinished_instance_cancels_it_with_its_reason(waiting):
-    assert verbs.cancel(waiting, reason="customer left") is True
+    assert control.cancel(waiting, reason="customer left") is True
 
     row = refreshed(waiting)
     assert row.status == WorkflowStatus.CANCELLED
@@ -56,25 +56,25 @@ def test_cancel__of_an_unfinished_instance_cancels_it_with_its_reason(waiting):
 
 
 def test_cancel__of_a_finished_instance_changes_nothing(waiting):
-    verbs.cancel(waiting)
+    control.cancel(waiting)
 
-    assert verbs.cancel(waiting) is False
+    assert control.cancel(waiting) is False
     assert refreshed(waiting).status == WorkflowStatus.CANCELLED
 
 
 def test_wake__of_an_active_instance_makes_it_due_now(waiting, workerflow_harness):
-    assert verbs.wake(waiting) is True
+    assert control.wake(waiting) is True
     assert refreshed(waiting).alarm_at == workerflow_harness.now()
 
 
 def test_wake__of_a_finished_instance_does_nothing(waiting):
-    verbs.cancel(waiting)
+    control.cancel(waiting)
 
-    assert verbs.wake(waiting) is False
+    assert control.wake(waiting) is False
 
 
 def test_verbs__on_an_unknown_key_raise_does_not_exist(db):
-    for verb in (verbs.pause, verbs.resume, verbs.cancel, verbs.wake, verbs.retry_now):
+    for verb in (control.pause, control.resume, control.cancel, control.wake, control.retry_now):
         with pytest.raises(WorkflowInstance.DoesNotExist):
             verb("no-such-key")
 
@@ -88,15 +88,15 @@ def test_retry_now__brings_pending_retries_forward_and_returns_their_step_ids(
     def fail() -> None:
         raise ValueError("transient")
 
-    instance = verbs.start(
+    instance = starting.start(
         define(lambda self: self.run("charge", fail, backoff=lambda n: 3600)), key="retrying"
     )
     workerflow_harness.drain()
     assert step(instance, "charge").next_attempt_at > workerflow_harness.now()
 
-    assert verbs.retry_now(instance) == ["charge"]
+    assert control.retry_now(instance) == ["charge"]
     assert step(instance, "charge").next_attempt_at == workerflow_harness.now()
-    assert verbs.retry_now(instance) == []
+    assert control.retry_now(instance) == []
 
 
 # send_event ---------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def test_retry_now__brings_pending_retries_forward_and_returns_their_step_ids(
 def test_send_event__satisfies_the_waiting_step_and_makes_the_instance_due(
     waiting, workerflow_harness
 ):
-    event = verbs.send_event(waiting, "go", {"n": 1})
+    event = events.send_event(waiting, "go", {"n": 1})
 
     assert event is not None
     go = step(waiting, "go")
@@ -117,7 +117,7 @@ def test_send_event__satisfies_the_waiting_step_and_makes_the_instance_due(
 def test_send_event__that_no_step_waits_for_is_queued_naming_what_the_instance_waits_for(
     waiting,
 ):
-    event = verbs.send_event(waiting, "other", 1)
+    event = events.send_event(waiting, "other", 1)
 
     assert event is not None
     assert event.claimed_by_id is None
@@ -126,9 +126,9 @@ def test_send_event__that_no_step_waits_for_is_queued_naming_what_the_instance_w
 
 
 def test_send_event__to_a_paused_instance_only_queues_it(waiting):
-    verbs.pause(waiting)
+    control.pause(waiting)
 
-    event = verbs.send_event(waiting, "go", 1)
+    event = events.send_event(waiting, "go", 1)
 
     assert event is not None
     assert event.claimed_by_id is None
@@ -136,36 +136,36 @@ def test_send_event__to_a_paused_instance_only_queues_it(waiting):
 
 
 def test_send_event__to_a_finished_instance_is_ignored(waiting):
-    verbs.cancel(waiting)
+    control.cancel(waiting)
 
-    assert verbs.send_event(waiting, "go", 1) is None
+    assert events.send_event(waiting, "go", 1) is None
     assert not InboundEvent.objects.filter(instance=waiting).exists()
 
 
 def test_send_event__to_an_unknown_key_raises_unless_missing_ok(db):
     with pytest.raises(WorkflowInstance.DoesNotExist):
-        verbs.send_event("no-such-key", "go")
+        events.send_event("no-such-key", "go")
 
-    assert verbs.send_event("no-such-key", "go", missing_ok=True) is None
+    assert events.send_event("no-such-key", "go", missing_ok=True) is None
 
 
 def test_send_event__to_a_deleted_instance_is_as_to_an_unknown_key(waiting):
     WorkflowInstance.objects.filter(pk=waiting.pk).delete()
 
     with pytest.raises(WorkflowInstance.DoesNotExist, match="no longer exists"):
-        verbs.send_event(waiting, "go")
+        events.send_event(waiting, "go")
 
-    assert verbs.send_event(waiting, "go", missing_ok=True) is None
+    assert events.send_event(waiting, "go", missing_ok=True) is None
 
 
 def test_send_event__after_a_wait_timed_out_is_queued(define, workerflow_harness):
-    instance = verbs.start(
+    instance = starting.start(
         define(lambda self: self.wait("go", "go", timeout=timedelta(minutes=1))), key="timeout"
     )
     workerflow_harness.drain()
     workerflow_harness.clock.advance(timedelta(minutes=1))
 
-    event = verbs.send_event(instance, "go", 1)
+    event = events.send_event(instance, "go", 1)
 
     assert event is not None
     assert event.claimed_by_id is None

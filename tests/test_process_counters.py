@@ -1,6 +1,6 @@
-"""The counters and histograms kept in process memory (django_workerflow.meters): the wake lag
-of every cause, the tick duration, the flush to the process's row, and a scrape that sums
-every process's row with its own memory in place of its own row (docs/metrics.md)."""
+"""The counters and histograms kept in process memory (django_workerflow.process_counters):
+the wake lag of every cause, the tick duration, the flush to the process's row, and a scrape
+that sums every process's row with its own memory in place of its own row (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from django.utils import timezone
 
 import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition
-from django_workerflow.meters import METERS, TICK_DURATION, WAKE_LAG
 from django_workerflow.models import ProcessMetrics
-from django_workerflow.runtime import verbs
-from django_workerflow.store import process_metrics
+from django_workerflow.process_counters import PROCESS_COUNTERS, TICK_DURATION, WAKE_LAG
+from django_workerflow.runtime.tick import tick
+from django_workerflow.store import flushed_totals
 from django_workerflow.testing import Harness
-from django_workerflow.values.states import TickOutcome
+from django_workerflow.values.states import TickEnding
 
 from . import flow_helpers
 from .runtime_helpers import fail_first_attempt
@@ -39,7 +39,7 @@ assert URL  # the view these tests scrape is mounted by tests.test_metrics' urlp
 def fresh_meters() -> None:
     """Each test starts as a new process: an earlier test's flush, rolled back with its
     transaction, would otherwise look like this process's retired row."""
-    METERS.start_afresh()
+    PROCESS_COUNTERS.start_afresh()
 
 
 def lag(families: dict[str, Any], definition: str, cause: str) -> tuple[float, float] | None:
@@ -142,9 +142,9 @@ def test_wake_lag__a_duplicate_bell_that_finds_nothing_due__records_none(define_
     with Harness(start=T0) as harness:
         instance = workerflow.start(definition, key="sleeper")
         harness.drain()
-        assert verbs.tick(instance.pk).outcome == TickOutcome.NOT_DUE  # a stale bell
+        assert tick(instance.pk).outcome == TickEnding.NOT_DUE  # a stale bell
         harness.advance(timedelta(seconds=10))
-        assert verbs.tick(instance.pk).outcome == TickOutcome.INACTIVE  # a duplicate bell
+        assert tick(instance.pk).outcome == TickEnding.INACTIVE  # a duplicate bell
         families = scrape()
     assert lag(families, definition.name, "start") == (1, 0.0)
     assert lag(families, definition.name, "sleep") == (1, 0.0)
@@ -195,16 +195,16 @@ def ran_two_steps(
 
 def test_scrape__the_scraping_processs_unflushed_ticks_count(define_with):
     with ran_two_steps(define_with, "harnessed") as (_definition, labels, _harness):
-        assert not ProcessMetrics.objects.filter(process=METERS.process).exists()
+        assert not ProcessMetrics.objects.filter(process=PROCESS_COUNTERS.process).exists()
         assert value(scrape(), "workerflow_step_attempts_started", **labels) == 2
 
 
 def test_scrape__after_a_flush__counts_nothing_twice(define_with):
     with ran_two_steps(define_with, "flushed") as (definition, labels, harness):
         before = scrape()
-        process_metrics.flush()
-        row = ProcessMetrics.objects.get(process=METERS.process)
-        assert (row.pid, METERS.unflushed) == (os.getpid(), 0)
+        flushed_totals.flush()
+        row = ProcessMetrics.objects.get(process=PROCESS_COUNTERS.process)
+        assert (row.pid, PROCESS_COUNTERS.unflushed) == (os.getpid(), 0)
         assert scrape() == before
         workerflow.start(definition, key="after-the-flush")
         harness.drain()
@@ -213,7 +213,7 @@ def test_scrape__after_a_flush__counts_nothing_twice(define_with):
 
 def test_scrape__sums_the_rows_of_the_other_processes_dead_or_alive(define_with):
     with ran_two_steps(define_with, "here") as (definition, labels, _harness):
-        other = METERS.totals()  # another process that did the same work, then died
+        other = PROCESS_COUNTERS.totals()  # another process that did the same work, then died
         ProcessMetrics.objects.create(
             process=uuid.uuid4(), host="elsewhere", pid=1, flushed_at=timezone.now(), totals=other
         )
@@ -226,14 +226,14 @@ def test_scrape__sums_the_rows_of_the_other_processes_dead_or_alive(define_with)
 def test_flush_if_due__writes_at_most_once_per_interval(define_with, settings):
     settings.WORKERFLOW_SWEEP_SECONDS = 3600
     with ran_two_steps(define_with, "one") as (definition, _labels, harness):
-        process_metrics.flush()
-        assert process_metrics.flush_if_due() is False  # nothing new
+        flushed_totals.flush()
+        assert flushed_totals.flush_if_due() is False  # nothing new
         workerflow.start(definition, key="two")
         harness.drain()
-        assert process_metrics.flush_if_due() is False  # new, but flushed a moment ago
+        assert flushed_totals.flush_if_due() is False  # new, but flushed a moment ago
         settings.WORKERFLOW_SWEEP_SECONDS = 0
-        assert process_metrics.flush_if_due() is True
-        assert METERS.unflushed == 0
+        assert flushed_totals.flush_if_due() is True
+        assert PROCESS_COUNTERS.unflushed == 0
 
 
 def test_meters__a_forked_child_starts_from_zero_as_a_process_of_its_own(define_with):
@@ -244,14 +244,14 @@ def test_meters__a_forked_child_starts_from_zero_as_a_process_of_its_own(define_
         warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
         pid = os.fork()
     if pid == 0:  # the child: report and leave at once, touching nothing else
-        started = METERS.counters["workerflow_step_attempts_started"]
-        os.write(writing, f"{METERS.process} {len(started)}".encode())
+        started = PROCESS_COUNTERS.counters["workerflow_step_attempts_started"]
+        os.write(writing, f"{PROCESS_COUNTERS.process} {len(started)}".encode())
         os._exit(0)
     os.close(writing)
     os.waitpid(pid, 0)
     with os.fdopen(reading) as pipe:
         process, counted = pipe.read().split()
-    assert process != str(METERS.process)
+    assert process != str(PROCESS_COUNTERS.process)
     assert counted == "0"
 
 
@@ -260,7 +260,7 @@ def test_meters__a_forked_child_starts_from_zero_as_a_process_of_its_own(define_
 
 def age_rows(**filters: Any) -> None:
     """Make rows look flushed long ago, as a process that stopped leaves its row."""
-    old = timezone.now() - process_metrics.retire_after() - timedelta(seconds=1)
+    old = timezone.now() - flushed_totals.retire_after() - timedelta(seconds=1)
     ProcessMetrics.objects.filter(**filters).update(flushed_at=old)
 
 
@@ -272,16 +272,16 @@ def test_retire__merges_quiet_rows_into_one_and_the_counters_stay(define_with):
                 host="h",
                 pid=pid,
                 flushed_at=timezone.now(),
-                totals=METERS.totals(),
+                totals=PROCESS_COUNTERS.totals(),
             )
         age_rows(pid__in=[11, 12])
         before = scrape()
-        assert process_metrics.retire() == 2
-        assert process_metrics.retire() == 0
+        assert flushed_totals.retire() == 2
+        assert flushed_totals.retire() == 0
         assert set(ProcessMetrics.objects.values_list("pid", flat=True)) == {0, 13}
         assert scrape() == before
         age_rows(pid=13)
-        assert process_metrics.retire() == 1
+        assert flushed_totals.retire() == 1
         assert scrape() == before
     labels = {"definition": definition.name, "step_type": "run"}
     assert value(before, "workerflow_step_attempts_started", **labels) == 8
@@ -289,15 +289,15 @@ def test_retire__merges_quiet_rows_into_one_and_the_counters_stay(define_with):
 
 def test_retire__a_live_process_whose_row_was_retired__counts_nothing_twice(define_with):
     with ran_two_steps(define_with, "before-idle") as (definition, labels, harness):
-        process_metrics.flush()
-        age_rows(process=METERS.process)  # this process went idle
-        assert process_metrics.retire() == 1
+        flushed_totals.flush()
+        age_rows(process=PROCESS_COUNTERS.process)  # this process went idle
+        assert flushed_totals.retire() == 1
         # Not flushed since: the scrape sees its row gone and its totals in the retired row.
         assert value(scrape(), "workerflow_step_attempts_started", **labels) == 2
         workerflow.start(definition, key="after-idle")
         harness.drain()
-        process_metrics.flush()  # learns of the retirement, writes only what is new
-        own = ProcessMetrics.objects.get(process=METERS.process).totals
+        flushed_totals.flush()  # learns of the retirement, writes only what is new
+        own = ProcessMetrics.objects.get(process=PROCESS_COUNTERS.process).totals
         assert value(scrape(), "workerflow_step_attempts_started", **labels) == 4
     started = {
         tuple(key): count for key, count in own["counters"]["workerflow_step_attempts_started"]
@@ -325,12 +325,12 @@ def test_rows__hold_counts_as_integers_and_sums_as_floats(define_with):
     decode in well under half the time of floats (``0.0``). A process's own row, the
     retired row (merged) and a row flushed after its retirement (a difference) alike."""
     with ran_two_steps(define_with, "integral") as (definition, _labels, harness):
-        process_metrics.flush()
-        age_rows(process=METERS.process)
-        assert process_metrics.retire() == 1
+        flushed_totals.flush()
+        age_rows(process=PROCESS_COUNTERS.process)
+        assert flushed_totals.retire() == 1
         workerflow.start(definition, key="integral-after")
         harness.drain()
-        process_metrics.flush()
+        flushed_totals.flush()
         rows = list(ProcessMetrics.objects.all())
     assert len(rows) == 2
     for row in rows:

@@ -1,4 +1,5 @@
-"""Each process's counters and histograms, flushed from its memory (``meters.METERS``)."""
+"""Each process's flushed totals: its counters and histograms, written from its memory
+(``process_counters.PROCESS_COUNTERS``) to a row of its own."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django_workerflow.models.fields import EngineDateTimeField
 
 class ProcessMetrics(models.Model):
     """One row per process that observed something: its cumulative totals as of
-    ``flushed_at`` (see :mod:`django_workerflow.meters` for the document's shape).
+    ``flushed_at`` (see :mod:`django_workerflow.process_counters` for the document's shape).
 
     A process rewrites only its own row, at most every ``WORKERFLOW_SWEEP_SECONDS``. The
     row of a process that died stays, so its counts stay in the fleet's counters (which

@@ -4,7 +4,7 @@ The code that observes something counts it here (a step attempt started or finis
 tick's duration, a wake's lag): a dict increment under a lock no other thread contends
 for, so the hot path pays nothing measurable. Each process flushes its cumulative totals
 to a database row of its own (``ProcessMetrics``, written by
-:mod:`django_workerflow.store.process_metrics`) at most every ``WORKERFLOW_SWEEP_SECONDS``,
+:mod:`django_workerflow.store.flushed_totals`) at most every ``WORKERFLOW_SWEEP_SECONDS``,
 off the hot path; a scrape sums every process's row, the scraping process's own unflushed
 totals standing in for its row (:mod:`django_workerflow.metrics`).
 
@@ -30,10 +30,10 @@ __all__ = [
     "ATTEMPT_DURATION_BUCKETS",
     "EMPTY",
     "LAG_BUCKETS",
-    "METERS",
+    "PROCESS_COUNTERS",
     "TICK_DURATION_BUCKETS",
     "Flat",
-    "Meters",
+    "ProcessCounters",
     "Series",
     "Sums",
     "difference",
@@ -70,11 +70,11 @@ BUCKETS = {
 }
 
 Labels = tuple[str, ...]
-#: A totals document, as :meth:`Meters.totals` gives it and a row stores it.
+#: A totals document, as :meth:`ProcessCounters.totals` gives it and a row stores it.
 Totals = dict[str, Any]
 
 
-class Meters:
+class ProcessCounters:
     """One process's cumulative counters and histograms, and its identity.
 
     A histogram's value per label set is a list: the observations in each bucket (not
@@ -105,7 +105,7 @@ class Meters:
         #: The totals the last flush wrote (this process's, before subtracting ``retired``).
         self.last_flushed: Totals = EMPTY
         #: The part of the totals already merged into the retired row (see
-        #: :mod:`django_workerflow.store.process_metrics`): the row holds the rest.
+        #: :mod:`django_workerflow.store.flushed_totals`): the row holds the rest.
         self.retired: Totals = EMPTY
         self._lock = threading.Lock()  # a lock a parent held while forking stays held
 
@@ -189,7 +189,7 @@ class Sums:
     """Totals documents added (and subtracted) series by series: counters by name and
     labels, histograms by name and labels, their buckets, count and sum added one by one.
     A histogram flushed with other buckets (by another release) is left out. Integer
-    counts stay integers (see :class:`Meters`)."""
+    counts stay integers (see :class:`ProcessCounters`)."""
 
     def __init__(self) -> None:
         self.counters: dict[str, dict[Labels, float]] = {}
@@ -376,8 +376,8 @@ def difference(totals: Totals, less: Totals) -> Totals:
     return Sums().add(totals).add(less, -1).totals()
 
 
-#: This process's meters.
-METERS = Meters()
+#: This process's process_counters.
+PROCESS_COUNTERS = ProcessCounters()
 
 # A forked worker (django-q2's) starts from zero, as a process of its own.
-os.register_at_fork(after_in_child=METERS.start_afresh)
+os.register_at_fork(after_in_child=PROCESS_COUNTERS.start_afresh)

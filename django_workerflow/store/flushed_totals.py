@@ -1,6 +1,6 @@
-"""The process metrics rows: flushing this process's
-:data:`~django_workerflow.meters.METERS` to its row, retiring the rows of processes gone
-quiet, and reading every process's totals for a scrape.
+"""The flushed totals rows (``ProcessMetrics``): flushing this process's
+:data:`~django_workerflow.process_counters.PROCESS_COUNTERS` to its row, retiring the rows
+of processes gone quiet, and reading every process's totals for a scrape.
 
 A flush writes the process's cumulative totals over its own row (one ``UPDATE``, or an
 ``INSERT`` the first time), at most every ``WORKERFLOW_SWEEP_SECONDS`` and only after
@@ -13,8 +13,8 @@ sweeper merges the rows not flushed for :func:`retire_after` into one retired ro
 (:data:`RETIRED`) and deletes them, under their row locks. A live process whose row was
 retired (it was idle) finds its row gone at its next flush: it then knows the totals it
 last flushed are in the retired row, and from then on writes only what it observed since
-(:attr:`~django_workerflow.meters.Meters.retired`). Nothing is counted twice or lost,
-whichever of the flush and the merge takes the row lock first.
+(:attr:`~django_workerflow.process_counters.ProcessCounters.retired`). Nothing is counted
+twice or lost, whichever of the flush and the merge takes the row lock first.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from django_workerflow.conf import settings
-from django_workerflow.meters import (
+from django_workerflow.models import ProcessMetrics
+from django_workerflow.process_counters import (
     EMPTY,
-    METERS,
+    PROCESS_COUNTERS,
     Flat,
     Series,
     Sums,
@@ -46,7 +47,6 @@ from django_workerflow.meters import (
     plus,
     summed_flat,
 )
-from django_workerflow.models import ProcessMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -63,36 +63,39 @@ def flush_if_due() -> bool:
     """Flush if something was observed since the last flush and that flush is older than
     ``WORKERFLOW_SWEEP_SECONDS``. A database error is logged, not raised: the totals stay
     in memory for the next flush. True if the row was written."""
-    if not METERS.unflushed:
+    if not PROCESS_COUNTERS.unflushed:
         return False
-    last = METERS.flushed_at
+    last = PROCESS_COUNTERS.flushed_at
     if last is not None and time.monotonic() - last < settings.SWEEP_SECONDS:
         return False
     try:
         flush()
     except DatabaseError:
-        logger.warning("metrics flush failed process=%s", METERS.process, exc_info=True)
+        logger.warning("metrics flush failed process=%s", PROCESS_COUNTERS.process, exc_info=True)
         return False
     return True
 
 
 def flush() -> None:
     """Write this process's totals (less what the retired row holds of them) over its row."""
-    observed = METERS.unflushed
-    totals = METERS.totals()
+    observed = PROCESS_COUNTERS.unflushed
+    totals = PROCESS_COUNTERS.totals()
     values: dict[str, Any] = {"flushed_at": timezone.now()}
     with transaction.atomic():
-        values["totals"] = difference(totals, METERS.retired)
-        updated = ProcessMetrics.objects.filter(process=METERS.process).update(**values)
+        values["totals"] = difference(totals, PROCESS_COUNTERS.retired)
+        updated = ProcessMetrics.objects.filter(process=PROCESS_COUNTERS.process).update(**values)
         if not updated:
-            if METERS.flushed_at is not None:
+            if PROCESS_COUNTERS.flushed_at is not None:
                 # The sweeper retired the row: what it held is in the retired row now.
-                METERS.retired = METERS.last_flushed
-                values["totals"] = difference(totals, METERS.retired)
+                PROCESS_COUNTERS.retired = PROCESS_COUNTERS.last_flushed
+                values["totals"] = difference(totals, PROCESS_COUNTERS.retired)
             ProcessMetrics.objects.create(
-                process=METERS.process, host=METERS.host[:255], pid=METERS.pid, **values
+                process=PROCESS_COUNTERS.process,
+                host=PROCESS_COUNTERS.host[:255],
+                pid=PROCESS_COUNTERS.pid,
+                **values,
             )
-    METERS.flushed(time.monotonic(), observed, totals)
+    PROCESS_COUNTERS.flushed(time.monotonic(), observed, totals)
 
 
 def retire(now: datetime | None = None) -> int:
@@ -126,17 +129,17 @@ def own_totals(own_row: bool) -> Totals:
     """This process's totals from memory, less what the retired row holds of them;
     ``own_row``: whether its row is still there (else the sweeper retired it since its
     last flush, which will learn it, and the retired row holds what it flushed)."""
-    retired = METERS.retired
-    if METERS.flushed_at is not None and not own_row:
-        retired = METERS.last_flushed
-    return difference(METERS.totals(), retired)
+    retired = PROCESS_COUNTERS.retired
+    if PROCESS_COUNTERS.flushed_at is not None and not own_row:
+        retired = PROCESS_COUNTERS.last_flushed
+    return difference(PROCESS_COUNTERS.totals(), retired)
 
 
 def fleet_series() -> Series:
     """Every process's totals summed: the rows of the others (the retired row included)
     from :data:`FLEET`, re-read only where they changed, and this process's own totals from
     memory in place of its row (which may lag them), so nothing counts twice."""
-    fleet = FLEET.read(METERS.process)
+    fleet = FLEET.read(PROCESS_COUNTERS.process)
     own = own_totals(fleet.own_row)
     if not any(own["counters"].values()) and not any(own["histograms"].values()):
         return fleet.summed
