@@ -65,8 +65,7 @@ class WorkflowInstanceAdmin(InstanceColumns, InstanceAdminBase):
     list_display_links = ["key_column"]
     search_fields = ["key", "definition_name"]
     search_help_text = (
-        "Searches keys and definition names; name=value finds instances by attribute "
-        '(customer=c-42, vip=true, order="42" for the string).'
+        'Keys and definition names; name=value for an attribute (customer=c-42, order="42").'
     )
     date_hierarchy = "created_at"
     ordering = ["-created_at", "-id"]
