@@ -28,10 +28,9 @@ from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store.steps import StepStore
 from django_workerflow.testing import Harness
-
-from .factories import WorkflowInstanceFactory
-from .runtime_helpers import claim, waits_for_go
-from .tracing_helpers import spans  # noqa: F401 - a fixture, for every test module
+from tests.support.factories import WorkflowInstanceFactory
+from tests.support.instances import claim, waits_for_go
+from tests.support.tracing import spans  # noqa: F401 - a fixture, for every test module
 
 _counter = itertools.count()
 DEMO_TOUR = "testproject.demoapp.workflows"

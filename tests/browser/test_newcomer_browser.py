@@ -25,8 +25,7 @@ import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.testing import Harness
 from testproject import demo
-
-from .. import flow_helpers
+from tests.support import flow as flow_helpers
 
 sync_api = pytest.importorskip(
     "playwright.sync_api",

@@ -12,7 +12,7 @@ import pytest
 
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.flow import schedules
-from tests import flow_helpers
+from tests.support import flow as flow_helpers
 
 from .conftest import ClusterRunner, wait_until
 
