@@ -29,6 +29,7 @@ from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store.steps import StepStore
 from django_workerflow.testing import Harness
 from tests.support.factories import WorkflowInstanceFactory
+from tests.support.flow import wait_for_go
 from tests.support.instances import claim, waits_for_go
 from tests.support.tracing import spans  # noqa: F401 - a fixture, for every test module
 
@@ -66,6 +67,32 @@ def define() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
             "__module__": __name__,
         }
         definition = type("TestWorkflow", (WorkflowDefinition,), attrs)
+        created.append(definition)
+        return definition
+
+    yield make
+    for definition in created:
+        registry.unregister(definition)
+
+
+@pytest.fixture
+def define_with() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
+    """``define_with(execute=wait_for_go, name=None, **settings)``: a registered definition
+    with class attributes ``settings`` (max_concurrency, rate_limit, schedule, ...),
+    unregistered when the test ends."""
+    created: list[type[WorkflowDefinition]] = []
+
+    def make(
+        execute: Callable[[Any], Any] = wait_for_go, *, name: str | None = None, **settings: Any
+    ) -> type[WorkflowDefinition]:
+        attrs = {
+            "name": name or f"flow-workflow-{next(_counter)}",
+            "version": "1",
+            "execute": execute,
+            "__module__": __name__,
+            **settings,
+        }
+        definition = type("FlowWorkflow", (WorkflowDefinition,), attrs)
         created.append(definition)
         return definition
 

@@ -26,6 +26,7 @@ from django_workerflow.models import (
     WorkflowStatus,
 )
 from django_workerflow.runtime import purge
+from tests.support.commands import manage
 from tests.support.instances import status_of
 
 pytestmark = pytest.mark.django_db
@@ -59,7 +60,7 @@ def sleeping(shop, workerflow_harness):
 
 
 @pytest.fixture
-def waiting(shop, workerflow_harness):
+def waiting_order(shop, workerflow_harness):
     """Instance ``w-1`` running, waiting for 'payment.received'."""
     workerflow.start(shop, key="w-1")
     workerflow_harness.drain()
@@ -134,7 +135,7 @@ def test_start__refuses_a_non_finite_number_in_the_input(shop):
 # send-event -----------------------------------------------------------------------------------
 
 
-def test_send_event__is_claimed_by_a_waiting_step(waiting, workerflow_harness):
+def test_send_event__is_claimed_by_a_waiting_step(waiting_order, workerflow_harness):
     out = run("send-event", "w-1", "payment.received", "--payload", '{"amount": 42}')
 
     assert out == "Event 'payment.received' sent to 'w-1': a waiting step claimed it.\n"
@@ -151,20 +152,20 @@ def test_send_event__is_queued_when_no_step_waits(sleeping):
     assert event.payload is None
 
 
-def test_send_event__refuses_invalid_json_and_sends_nothing(waiting):
+def test_send_event__refuses_invalid_json_and_sends_nothing(waiting_order):
     with pytest.raises(CommandError, match="--payload is not valid JSON"):
         run("send-event", "w-1", "payment.received", "--payload", "[1,")
     assert not InboundEvent.objects.exists()
 
 
-def test_send_event__refuses_a_payload_nested_deeper_than_python_parses(waiting):
+def test_send_event__refuses_a_payload_nested_deeper_than_python_parses(waiting_order):
     nested = "[" * 100_000 + "]" * 100_000
     with pytest.raises(CommandError, match=r"^--payload is nested 100000 levels deep, more than"):
         run("send-event", "w-1", "payment.received", "--payload", nested)
     assert not InboundEvent.objects.exists()
 
 
-def test_send_event__to_a_finished_instance_is_an_error(waiting):
+def test_send_event__to_a_finished_instance_is_an_error(waiting_order):
     workerflow.cancel("w-1")
 
     with pytest.raises(CommandError, match="'w-1' is cancelled: the event was not delivered"):
@@ -176,7 +177,7 @@ def test_send_event__to_an_unknown_key_is_an_error(db):
         run("send-event", "ghost", "payment.received")
 
 
-def test_send_event__refuses_a_blank_event_name(waiting):
+def test_send_event__refuses_a_blank_event_name(waiting_order):
     with pytest.raises(CommandError, match="An event name must not be empty"):
         run("send-event", "w-1", "  ")
 
@@ -281,7 +282,7 @@ def test_show__prints_status_waiting_on_and_the_step_tree(define, workerflow_har
     assert "waiting  until " in step_lines[4]
 
 
-def test_show__prints_the_result_error_and_inbound_events(waiting, workerflow_harness):
+def test_show__prints_the_result_error_and_inbound_events(waiting_order, workerflow_harness):
     workerflow.send_event("w-1", "gift.wrapped", {"ribbon": "red"})
     workerflow.send_event("w-1", "payment.received", {"amount": 42})
     workerflow_harness.drain()
@@ -329,7 +330,9 @@ def test_show__escapes_control_characters_in_user_data(define, workerflow_harnes
 # list -----------------------------------------------------------------------------------------
 
 
-def test_list__prints_newest_first_with_what_each_waits_on(sleeping, waiting, workerflow_harness):
+def test_list__prints_newest_first_with_what_each_waits_on(
+    sleeping, waiting_order, workerflow_harness
+):
     out = run("list")
 
     lines = out.splitlines()
@@ -348,7 +351,7 @@ def test_list__prints_newest_first_with_what_each_waits_on(sleeping, waiting, wo
     assert "running" in lines[2]
 
 
-def test_list__filters_by_status_and_name_and_limits(sleeping, waiting, define):
+def test_list__filters_by_status_and_name_and_limits(sleeping, waiting_order, define):
     workerflow.start(define(shop_execute, name="billing"), key="b-1")
     workerflow.pause("s-1")
 
@@ -512,21 +515,6 @@ def test_parse_duration__reads_each_unit(text, expected):
 
 
 # Exit codes, from a real process --------------------------------------------------------------
-
-
-def manage(*args: str, db_path: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "WORKERFLOW_DB": "sqlite"}
-    if db_path is not None:
-        env["WORKERFLOW_SQLITE_PATH"] = str(db_path)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.slow  # seconds of real processes or real time: `make test-fast` leaves it out

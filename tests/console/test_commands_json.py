@@ -71,7 +71,7 @@ def shop(self):
 
 
 @pytest.fixture
-def waiting(define, workerflow_harness):
+def waiting_with_a_queued_event(define, workerflow_harness):
     """Instance ``w-1`` waiting for 'payment.received', an unrelated event queued."""
     workerflow.start(define(shop, name="shop", version="v1"), key="w-1", input={"order": 1})
     workerflow_harness.drain()
@@ -80,7 +80,9 @@ def waiting(define, workerflow_harness):
     workerflow_harness.drain()
 
 
-def test_list_json__gives_each_instance_newest_first_with_zoned_times(waiting, define):
+def test_list_json__gives_each_instance_newest_first_with_zoned_times(
+    waiting_with_a_queued_event, define
+):
     workerflow.start(define(shop, name="billing"), key="b-1")
 
     document = run_json("list")
@@ -95,12 +97,14 @@ def test_list_json__gives_each_instance_newest_first_with_zoned_times(waiting, d
         assert_zoned(row[field])
 
 
-def test_list_json__filters_like_the_text_and_gives_an_empty_list(waiting):
+def test_list_json__filters_like_the_text_and_gives_an_empty_list(waiting_with_a_queued_event):
     assert run_json("list", "--status", "failed") == {"instances": []}
     assert [row["key"] for row in run_json("list", "--name", "shop")["instances"]] == ["w-1"]
 
 
-def test_show_json__gives_the_instance_its_step_tree_and_inbound_events(waiting):
+def test_show_json__gives_the_instance_its_step_tree_and_inbound_events(
+    waiting_with_a_queued_event,
+):
     document = run_json("show", "w-1")
 
     assert set(document) >= INSTANCE_FIELDS

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
-from tests.console.test_commands import manage
+from tests.support.commands import manage
 from tests.support.factories import WorkflowInstanceFactory
 from tests.support.instances import fail_every_attempt, get
 

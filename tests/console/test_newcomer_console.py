@@ -17,11 +17,9 @@ import django_workerflow as workerflow
 from django_workerflow.console.time_words import clock_text, format_when
 from django_workerflow.models import FinishDelivery, WorkflowInstance
 from django_workerflow.testing import Harness
-from tests.support import flow as flow_helpers
 from tests.support.admin import change_url, changelist_url, text
 
 pytestmark = pytest.mark.django_db
-define_with = flow_helpers.define_with
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 SCHEDULES = reverse("admin:workerflow_workflowschedule_changelist")
 

@@ -17,10 +17,8 @@ from django_workerflow.testing import Harness
 from testproject.demoapp.logs import OneLineExceptions
 from testproject.shop.models import Order, Payment
 from testproject.shop.workflows import OrderFulfillment
-from tests.support import flow as flow_helpers
 
 pytestmark = pytest.mark.django_db
-define_with = flow_helpers.define_with
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
 

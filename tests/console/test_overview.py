@@ -25,12 +25,10 @@ from django_workerflow.runtime.flow.schedules import sync as schedule_sync
 from django_workerflow.store import instance_counts
 from django_workerflow.testing import Harness
 from django_workerflow.values import clock
-from tests.support import flow as flow_helpers
 from tests.support.admin import changelist_url, staff_client, text
 
 pytestmark = pytest.mark.django_db
 
-define_with = flow_helpers.define_with
 OVERVIEW = "admin:workerflow_overview"
 
 

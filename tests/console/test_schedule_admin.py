@@ -12,11 +12,9 @@ import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule
 from django_workerflow.runtime.flow import schedules
 from django_workerflow.testing import Harness
-from tests.support import flow as flow_helpers
 from tests.support.admin import changelist_url, text
 
 pytestmark = pytest.mark.django_db
-define_with = flow_helpers.define_with
 SCHEDULES = reverse("admin:workerflow_workflowschedule_changelist")
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 

@@ -4,7 +4,6 @@ registered, with no callback run and no write."""
 from __future__ import annotations
 
 import json
-import re
 import types
 from collections.abc import Callable
 from io import StringIO
@@ -21,10 +20,10 @@ from django_workerflow import NondeterminismError, WorkflowDefinition, testing
 from django_workerflow.deploy import exports
 from django_workerflow.deploy.replay_check import CheckFilter, check_instances
 from django_workerflow.models import Step, StepEvent, WorkflowEvent, WorkflowInstance
+from tests.support.sql_writes import WRITE
 
 pytestmark = pytest.mark.django_db
 
-WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER)\b", re.IGNORECASE)
 CALLS: list[str] = []
 
 

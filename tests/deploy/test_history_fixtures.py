@@ -16,7 +16,7 @@ import django_workerflow as workerflow
 from django_workerflow import NondeterminismError, WorkflowDefinition, WorkflowInputError, testing
 from django_workerflow.deploy.exports import HISTORY_FORMAT
 from django_workerflow.deploy.replay import ReplayEnding
-from tests.deploy.test_check_replay import WRITE
+from tests.support.sql_writes import WRITE
 
 pytestmark = pytest.mark.django_db
 

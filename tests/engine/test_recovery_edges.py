@@ -12,26 +12,10 @@ import pytest
 import django_workerflow as workerflow
 from django_workerflow.engine.execution import INTERRUPTED_ERROR_NAME
 from django_workerflow.models import Step, StepEvent, StepEventType, WorkflowStatus
-from django_workerflow.testing import WorkerDeath
+from tests.support.failures import WorkerDiedError, dies_once
 from tests.support.instances import lease_runs_out
 
 pytestmark = pytest.mark.django_db
-
-
-class WorkerDiedError(WorkerDeath):
-    """Stands for the worker process dying in the middle of a callback."""
-
-
-def dies_once(result: str = "ok"):
-    deaths = [1]
-
-    def callback():
-        if deaths:
-            deaths.pop()
-            raise WorkerDiedError()
-        return result
-
-    return callback
 
 
 def failed_attempts(instance, step_id: str) -> list[str]:

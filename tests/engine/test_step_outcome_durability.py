@@ -22,14 +22,10 @@ from django_workerflow.models import (
     step_events_of,
 )
 from django_workerflow.runtime.tick import tick
-from django_workerflow.testing import WorkerDeath
+from tests.support.failures import WorkerDiedError
 from tests.support.instances import lease_runs_out
 
 pytestmark = pytest.mark.django_db
-
-
-class WorkerDiedError(WorkerDeath):
-    """Stands for the worker process dying between two steps."""
 
 
 def states(instance) -> dict[str, str]:

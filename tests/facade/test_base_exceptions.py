@@ -5,7 +5,6 @@ own control flow still passes through (see ``values.control_flow.passes_through`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -30,12 +29,6 @@ except ImportError:  # Django 5.2: the backport
     from django_tasks import TaskResultStatus
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def harness(db: None) -> Iterator[Harness]:
-    with Harness() as running:
-        yield running
 
 
 class HostTimeout(SystemExit):

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from io import StringIO
-from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.http import HttpRequest
 from django.test import Client, RequestFactory, override_settings
-from django.urls import path
-from prometheus_client.parser import text_string_to_metric_families
 
 import django_workerflow as workerflow
 import django_workerflow.metrics
@@ -26,47 +23,19 @@ from django_workerflow.models import (
     WorkflowInstance,
 )
 from django_workerflow.testing import Harness
-from tests.engine.test_recovery_edges import WorkerDiedError, dies_once
-from tests.support import flow as flow_helpers
+from tests.metrics.scraping import TOKEN, URL, parse, scrape, value
+from tests.support.failures import WorkerDiedError, dies_once
 from tests.support.instances import lease_runs_out
 
-urlpatterns = [path("workerflow/metrics", django_workerflow.metrics.view)]
-
-pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
-define_with = flow_helpers.define_with
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.metrics.scraping")]
 
 T0 = datetime(2026, 12, 1, 14, 3, 0, tzinfo=UTC)
-URL = "/workerflow/metrics"
-TOKEN = "s3cret-scrape-token"
 PROMETHEUS_TEXT = "text/plain; version="
 
 
 def allow_from_header(request: HttpRequest) -> bool:
     """The WORKERFLOW_METRICS_ALLOW callable of the tests."""
     return request.headers.get("X-Scraper") == "yes"
-
-
-def parse(text: str) -> dict[str, Any]:
-    """Family name -> {(sample name, sorted labels): value}."""
-    parsed: dict[str, Any] = {}
-    for family in text_string_to_metric_families(text):
-        parsed[family.name] = {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for sample in family.samples
-        }
-    return parsed
-
-
-def scrape() -> dict[str, Any]:
-    with override_settings(WORKERFLOW_METRICS_TOKEN=TOKEN):
-        response = Client().get(URL, headers={"Authorization": f"Bearer {TOKEN}"})
-    assert response.status_code == 200
-    return parse(response.content.decode())
-
-
-def value(families: dict[str, Any], family: str, **labels: str) -> float | None:
-    sample = "".join([family, "_total" if family.startswith("workerflow_step") else ""])
-    return families[family].get((sample, tuple(sorted(labels.items()))))
 
 
 def staff_client(*, is_staff: bool = True, is_active: bool = True) -> Client:

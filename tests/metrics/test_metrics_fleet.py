@@ -21,9 +21,9 @@ from django_workerflow.models import ProcessMetrics
 from django_workerflow.process_counters import PROCESS_COUNTERS, ProcessCounters, Series, summed
 from django_workerflow.store import flushed_totals
 from django_workerflow.store.flushed_totals import FLEET
-from tests.metrics.test_metrics import URL, scrape, value
+from tests.metrics.scraping import URL, scrape, value
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.metrics.test_metrics")]
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.metrics.scraping")]
 assert URL  # the view these tests scrape is mounted by tests.metrics.test_metrics' urlpatterns
 
 STARTED = "workerflow_step_attempts_started"

@@ -26,9 +26,6 @@ from django_workerflow import WorkflowDefinition, metrics
 from django_workerflow.metrics import Family
 from django_workerflow.models import WorkerHeartbeat
 from django_workerflow.testing import Harness
-from tests.support import flow as flow_helpers
-
-define_with = flow_helpers.define_with
 
 T0 = datetime(2026, 12, 3, 9, 0, 0, tzinfo=UTC)
 

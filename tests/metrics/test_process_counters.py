@@ -23,12 +23,10 @@ from django_workerflow.runtime.tick import tick
 from django_workerflow.store import flushed_totals
 from django_workerflow.testing import Harness
 from django_workerflow.values.states import TickEnding
-from tests.metrics.test_metrics import URL, scrape, value
-from tests.support import flow as flow_helpers
+from tests.metrics.scraping import URL, scrape, value
 from tests.support.instances import fail_first_attempt
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.metrics.test_metrics")]
-define_with = flow_helpers.define_with
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.metrics.scraping")]
 
 T0 = datetime(2026, 12, 1, 2, 59, 0, tzinfo=UTC)
 assert URL  # the view these tests scrape is mounted by tests.metrics.test_metrics' urlpatterns

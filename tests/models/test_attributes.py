@@ -17,7 +17,7 @@ from django_workerflow.exceptions import WorkflowDefinitionError
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.models.attributes import AttributeKey
 from django_workerflow.values import attributes as values
-from tests.store.test_statements import count_tick
+from tests.support.statements import count_tick
 
 pytestmark = pytest.mark.django_db
 

@@ -9,13 +9,9 @@ import django_workerflow as workerflow
 from django_workerflow.conf import settings
 from django_workerflow.models import WorkflowStatus
 from django_workerflow.runtime.tick import tick
-from django_workerflow.testing import WorkerDeath
+from tests.support.failures import WorkerDiedError
 
 pytestmark = pytest.mark.django_db
-
-
-class WorkerDiedError(WorkerDeath):
-    """Stands for the worker process dying in the middle of a callback."""
 
 
 @pytest.fixture

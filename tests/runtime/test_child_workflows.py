@@ -24,7 +24,7 @@ from django_workerflow.testing import WorkerDeath
 from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StopReason
 from tests.support.factories import WorkflowInstanceFactory
-from tests.support.instances import refreshed
+from tests.support.instances import claim, refreshed, take_over
 
 pytestmark = pytest.mark.django_db
 
@@ -341,8 +341,6 @@ def test_child__finishing_wakes_the_waiting_parent_in_the_same_transaction(
 def test_child__a_stale_worker_starts_no_child(quick):
     """The child and its step are written under the parent's lease: a worker whose lease
     was taken over creates neither."""
-    from tests.store.test_lease_fencing import claim, take_over
-
     parent = WorkflowInstanceFactory()
     stale = claim(parent)
     take_over(parent)

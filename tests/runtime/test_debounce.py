@@ -13,12 +13,10 @@ from django_workerflow import WorkflowDefinition, WorkflowDefinitionError, Workf
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.testing import Harness
-from tests.support import flow as flow_helpers
 
 T0 = datetime(2026, 12, 5, 9, 0, 0, tzinfo=UTC)
 
 pytestmark = pytest.mark.django_db
-define_with = flow_helpers.define_with
 
 RUNS: list[object] = []
 

@@ -15,7 +15,6 @@ import django_workerflow as workerflow
 from django_workerflow import WorkflowDefinition
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.tick import tick
-from tests.support import flow as flow_helpers
 from tests.support.threads import in_threads
 
 pytestmark = [
@@ -25,7 +24,6 @@ pytestmark = [
         reason="needs PostgreSQL (WORKERFLOW_DB=postgres): SQLite serialises all writers",
     ),
 ]
-define_with = flow_helpers.define_with
 
 ROUNDS = 20
 RAN: list[tuple[str, object]] = []

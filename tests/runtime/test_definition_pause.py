@@ -24,10 +24,10 @@ from django_workerflow.runtime.tick import tick
 from django_workerflow.testing import Harness
 from django_workerflow.values.states import TickEnding
 from tests.support import flow as flow_helpers
+from tests.support.admin import staff_client, text
 from tests.support.instances import refreshed, status_of, step
 
 pytestmark = pytest.mark.django_db
-define_with = flow_helpers.define_with
 
 CALLS: list[str] = []
 
@@ -334,8 +334,6 @@ def test_command__resume_of_a_definition_not_paused_is_refused(define, harness):
 def test_admin_definitions_page__lists_definitions_with_counts_and_pauses(define, harness):
     from django.urls import reverse
 
-    from tests.support.admin import staff_client, text
-
     definition = define(two_steps)
     workerflow.start(definition, key="one")
     workerflow.pause_definition(definition.name, reason="partner down", actor="ops")
@@ -354,8 +352,6 @@ def test_admin_definitions_page__lists_definitions_with_counts_and_pauses(define
 
 def test_admin_definitions_page__pauses_and_resumes_under_its_own_permission(define, harness):
     from django.urls import reverse
-
-    from tests.support.admin import staff_client, text
 
     definition = define(two_steps)
     viewer = staff_client("view_workflowinstance")

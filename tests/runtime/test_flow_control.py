@@ -12,14 +12,12 @@ from django_workerflow import WorkflowDefinition, WorkflowInputError
 from django_workerflow.console.describe import waiting_on
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
 from django_workerflow.testing import Harness
-from tests.support import flow as flow_helpers
 from tests.support.flow import admitted_keys, queued_keys
 from tests.support.instances import refreshed
 
 T0 = datetime(2026, 12, 1, 14, 3, 0, tzinfo=UTC)
 
 pytestmark = pytest.mark.django_db
-define_with = flow_helpers.define_with
 
 
 def finish(key: str, harness: Harness) -> None:

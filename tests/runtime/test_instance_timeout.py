@@ -32,12 +32,10 @@ from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.tick import tick
 from django_workerflow.testing import Harness
 from django_workerflow.values.states import TickEnding
-from tests.support import flow as flow_helpers
 from tests.support.admin import change_url, text
 from tests.support.instances import refreshed, step, workflow_event_types
 
 pytestmark = pytest.mark.django_db
-define_with = flow_helpers.define_with
 
 TIMED_OUT = WorkflowTimeoutError.__name__
 

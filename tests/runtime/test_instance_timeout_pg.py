@@ -14,7 +14,6 @@ from django.db import connection
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
-from tests.support import flow as flow_helpers
 from tests.support.threads import in_threads
 
 pytestmark = [
@@ -24,7 +23,6 @@ pytestmark = [
         reason="needs PostgreSQL (WORKERFLOW_DB=postgres): SQLite serialises all writers",
     ),
 ]
-define_with = flow_helpers.define_with
 
 CHILDREN = 4
 ROUNDS = 6

@@ -22,7 +22,7 @@ from django_workerflow.models import WorkflowInstance
 from django_workerflow.runtime.tick import tick
 from django_workerflow.values.progress import MAX_MESSAGE_LENGTH
 from django_workerflow.workers import bells
-from tests.store.test_statements import count_tick
+from tests.support.statements import count_tick
 from tests.support.threads import in_threads
 
 pytestmark = pytest.mark.django_db

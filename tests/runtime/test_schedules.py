@@ -13,7 +13,6 @@ from django_workerflow import WorkflowDefinition, WorkflowStateError, registry
 from django_workerflow.models import WorkflowInstance, WorkflowSchedule, WorkflowStatus
 from django_workerflow.runtime.flow import schedules
 from django_workerflow.testing import Harness
-from tests.support import flow as flow_helpers
 
 pytestmark = pytest.mark.django_db
 # The schedules these tests declare: the harness runs only those it is given.
@@ -26,7 +25,6 @@ SCHEDULED = [
     "ten-seconds",
     "keyed-nightly",
 ]
-define_with = flow_helpers.define_with
 
 
 def record_scheduled_at(self):

@@ -19,11 +19,9 @@ from django_workerflow.models import (
     WorkflowSchedule,
 )
 from django_workerflow.runtime.flow import schedules
-from tests.support import flow as flow_helpers
 
 pytestmark = pytest.mark.django_db
 
-define_with = flow_helpers.define_with
 
 SWEPT = (WorkflowInstance, FinishDelivery, WorkflowSchedule)
 

@@ -31,44 +31,66 @@ def outcome(instance) -> tuple[str, object, str]:
 
 
 @pytest.fixture
-def waiting(define, workerflow_harness):
+def waiting_with_a_deadline(define, workerflow_harness):
     instance = workerflow.start(define(waits_with_timeout))
     workerflow_harness.drain()
     return instance
 
 
-def test_send_event__exactly_at_the_deadline_does_not_satisfy_the_wait(waiting, workerflow_harness):
+def test_send_event__exactly_at_the_deadline_does_not_satisfy_the_wait(
+    waiting_with_a_deadline, workerflow_harness
+):
     workerflow_harness.clock.advance(timedelta(seconds=TIMEOUT))
-    event = workerflow.send_event(waiting.key, "approved", "yes")
+    event = workerflow.send_event(waiting_with_a_deadline.key, "approved", "yes")
     assert event.claimed_by_id is None
     workerflow_harness.drain()
-    assert outcome(waiting) == (WorkflowStatus.COMPLETED, "timed out", StepState.TIMED_OUT)
+    assert outcome(waiting_with_a_deadline) == (
+        WorkflowStatus.COMPLETED,
+        "timed out",
+        StepState.TIMED_OUT,
+    )
 
 
-def test_send_event__just_before_the_deadline_satisfies_the_wait(waiting, workerflow_harness):
+def test_send_event__just_before_the_deadline_satisfies_the_wait(
+    waiting_with_a_deadline, workerflow_harness
+):
     workerflow_harness.clock.advance(timedelta(seconds=TIMEOUT) - timedelta(microseconds=1))
-    event = workerflow.send_event(waiting.key, "approved", "yes")
+    event = workerflow.send_event(waiting_with_a_deadline.key, "approved", "yes")
     assert event.claimed_by_id is not None
     workerflow_harness.drain()
-    assert outcome(waiting) == (WorkflowStatus.COMPLETED, "yes", StepState.SATISFIED)
+    assert outcome(waiting_with_a_deadline) == (
+        WorkflowStatus.COMPLETED,
+        "yes",
+        StepState.SATISFIED,
+    )
 
 
 def test_resume__an_event_queued_exactly_at_the_deadline_is_not_claimed(
-    waiting, workerflow_harness
+    waiting_with_a_deadline, workerflow_harness
 ):
-    workerflow.pause(waiting)
+    workerflow.pause(waiting_with_a_deadline)
     workerflow_harness.clock.advance(timedelta(seconds=TIMEOUT))
-    workerflow.send_event(waiting.key, "approved", "yes")  # paused: only queued
-    workerflow.resume(waiting)
+    workerflow.send_event(waiting_with_a_deadline.key, "approved", "yes")  # paused: only queued
+    workerflow.resume(waiting_with_a_deadline)
     workerflow_harness.drain()
-    assert outcome(waiting) == (WorkflowStatus.COMPLETED, "timed out", StepState.TIMED_OUT)
+    assert outcome(waiting_with_a_deadline) == (
+        WorkflowStatus.COMPLETED,
+        "timed out",
+        StepState.TIMED_OUT,
+    )
 
 
-def test_resume__an_event_queued_before_the_deadline_is_claimed(waiting, workerflow_harness):
-    workerflow.pause(waiting)
+def test_resume__an_event_queued_before_the_deadline_is_claimed(
+    waiting_with_a_deadline, workerflow_harness
+):
+    workerflow.pause(waiting_with_a_deadline)
     workerflow_harness.clock.advance(timedelta(seconds=TIMEOUT - 1))
-    workerflow.send_event(waiting.key, "approved", "yes")
+    workerflow.send_event(waiting_with_a_deadline.key, "approved", "yes")
     workerflow_harness.clock.advance(timedelta(seconds=5))
-    workerflow.resume(waiting)
+    workerflow.resume(waiting_with_a_deadline)
     workerflow_harness.drain()
-    assert outcome(waiting) == (WorkflowStatus.COMPLETED, "yes", StepState.SATISFIED)
+    assert outcome(waiting_with_a_deadline) == (
+        WorkflowStatus.COMPLETED,
+        "yes",
+        StepState.SATISFIED,
+    )

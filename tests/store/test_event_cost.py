@@ -16,7 +16,7 @@ import django_workerflow as workerflow
 from django_workerflow import tasks
 from django_workerflow.models import InboundEvent, StepEvent, StepEventType, WorkflowInstance
 from django_workerflow.values.states import WakeCause
-from tests.store.test_statements import TRANSACTION_CONTROL, label
+from tests.support.statements import TRANSACTION_CONTROL, label
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,7 +35,7 @@ def statements_of(call) -> list[str]:
 
 
 @pytest.fixture
-def waiting(define):
+def waiting_on_a_warm_connection(define):
     def execute(self):
         return self.wait("go", "go", timeout=timedelta(hours=1))
 
@@ -47,7 +47,9 @@ def waiting(define):
     return WorkflowInstance.objects.get(key="k")
 
 
-def test_send_event__to_a_waiting_step_by_key_takes_two_statements_on_postgresql(waiting):
+def test_send_event__to_a_waiting_step_by_key_takes_two_statements_on_postgresql(
+    waiting_on_a_warm_connection,
+):
     event = None
 
     def send() -> None:
@@ -74,20 +76,26 @@ def test_send_event__to_a_waiting_step_by_key_takes_two_statements_on_postgresql
     assert StepEvent.objects.filter(
         step_id=event.claimed_by_id, type=StepEventType.WAIT_SATISFIED, payload={"n": 1}
     ).exists()
-    waiting.refresh_from_db()
-    assert waiting.wake_requested
-    assert waiting.alarm_at == waiting.bell_at == event.created_at
-    assert waiting.alarm_cause == WakeCause.EVENT
+    waiting_on_a_warm_connection.refresh_from_db()
+    assert waiting_on_a_warm_connection.wake_requested
+    assert (
+        waiting_on_a_warm_connection.alarm_at
+        == waiting_on_a_warm_connection.bell_at
+        == event.created_at
+    )
+    assert waiting_on_a_warm_connection.alarm_cause == WakeCause.EVENT
     [package] = OrmQ.objects.values_list("payload", flat=True)
-    assert SignedPackage.loads(package)["args"] == (waiting.pk,)
+    assert SignedPackage.loads(package)["args"] == (waiting_on_a_warm_connection.pk,)
 
 
-def test_send_event__queued_answers_what_the_waits_wait_for_in_the_same_statements(waiting):
+def test_send_event__queued_answers_what_the_waits_wait_for_in_the_same_statements(
+    waiting_on_a_warm_connection,
+):
     event = None
 
     def send() -> None:
         nonlocal event
-        event = workerflow.send_event(waiting, "early", None)
+        event = workerflow.send_event(waiting_on_a_warm_connection, "early", None)
 
     statements = statements_of(send)
 
@@ -96,12 +104,14 @@ def test_send_event__queued_answers_what_the_waits_wait_for_in_the_same_statemen
     assert event is not None
     assert (event.claimed_by_id, event.waiting_for, event.payload) == (None, ["go"], None)
     assert InboundEvent.objects.get(pk=event.pk).payload is None
-    waiting.refresh_from_db()
-    assert not waiting.wake_requested
+    waiting_on_a_warm_connection.refresh_from_db()
+    assert not waiting_on_a_warm_connection.wake_requested
     assert not OrmQ.objects.exists()
 
 
-def test_send_event__fires_the_save_signals_of_the_event_while_receivers_are_connected(waiting):
+def test_send_event__fires_the_save_signals_of_the_event_while_receivers_are_connected(
+    waiting_on_a_warm_connection,
+):
     saved: list[tuple[bool, int | None]] = []
 
     def receiver(sender, instance, created, **kwargs):
@@ -116,5 +126,5 @@ def test_send_event__fires_the_save_signals_of_the_event_while_receivers_are_con
     assert event is not None
     assert saved == [(True, None)]  # created queued, then claimed by the wait's statements
     assert InboundEvent.objects.get(pk=event.pk).claimed_by_id == event.claimed_by_id
-    waiting.refresh_from_db()
-    assert waiting.alarm_cause == WakeCause.EVENT
+    waiting_on_a_warm_connection.refresh_from_db()
+    assert waiting_on_a_warm_connection.alarm_cause == WakeCause.EVENT

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import executor
-from tests.store.test_statements import label, prepared_on_server
+from tests.support.statements import label, prepared_on_server
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -7,8 +7,6 @@ while the outcome of the attempt it already started is fenced by the step row al
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import connection
 
@@ -24,17 +22,9 @@ from django_workerflow.values.clock import now
 from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import PassEnding, StepState, StopReason, TickEnding
 from tests.support.factories import WorkflowInstanceFactory
-from tests.support.instances import claim
+from tests.support.instances import claim, take_over
 
 pytestmark = pytest.mark.django_db
-
-
-def take_over(instance: WorkflowInstance) -> StepStore:
-    """Let the current lease expire, then claim the instance as a second worker."""
-    WorkflowInstance.objects.filter(pk=instance.pk).update(
-        lease_expires_at=now() - timedelta(seconds=1)
-    )
-    return claim(instance)
 
 
 @pytest.fixture

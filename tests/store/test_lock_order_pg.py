@@ -19,7 +19,6 @@ from django_workerflow import tracing
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.tick import tick
 from django_workerflow.values.clock import now
-from tests.support import flow as flow_helpers
 from tests.support.threads import in_threads
 
 pytestmark = [
@@ -30,7 +29,6 @@ pytestmark = [
     ),
 ]
 
-define_with = flow_helpers.define_with
 rng = random.Random(20261201)
 
 

@@ -11,7 +11,7 @@ import django_workerflow as workerflow
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import instance_ids
 from django_workerflow.workers import bells
-from tests.store.test_statements import TRANSACTION_CONTROL, label, prepared_on_server
+from tests.support.statements import TRANSACTION_CONTROL, label, prepared_on_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

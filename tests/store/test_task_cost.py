@@ -20,7 +20,7 @@ from django_workerflow import tasks as bell_tasks
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.store import instance_ids
 from tests.clusterapp import tasks
-from tests.store.test_statements import TRANSACTION_CONTROL
+from tests.support.statements import TRANSACTION_CONTROL
 
 try:  # Django 6
     from django.tasks.signals import task_finished

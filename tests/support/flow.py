@@ -1,14 +1,13 @@
-"""Throwaway definitions with schedules and flow-control settings, for one test only."""
+"""Flow control read from the rows: the instances admitted and queued under a definition's
+limits, and the body that holds a slot (the ``define_with`` fixture, in tests/conftest.py,
+defines the throwaway definitions)."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
-
-from django_workerflow import WorkflowDefinition, registry
+from django_workerflow import WorkflowDefinition
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 
 _counter = itertools.count()
@@ -17,32 +16,6 @@ _counter = itertools.count()
 def wait_for_go(self: WorkflowDefinition) -> Any:
     """Hold a slot until the event 'go' arrives (a wait keeps the slot), then finish."""
     return self.wait("hold", "go")
-
-
-@pytest.fixture
-def define_with() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
-    """``define_with(execute=wait_for_go, name=None, **settings)``: a registered definition
-    with class attributes ``settings`` (max_concurrency, rate_limit, schedule, ...),
-    unregistered when the test ends."""
-    created: list[type[WorkflowDefinition]] = []
-
-    def make(
-        execute: Callable[[Any], Any] = wait_for_go, *, name: str | None = None, **settings: Any
-    ) -> type[WorkflowDefinition]:
-        attrs = {
-            "name": name or f"flow-workflow-{next(_counter)}",
-            "version": "1",
-            "execute": execute,
-            "__module__": __name__,
-            **settings,
-        }
-        definition = type("FlowWorkflow", (WorkflowDefinition,), attrs)
-        created.append(definition)
-        return definition
-
-    yield make
-    for definition in created:
-        registry.unregister(definition)
 
 
 def admitted_keys(name: str) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import inspect
 import io
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,12 +43,6 @@ READY = TaskResultStatus.READY
 RUNNING = TaskResultStatus.RUNNING
 SUCCESSFUL = TaskResultStatus.SUCCESSFUL
 FAILED = TaskResultStatus.FAILED
-
-
-@pytest.fixture
-def harness(db: None) -> Iterator[Harness]:
-    with Harness() as running:
-        yield running
 
 
 def lines(path: Path) -> list[str]:

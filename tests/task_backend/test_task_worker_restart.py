@@ -7,13 +7,10 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
-
 from django_workerflow import registry
 from django_workerflow.definition.drift import DJANGO_TASKS_HINT
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.runtime.tick import recheck_unregistered
-from django_workerflow.testing import Harness
 from django_workerflow.values.states import WakeCause
 from tests.clusterapp import tasks
 
@@ -23,12 +20,6 @@ except ImportError:  # Django 5.2: the backport
     from django_tasks import TaskResultStatus
 
 TICK_LOGGER = "django_workerflow.runtime.tick"
-
-
-@pytest.fixture
-def harness(db: None) -> Iterator[Harness]:
-    with Harness() as running:
-        yield running
 
 
 @contextmanager
