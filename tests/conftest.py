@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -145,6 +146,16 @@ def status_changes() -> Iterator[StatusRecorder]:
     workflow_status_changed.connect(recorder, weak=False)
     yield recorder
     workflow_status_changed.disconnect(recorder)
+
+
+@pytest.fixture
+def no_timer_left_armed() -> Iterator[None]:
+    """The test ends with the SIGALRM handler it began with and no timer running (the step
+    and instance timeouts arm one; their modules use this fixture on every test)."""
+    handler = signal.getsignal(signal.SIGALRM)
+    yield
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is handler
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from tests.support.admin import (
     ATTEMPTS,
     change_url,
     changelist_url,
+    messages_of,
     shop_execute,
     staff_client,
     text,
@@ -146,10 +147,6 @@ def scenario(workerflow_harness: Harness) -> dict[str, WorkflowInstance]:
 def sent_events() -> list[InboundEvent]:
     """Inbound events beyond the payment that completed ``completed-1`` in the scenario."""
     return list(InboundEvent.objects.exclude(instance__key="completed-1"))
-
-
-def messages_of(response) -> list[str]:
-    return [str(message) for message in response.context["messages"]]
 
 
 def run_action(client: Client, action: str, instances, follow: bool = True, **data):

@@ -52,7 +52,7 @@ def shop(define):
 
 
 @pytest.fixture
-def sleeping(shop, workerflow_harness):
+def sleeping_order(shop, workerflow_harness):
     """Instance ``s-1`` running, asleep in step 'cool-off'."""
     workerflow.start(shop, key="s-1", input={"order": 1})
     workerflow_harness.drain()
@@ -143,7 +143,7 @@ def test_send_event__is_claimed_by_a_waiting_step(waiting_order, workerflow_harn
     assert WorkflowInstance.objects.get(key="w-1").result == {"amount": 42}
 
 
-def test_send_event__is_queued_when_no_step_waits(sleeping):
+def test_send_event__is_queued_when_no_step_waits(sleeping_order):
     out = run("send-event", "s-1", "payment.received")
 
     assert "queued until a step waits" in out
@@ -185,7 +185,7 @@ def test_send_event__refuses_a_blank_event_name(waiting_order):
 # pause / resume / cancel ----------------------------------------------------------------------
 
 
-def test_pause__pauses_a_running_instance(sleeping):
+def test_pause__pauses_a_running_instance(sleeping_order):
     out = run("pause", "s-1")
 
     assert out == "Paused 's-1': it stops at its next step boundary.\n"
@@ -200,19 +200,19 @@ def test_pause__is_refused_when_pending(shop):
     assert status_of("fresh") == WorkflowStatus.PENDING
 
 
-def test_resume__resumes_a_paused_instance(sleeping):
+def test_resume__resumes_a_paused_instance(sleeping_order):
     workerflow.pause("s-1")
 
     assert run("resume", "s-1") == "Resumed 's-1'.\n"
     assert status_of("s-1") == WorkflowStatus.RUNNING
 
 
-def test_resume__is_refused_when_not_paused(sleeping):
+def test_resume__is_refused_when_not_paused(sleeping_order):
     with pytest.raises(CommandError, match="'s-1' is running, not paused"):
         run("resume", "s-1")
 
 
-def test_cancel__records_the_reason(sleeping):
+def test_cancel__records_the_reason(sleeping_order):
     out = run("cancel", "s-1", "--reason", "customer asked")
 
     assert out == "Cancelled 's-1'. Reason: customer asked\n"
@@ -221,12 +221,12 @@ def test_cancel__records_the_reason(sleeping):
     assert event.reason == "customer asked"
 
 
-def test_cancel__without_a_reason(sleeping):
+def test_cancel__without_a_reason(sleeping_order):
     assert run("cancel", "s-1") == "Cancelled 's-1'.\n"
     assert WorkflowEvent.objects.get(type="cancelled").reason is None
 
 
-def test_cancel__is_refused_when_already_finished(sleeping):
+def test_cancel__is_refused_when_already_finished(sleeping_order):
     workerflow.cancel("s-1")
 
     with pytest.raises(CommandError, match="'s-1' is already cancelled: not cancelled"):
@@ -331,7 +331,7 @@ def test_show__escapes_control_characters_in_user_data(define, workerflow_harnes
 
 
 def test_list__prints_newest_first_with_what_each_waits_on(
-    sleeping, waiting_order, workerflow_harness
+    sleeping_order, waiting_order, workerflow_harness
 ):
     out = run("list")
 
@@ -351,7 +351,7 @@ def test_list__prints_newest_first_with_what_each_waits_on(
     assert "running" in lines[2]
 
 
-def test_list__filters_by_status_and_name_and_limits(sleeping, waiting_order, define):
+def test_list__filters_by_status_and_name_and_limits(sleeping_order, waiting_order, define):
     workerflow.start(define(shop_execute, name="billing"), key="b-1")
     workerflow.pause("s-1")
 
@@ -383,7 +383,7 @@ def test_list__refuses_an_unknown_status_and_a_bad_limit(db):
 SWEPT = "overdue instances ring now, alarms due within 5 min that had no bell ring at their time."
 
 
-def test_sweep__rings_every_overdue_instance_once(shop, sleeping, workerflow_harness):
+def test_sweep__rings_every_overdue_instance_once(shop, sleeping_order, workerflow_harness):
     workerflow.start(shop, key="late-1")
     workerflow.start(shop, key="late-2")
     workerflow_harness.clock.advance(timedelta(minutes=5))
@@ -391,7 +391,7 @@ def test_sweep__rings_every_overdue_instance_once(shop, sleeping, workerflow_har
     assert run("sweep") == f"Queued 2 bells: {SWEPT}\n"
 
 
-def test_sweep__with_nothing_overdue(sleeping):
+def test_sweep__with_nothing_overdue(sleeping_order):
     assert run("sweep") == f"Queued 0 bells: {SWEPT}\n"
 
 

@@ -59,7 +59,7 @@ def failed(define, workerflow_harness):
 
 
 @pytest.fixture
-def sleeping(define, workerflow_harness):
+def sleeping_in_a_nap(define, workerflow_harness):
     def execute(self):
         self.run("first", lambda: 1)
         self.sleep("nap", 3600)
@@ -85,7 +85,7 @@ def test_retry__retries_a_failed_instance_with_the_reason(failed, workerflow_har
     assert CALLS["reserve"] == 1
 
 
-def test_retry__is_refused_for_an_instance_that_has_not_failed(sleeping):
+def test_retry__is_refused_for_an_instance_that_has_not_failed(sleeping_in_a_nap):
     with pytest.raises(CommandError, match=r"Skipped 'sleeping-1': it is running, not failed\."):
         run("retry", "sleeping-1")
 
@@ -234,13 +234,13 @@ def test_wake__rings_a_pending_retry_now(define, workerflow_harness):
     assert get("retrying-1").status == WorkflowStatus.COMPLETED
 
 
-def test_wake__says_a_sleep_is_never_skipped(sleeping):
+def test_wake__says_a_sleep_is_never_skipped(sleeping_in_a_nap):
     out = run("wake", "sleeping-1")
 
     assert "keeps sleeping in step 'nap'" in out
 
 
-def test_wake__is_refused_for_a_finished_instance(sleeping):
+def test_wake__is_refused_for_a_finished_instance(sleeping_in_a_nap):
     workerflow.cancel("sleeping-1")
 
     with pytest.raises(CommandError, match=r"Skipped 'sleeping-1': already cancelled\."):

@@ -10,7 +10,7 @@ from django.contrib.admin.models import LogEntry
 
 import django_workerflow as workerflow
 from django_workerflow.models import WorkflowEvent, WorkflowInstance, WorkflowStatus
-from tests.support.admin import change_url, changelist_url, staff_client, text
+from tests.support.admin import change_url, changelist_url, messages_of, staff_client, text
 from tests.support.instances import get
 
 pytestmark = pytest.mark.django_db
@@ -63,10 +63,6 @@ def sleeper(define, workerflow_harness):
     workerflow.start(define(execute, name="sleeper"), key="sleeping-1")
     workerflow_harness.drain()
     return WorkflowInstance.objects.get(key="sleeping-1")
-
-
-def messages_of(response) -> list[str]:
-    return [str(message) for message in response.context["messages"]]
 
 
 # Retry --------------------------------------------------------------------------------------

@@ -9,12 +9,10 @@ import copy
 import json
 import logging
 from collections.abc import Iterator
-from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
 from django.test import Client
 
 import django_workerflow as workerflow
@@ -27,6 +25,7 @@ from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowInst
 from django_workerflow.process_counters import PROCESS_COUNTERS
 from django_workerflow.values.masking import MASK, Masker, parse_all
 from tests.support.admin import change_url, changelist_url, staff_client, text
+from tests.support.commands import workerflow_output as command
 from tests.support.tracing import Spans
 
 pytestmark = pytest.mark.django_db
@@ -108,12 +107,6 @@ def retrying(harness: Any) -> WorkflowInstance:
     workerflow.start(Declined, key="retrying", input={"card": CARD, "attempts": 3})
     harness.drain()
     return WorkflowInstance.objects.get(key="retrying")
-
-
-def command(*args: str) -> str:
-    out = StringIO()
-    call_command("workerflow", *args, stdout=out)
-    return out.getvalue()
 
 
 def values_of(instance: WorkflowInstance) -> dict[str, Any]:

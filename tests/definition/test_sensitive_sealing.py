@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 
 import django_workerflow as workerflow
@@ -22,6 +20,7 @@ from django_workerflow.models import WorkflowInstance
 from django_workerflow.values import sealing
 from django_workerflow.values.masking import MASK
 from tests.support.admin import change_url, staff_client, text
+from tests.support.commands import workerflow_output as command
 
 fernet = pytest.importorskip("cryptography.fernet", reason="the encryption extra is absent")
 
@@ -99,12 +98,6 @@ def pay(harness: Any, key: str = "paid") -> WorkflowInstance:
     workerflow.send_event(key, "payment", {"card": EVENT_CARD, "amount": 42})
     harness.drain()
     return WorkflowInstance.objects.get(key=key)
-
-
-def command(*args: str) -> str:
-    out = StringIO()
-    call_command("workerflow", *args, stdout=out)
-    return out.getvalue()
 
 
 def test_sealed__the_database_holds_no_sensitive_value_in_clear(harness):

@@ -44,7 +44,7 @@ def definition(execute: Callable[[Any], Any], version: str = "1") -> type[Workfl
 
 
 @pytest.fixture
-def sleeping(define, workerflow_harness):
+def sleeping_onboardings(define, workerflow_harness):
     """Three onboarding instances asleep in 'nap'."""
     CALLS.clear()
     original = define(onboarding, name="onboarding", version="1")
@@ -70,14 +70,14 @@ def rows() -> tuple[int, ...]:
     )
 
 
-def test_check_replay__passes_when_the_code_is_unchanged(sleeping):
+def test_check_replay__passes_when_the_code_is_unchanged(sleeping_onboardings):
     output, code = check()
     assert code == 0
     assert "Checked 3 instances" in output
     assert "0 would break, 0 with warnings" in output
 
 
-def test_check_replay__reports_a_step_reached_as_another_kind(sleeping):
+def test_check_replay__reports_a_step_reached_as_another_kind(sleeping_onboardings):
     def changed(self):
         self.run("create-account", lambda: None)
         self.sleep("welcome", 60)  # was a run step
@@ -97,7 +97,7 @@ def test_check_replay__reports_a_step_reached_as_another_kind(sleeping):
     assert "3 of 3 instances would break" in output
 
 
-def test_check_replay__reports_a_duplicate_step_id(sleeping):
+def test_check_replay__reports_a_duplicate_step_id(sleeping_onboardings):
     def changed(self):
         self.run("create-account", lambda: None)
         self.run("create-account", lambda: None)
@@ -108,7 +108,7 @@ def test_check_replay__reports_a_duplicate_step_id(sleeping):
     assert "Step id 'create-account' was already used" in output
 
 
-def test_check_replay__reports_a_version_that_is_not_registered(sleeping, define):
+def test_check_replay__reports_a_version_that_is_not_registered(sleeping_onboardings, define):
     workerflow.start(define(onboarding, name="onboarding", version="2"), key="v2")
     with testing.registered():
         from django_workerflow import registry
@@ -120,7 +120,7 @@ def test_check_replay__reports_a_version_that_is_not_registered(sleeping, define
     assert "version '2', which is not registered (registered versions: 1)" in output
 
 
-def test_check_replay__reports_execute_raising_outside_a_step(sleeping):
+def test_check_replay__reports_execute_raising_outside_a_step(sleeping_onboardings):
     def changed(self):
         self.run("create-account", lambda: None)
         raise KeyError("plan")
@@ -131,7 +131,7 @@ def test_check_replay__reports_execute_raising_outside_a_step(sleeping):
     assert "execute() raised KeyError: 'plan' outside a step" in output
 
 
-def test_check_replay__fails_on_a_step_renamed_in_place_naming_both_steps(sleeping):
+def test_check_replay__fails_on_a_step_renamed_in_place_naming_both_steps(sleeping_onboardings):
     def renamed(self):
         self.run("create-account", lambda: None)
         self.run("send-welcome", lambda: None)  # renamed: it would send the email again
@@ -181,7 +181,9 @@ def test_check_replay__a_renamed_step_that_the_instances_sleep_past__is_caught(
     assert "where its history recorded 'charge'" in problem["message"]
 
 
-def test_check_replay__allow_new_steps__turns_a_new_step_in_place_into_a_warning(sleeping):
+def test_check_replay__allow_new_steps__turns_a_new_step_in_place_into_a_warning(
+    sleeping_onboardings,
+):
     def inserted(self):
         self.run("create-account", lambda: None)
         self.run("check-fraud", lambda: None)  # added before recorded steps, no rename
@@ -197,7 +199,7 @@ def test_check_replay__allow_new_steps__turns_a_new_step_in_place_into_a_warning
     assert "'check-fraud' where its history recorded 'welcome'" in report["warnings"][0]["message"]
 
 
-def test_check_replay__warns_of_recorded_steps_no_longer_reached(sleeping):
+def test_check_replay__warns_of_recorded_steps_no_longer_reached(sleeping_onboardings):
     def removed(self):
         self.run("create-account", lambda: None)  # 'welcome' removed
         self.sleep("nap", 3600)
@@ -213,7 +215,7 @@ def test_check_replay__warns_of_recorded_steps_no_longer_reached(sleeping):
     )
 
 
-def test_check_replay__passes_a_step_added_after_the_last_recorded_one(sleeping):
+def test_check_replay__passes_a_step_added_after_the_last_recorded_one(sleeping_onboardings):
     def extended(self):
         onboarding(self)
         self.run("thank-you", lambda: None)
@@ -224,7 +226,9 @@ def test_check_replay__passes_a_step_added_after_the_last_recorded_one(sleeping)
     assert "0 would break, 0 with warnings" in output
 
 
-def test_check_replay__runs_no_callback_and_writes_nothing(sleeping, define, workerflow_harness):
+def test_check_replay__runs_no_callback_and_writes_nothing(
+    sleeping_onboardings, define, workerflow_harness
+):
     # One more instance with a run step in progress: its callback must not be called again.
     def slow(self):
         self.run("first", lambda: CALLS.append("first"))
@@ -260,7 +264,7 @@ def test_check_replay__runs_no_callback_and_writes_nothing(sleeping, define, wor
     assert code == 0
 
 
-def test_check_replay__streams_instances_in_batches(sleeping):
+def test_check_replay__streams_instances_in_batches(sleeping_onboardings):
     # 3 instances in batches of 2: per batch one read of instances and one of their steps,
     # then one read that finds no more instances.
     with CaptureQueriesContext(connection) as queries:
@@ -278,7 +282,9 @@ def test_check_replay__streams_instances_in_batches(sleeping):
     assert [report.steps_replayed for _, report in checked] == [3, 3, 3]
 
 
-def test_check_replay__limit_and_paused_and_failed_instances(sleeping, define, workerflow_harness):
+def test_check_replay__limit_and_paused_and_failed_instances(
+    sleeping_onboardings, define, workerflow_harness
+):
     workerflow.pause("user-0")
 
     def failing(self):
@@ -299,7 +305,7 @@ def test_check_replay__refuses_a_version_without_a_name(db):
         call_command("workerflow", "check-replay", "--format", "xml")
 
 
-def test_check_replay__a_write_by_execute_itself_is_refused_and_reported(sleeping):
+def test_check_replay__a_write_by_execute_itself_is_refused_and_reported(sleeping_onboardings):
     def writes(self):
         WorkflowInstance.objects.filter(key=self.key).update(error_name="scribbled")
         self.run("create-account", lambda: None)

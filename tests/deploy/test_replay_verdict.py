@@ -55,7 +55,7 @@ def welcome_renamed(self):
 
 
 @pytest.fixture
-def sleeping(define, workerflow_harness):
+def sleeping_onboardings_and_one_done(define, workerflow_harness):
     """Three onboarding instances asleep in 'nap', and one completed."""
     original = define(onboarding, name="onboarding", version="1")
     for number in range(3):
@@ -98,21 +98,25 @@ def everyone():
 # replay_verdict() ---------------------------------------------------------------------------
 
 
-def test_replay_verdict__is_ok_with_an_empty_reason_when_the_code_is_unchanged(sleeping):
+def test_replay_verdict__is_ok_with_an_empty_reason_when_the_code_is_unchanged(
+    sleeping_onboardings_and_one_done,
+):
     verdict = workerflow.replay_verdict("user-1")
 
     assert verdict == ReplayVerdict(ok=True, reason="")
     assert workerflow.replay_verdict(WorkflowInstance.objects.get(key="user-2")).ok
 
 
-def test_replay_verdict__is_immutable(sleeping):
+def test_replay_verdict__is_immutable(sleeping_onboardings_and_one_done):
     verdict = workerflow.replay_verdict("user-1")
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         verdict.ok = False  # type: ignore[misc]
 
 
-def test_replay_verdict__names_check_replays_reason_when_the_code_breaks_the_history(sleeping):
+def test_replay_verdict__names_check_replays_reason_when_the_code_breaks_the_history(
+    sleeping_onboardings_and_one_done,
+):
     with deployed(welcome_became_a_sleep):
         verdict = workerflow.replay_verdict("user-1")
         breaks = check_replay_breaks()
@@ -122,7 +126,9 @@ def test_replay_verdict__names_check_replays_reason_when_the_code_breaks_the_his
     assert "reached step 'welcome' as a sleep" in verdict.reason
 
 
-def test_replay_verdict__counts_a_renamed_step_as_a_break_as_check_replay_does(sleeping):
+def test_replay_verdict__counts_a_renamed_step_as_a_break_as_check_replay_does(
+    sleeping_onboardings_and_one_done,
+):
     with deployed(welcome_renamed):
         verdict = workerflow.replay_verdict("user-0")
         breaks = check_replay_breaks()
@@ -132,7 +138,9 @@ def test_replay_verdict__counts_a_renamed_step_as_a_break_as_check_replay_does(s
     assert "new step 'greet'" in verdict.reason
 
 
-def test_replay_verdict__of_a_finished_instance_is_ok_with_nothing_to_replay(sleeping):
+def test_replay_verdict__of_a_finished_instance_is_ok_with_nothing_to_replay(
+    sleeping_onboardings_and_one_done,
+):
     workerflow.cancel("user-2", reason="test")
 
     with deployed(welcome_became_a_sleep):
@@ -140,12 +148,12 @@ def test_replay_verdict__of_a_finished_instance_is_ok_with_nothing_to_replay(sle
         assert workerflow.replay_verdict("finished") == ReplayVerdict(ok=True)
 
 
-def test_replay_verdict__of_an_unknown_key_raises_does_not_exist(sleeping):
+def test_replay_verdict__of_an_unknown_key_raises_does_not_exist(sleeping_onboardings_and_one_done):
     with pytest.raises(WorkflowInstance.DoesNotExist, match="'nobody'"):
         workerflow.replay_verdict("nobody")
 
 
-def test_replay_verdict__writes_nothing(sleeping):
+def test_replay_verdict__writes_nothing(sleeping_onboardings_and_one_done):
     with deployed(welcome_became_a_sleep):
         workerflow.replay_verdict("user-1")
 
@@ -155,7 +163,7 @@ def test_replay_verdict__writes_nothing(sleeping):
 # Stored verdicts ----------------------------------------------------------------------------
 
 
-def test_refresh__stores_a_verdict_for_each_unfinished_instance(sleeping):
+def test_refresh__stores_a_verdict_for_each_unfinished_instance(sleeping_onboardings_and_one_done):
     done = verdicts.refresh()
 
     assert (done.checked, done.stranded) == (3, 0)
@@ -168,14 +176,16 @@ def test_refresh__stores_a_verdict_for_each_unfinished_instance(sleeping):
     assert not verdicts.with_state(everyone(), VerdictState.UNCHECKED).exists()
 
 
-def test_refresh__checks_only_instances_without_a_current_verdict(sleeping):
+def test_refresh__checks_only_instances_without_a_current_verdict(
+    sleeping_onboardings_and_one_done,
+):
     verdicts.refresh()
 
     assert verdicts.refresh().checked == 0
     assert verdicts.refresh(recheck=True).checked == 3
 
 
-def test_a_verdict_stored_for_older_code_is_not_shown_as_current(sleeping):
+def test_a_verdict_stored_for_older_code_is_not_shown_as_current(sleeping_onboardings_and_one_done):
     verdicts.refresh()
 
     with deployed(welcome_became_a_sleep):
@@ -197,7 +207,7 @@ def test_a_verdict_stored_for_older_code_is_not_shown_as_current(sleeping):
         assert verdicts.stored_verdict(instance) == workerflow.replay_verdict(instance)
 
 
-def test_the_fingerprint_changes_with_the_code_and_not_without(sleeping):
+def test_the_fingerprint_changes_with_the_code_and_not_without(sleeping_onboardings_and_one_done):
     before = verdicts.code_fingerprint()
 
     assert verdicts.code_fingerprint() == before
@@ -206,7 +216,9 @@ def test_the_fingerprint_changes_with_the_code_and_not_without(sleeping):
     assert verdicts.code_fingerprint() == before
 
 
-def test_an_instance_that_finishes_drops_out_of_the_filter_and_its_verdict_is_removed(sleeping):
+def test_an_instance_that_finishes_drops_out_of_the_filter_and_its_verdict_is_removed(
+    sleeping_onboardings_and_one_done,
+):
     with deployed(welcome_became_a_sleep):
         verdicts.refresh()
         workerflow.cancel("user-0", reason="stranded")
@@ -219,7 +231,9 @@ def test_an_instance_that_finishes_drops_out_of_the_filter_and_its_verdict_is_re
     assert not ReplayVerdictRecord.objects.filter(instance__key="user-0").exists()
 
 
-def test_the_background_task_goes_on_in_runs_until_every_instance_is_checked(sleeping, monkeypatch):
+def test_the_background_task_goes_on_in_runs_until_every_instance_is_checked(
+    sleeping_onboardings_and_one_done, monkeypatch
+):
     queued: list[int] = []
     monkeypatch.setattr(verdicts, "BATCH_SIZE", 1)
     monkeypatch.setattr(verdicts, "BATCHES_PER_TASK", 2)
@@ -235,7 +249,9 @@ def test_the_background_task_goes_on_in_runs_until_every_instance_is_checked(sle
     assert not verdicts.with_state(everyone(), VerdictState.UNCHECKED).exists()
 
 
-def test_a_spawned_worker_queues_the_pass_only_when_instances_are_unchecked(sleeping, monkeypatch):
+def test_a_spawned_worker_queues_the_pass_only_when_instances_are_unchecked(
+    sleeping_onboardings_and_one_done, monkeypatch
+):
     queued: list[int] = []
     monkeypatch.setattr(verdicts, "queue_refresh", lambda after_pk=0: queued.append(after_pk))
 
@@ -261,7 +277,9 @@ def test_the_pass_has_a_schedule_created_once(db):
 # The admin ----------------------------------------------------------------------------------
 
 
-def test_the_instance_page_shows_the_verdict_with_its_reason(sleeping, admin_client):
+def test_the_instance_page_shows_the_verdict_with_its_reason(
+    sleeping_onboardings_and_one_done, admin_client
+):
     instance = WorkflowInstance.objects.get(key="user-1")
 
     page = text(admin_client.get(change_url(instance)))
@@ -278,7 +296,7 @@ def test_the_instance_page_shows_the_verdict_with_its_reason(sleeping, admin_cli
 
 
 def test_the_change_list_filter_lists_exactly_the_instances_of_each_verdict(
-    sleeping, admin_client, define, workerflow_harness
+    sleeping_onboardings_and_one_done, admin_client, define, workerflow_harness
 ):
     other = define(lambda self: self.sleep("z", 3600), name="other", version="1")
     workerflow.start(other, key="unaffected")
@@ -303,7 +321,7 @@ def test_the_change_list_filter_lists_exactly_the_instances_of_each_verdict(
 
 
 def test_fork_onto_current__forks_the_stranded_selection_with_the_reason_and_audits(
-    sleeping, admin_client, define, workerflow_harness
+    sleeping_onboardings_and_one_done, admin_client, define, workerflow_harness
 ):
     other = define(lambda self: self.sleep("z", 3600), name="other", version="1")
     workerflow.start(other, key="unaffected")
@@ -349,7 +367,9 @@ def test_fork_onto_current__forks_the_stranded_selection_with_the_reason_and_aud
     assert WorkflowInstance.objects.get(key="user-0").status == WorkflowStatus.RUNNING
 
 
-def test_cancel_of_a_stranded_selection_records_the_reason_and_audits(sleeping, admin_client):
+def test_cancel_of_a_stranded_selection_records_the_reason_and_audits(
+    sleeping_onboardings_and_one_done, admin_client
+):
     with deployed(welcome_became_a_sleep):
         verdicts.refresh()
         stranded = list(verdicts.with_state(everyone(), VerdictState.STRANDED))
@@ -376,7 +396,9 @@ def test_cancel_of_a_stranded_selection_records_the_reason_and_audits(sleeping, 
         (("view_workflowinstance", "fork_workflowinstance"), "cancel_selected"),
     ],
 )
-def test_the_bulk_actions_are_refused_without_their_permission(sleeping, codenames, action):
+def test_the_bulk_actions_are_refused_without_their_permission(
+    sleeping_onboardings_and_one_done, codenames, action
+):
     client = staff_client(*codenames)
     selected = list(WorkflowInstance.objects.filter(key__startswith="user-"))
 
@@ -396,7 +418,9 @@ def test_the_bulk_actions_are_refused_without_their_permission(sleeping, codenam
     assert not WorkflowInstance.objects.filter(status=WorkflowStatus.CANCELLED).exists()
 
 
-def test_the_fork_action_is_offered_to_a_user_with_the_fork_permission(sleeping):
+def test_the_fork_action_is_offered_to_a_user_with_the_fork_permission(
+    sleeping_onboardings_and_one_done,
+):
     client = staff_client("view_workflowinstance", "fork_workflowinstance")
 
     page = text(client.get(changelist_url()))
@@ -416,7 +440,9 @@ def list_stranded(*args: str) -> tuple[str, int]:
     return out.getvalue(), 0
 
 
-def test_list_stranded__says_none_and_exits_0_when_the_code_replays_everything(sleeping):
+def test_list_stranded__says_none_and_exits_0_when_the_code_replays_everything(
+    sleeping_onboardings_and_one_done,
+):
     output, code = list_stranded()
 
     assert code == 0
@@ -424,7 +450,9 @@ def test_list_stranded__says_none_and_exits_0_when_the_code_replays_everything(s
 
 
 @pytest.mark.parametrize("stored", [True, False], ids=["stored", "checked-now"])
-def test_list_stranded__lists_the_stranded_instances_with_check_replays_reason(sleeping, stored):
+def test_list_stranded__lists_the_stranded_instances_with_check_replays_reason(
+    sleeping_onboardings_and_one_done, stored
+):
     with deployed(welcome_became_a_sleep):
         if stored:
             verdicts.refresh()
@@ -439,7 +467,9 @@ def test_list_stranded__lists_the_stranded_instances_with_check_replays_reason(s
     assert "2 unfinished instances cannot replay" in output
 
 
-def test_list_stranded__checks_now_when_a_stored_verdict_is_stale(sleeping):
+def test_list_stranded__checks_now_when_a_stored_verdict_is_stale(
+    sleeping_onboardings_and_one_done,
+):
     verdicts.refresh()  # all ok, for the old code
     with deployed(welcome_renamed):
         output, code = list_stranded("--format", "json")
@@ -449,7 +479,9 @@ def test_list_stranded__checks_now_when_a_stored_verdict_is_stale(sleeping):
     assert "new step 'greet'" in output
 
 
-def test_fork_onto_current__of_a_renamed_step_runs_anew_from_the_step_it_replaces(sleeping):
+def test_fork_onto_current__of_a_renamed_step_runs_anew_from_the_step_it_replaces(
+    sleeping_onboardings_and_one_done,
+):
     from django_workerflow.console.replay_verdicts import fork_stranded
 
     with deployed(welcome_renamed):
@@ -463,7 +495,7 @@ def test_fork_onto_current__of_a_renamed_step_runs_anew_from_the_step_it_replace
 
 
 def test_a_purge_deletes_instances_with_a_stored_verdict_and_the_pass_removes_it(
-    sleeping, workerflow_harness
+    sleeping_onboardings_and_one_done, workerflow_harness
 ):
     from datetime import timedelta
 

@@ -32,7 +32,7 @@ from django_workerflow.models import WorkflowStatus
 from django_workerflow.testing import Harness
 from tests.support.instances import attempt_failures, refreshed, step
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_timer_left_armed")]
 
 _names = itertools.count()
 NO_BACKOFF = {"backoff": lambda attempt: 0.0}
@@ -57,15 +57,6 @@ def declare() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
     yield make
     for definition in created:
         registry.unregister(definition)
-
-
-@pytest.fixture(autouse=True)
-def no_timer_left_armed() -> Iterator[None]:
-    """Every test ends with the SIGALRM handler it began with and no timer running."""
-    handler = signal.getsignal(signal.SIGALRM)
-    yield
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    assert signal.getsignal(signal.SIGALRM) is handler
 
 
 def busy_loop() -> None:

@@ -42,7 +42,7 @@ def written_timestamps() -> dict[str, datetime]:
 
 
 @pytest.fixture
-def status_changes():
+def received_status_changes():
     received = []
 
     def receiver(sender, instance, status, previous_status, **kwargs):
@@ -300,13 +300,13 @@ def test_harness__restores_the_previous_clock_when_the_block_raises(db):
 
 
 def test_harness__delivers_signals_inside_a_django_db_test(
-    define, workerflow_harness, status_changes
+    define, workerflow_harness, received_status_changes
 ):
     assert connection.in_atomic_block  # the test's wrapping transaction
     workerflow.start(define(lambda self: "done"), key="signalled")
     workerflow_harness.drain()
 
-    assert status_changes == [
+    assert received_status_changes == [
         ("signalled", "pending", None),
         ("signalled", "running", "pending"),
         ("signalled", "completed", "running"),
@@ -314,18 +314,18 @@ def test_harness__delivers_signals_inside_a_django_db_test(
 
 
 @pytest.mark.django_db
-def test_harness__delivers_pending_signals_on_exit(define, status_changes):
+def test_harness__delivers_pending_signals_on_exit(define, received_status_changes):
     definition = define(lambda self: None)
 
     with Harness():
         workerflow.start(definition, key="on-exit")
-        assert status_changes == []
+        assert received_status_changes == []
 
-    assert status_changes == [("on-exit", "pending", None)]
+    assert received_status_changes == [("on-exit", "pending", None)]
 
 
 def test_harness__drives_a_workflow_in_a_transactional_db_test(
-    transactional_db, define, workerflow_harness, status_changes
+    transactional_db, define, workerflow_harness, received_status_changes
 ):
     calls = Counter()
     instance = workerflow.start(define(onboarding(calls)), key="transactional")
@@ -339,7 +339,7 @@ def test_harness__drives_a_workflow_in_a_transactional_db_test(
 
     assert refreshed(instance).result == {"score": 9}
     assert calls["flaky"] == 2
-    assert status_changes == [
+    assert received_status_changes == [
         ("transactional", "pending", None),
         ("transactional", "running", "pending"),
         ("transactional", "completed", "running"),

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
 
@@ -35,7 +33,7 @@ from django_workerflow.values.states import TickEnding
 from tests.support.admin import change_url, text
 from tests.support.instances import refreshed, step, workflow_event_types
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_timer_left_armed")]
 
 TIMED_OUT = WorkflowTimeoutError.__name__
 
@@ -48,15 +46,6 @@ def naps(self):
 
 def waits_for_go(self):
     return self.wait("go", "go")
-
-
-@pytest.fixture(autouse=True)
-def no_timer_left_armed() -> Iterator[None]:
-    """Every test ends with the SIGALRM handler it began with and no timer running."""
-    handler = signal.getsignal(signal.SIGALRM)
-    yield
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    assert signal.getsignal(signal.SIGALRM) is handler
 
 
 def started(harness: Harness, definition, **start) -> WorkflowInstance:

@@ -19,6 +19,7 @@ from django_workerflow import tracing
 from django_workerflow.models import AdmissionGate, WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.tick import tick
 from django_workerflow.values.clock import now
+from tests.support.instances import status_of as status
 from tests.support.threads import in_threads
 
 pytestmark = [
@@ -34,10 +35,6 @@ rng = random.Random(20261201)
 
 def jitter(upper: float = 0.004) -> None:
     time.sleep(rng.uniform(0, upper))
-
-
-def status(key: str) -> str:
-    return WorkflowInstance.objects.get(key=key).status
 
 
 def family(define, child_execute):

@@ -29,6 +29,7 @@ from django_workerflow.runtime import purge, sweeping
 from django_workerflow.runtime.tick import tick
 from django_workerflow.store import locks
 from django_workerflow.values.clock import now
+from tests.support.instances import status_of as status
 from tests.support.threads import in_threads
 
 pytestmark = [
@@ -102,10 +103,6 @@ def _closing(target: Callable[[], Any]) -> None:
         target()
     finally:
         connection.close()
-
-
-def status(key: str) -> str:
-    return WorkflowInstance.objects.get(key=key).status
 
 
 def work(self):

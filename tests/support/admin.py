@@ -57,3 +57,8 @@ def staff_client(*codenames: str, staff: bool = True, enforce_csrf: bool = False
     client = Client(enforce_csrf_checks=enforce_csrf)
     client.force_login(user)
     return client
+
+
+def messages_of(response) -> list[str]:
+    """The messages the console showed with ``response``."""
+    return [str(message) for message in response.context["messages"]]

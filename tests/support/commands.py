@@ -1,11 +1,15 @@
-"""``manage.py`` run as a real process, for the exit codes the commands end with."""
+"""The ``workerflow`` command: called in this process for its output, or ``manage.py`` run as
+a real process for the exit codes the commands end with."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from io import StringIO
 from pathlib import Path
+
+from django.core.management import call_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,3 +27,10 @@ def manage(*args: str, db_path: Path | None = None) -> subprocess.CompletedProce
         timeout=120,
         check=False,
     )
+
+
+def workerflow_output(*args: str) -> str:
+    """What ``manage.py workerflow ARGS`` prints, called in this process."""
+    out = StringIO()
+    call_command("workerflow", *args, stdout=out)
+    return out.getvalue()
