@@ -137,7 +137,7 @@ def admin_user(db: None, built_scenario: BuiltScenario) -> User:
 
 
 @pytest.fixture
-def scenario(workerflow_harness: Harness) -> dict[str, WorkflowInstance]:
+def admin_scenario(workerflow_harness: Harness) -> dict[str, WorkflowInstance]:
     """The scenario's instances by key, read afresh for each test."""
     instances = {instance.key: instance for instance in WorkflowInstance.objects.all()}
     assert sorted(instances) == sorted(SCENARIO_KEYS)
@@ -166,12 +166,14 @@ def make_staff(db) -> Callable[..., Client]:
 # Change list --------------------------------------------------------------------------------
 
 
-def test_changelist__shows_key_definition_status_badge_times_and_alarm(admin_client, scenario):
+def test_changelist__shows_key_definition_status_badge_times_and_alarm(
+    admin_client, admin_scenario
+):
     response = admin_client.get(changelist_url())
 
     assert response.status_code == 200
     body = text(response)
-    for key in scenario:
+    for key in admin_scenario:
         assert key in body
     assert 'shop<br><span class="wf-version">vv1</span>' in body  # the version below the name
     assert 'class="wf-badge wf-status-paused"' in body
@@ -179,7 +181,7 @@ def test_changelist__shows_key_definition_status_badge_times_and_alarm(admin_cli
         assert column in body
 
 
-def test_changelist__says_in_words_what_each_instance_waits_on(admin_client, scenario):
+def test_changelist__says_in_words_what_each_instance_waits_on(admin_client, admin_scenario):
     body = text(admin_client.get(changelist_url()))
 
     assert "sleeping until " in body
@@ -192,7 +194,9 @@ def test_changelist__says_in_words_what_each_instance_waits_on(admin_client, sce
     assert "cancelled: customer asked" in body
 
 
-def test_changelist__filters_by_status_definition_name_and_version(admin_client, scenario, define):
+def test_changelist__filters_by_status_definition_name_and_version(
+    admin_client, admin_scenario, define
+):
     other = define(shop_execute, name="billing", version="v2")
     workerflow.start(other, key="billing-1", input={})
 
@@ -208,7 +212,7 @@ def test_changelist__filters_by_status_definition_name_and_version(admin_client,
     assert "billing-1" not in by_version
 
 
-def test_changelist__searches_key_and_definition_name(admin_client, scenario, define):
+def test_changelist__searches_key_and_definition_name(admin_client, admin_scenario, define):
     workerflow.start(define(shop_execute, name="billing"), key="invoice-7", input={})
 
     by_key = text(admin_client.get(changelist_url(q="retrying")))
@@ -220,7 +224,7 @@ def test_changelist__searches_key_and_definition_name(admin_client, scenario, de
     assert "retrying-1" not in by_name
 
 
-def test_changelist__lists_newest_first_with_a_date_hierarchy(admin_client, scenario):
+def test_changelist__lists_newest_first_with_a_date_hierarchy(admin_client, admin_scenario):
     response = admin_client.get(changelist_url())
     keys = [instance.key for instance in response.context["cl"].result_list]
     created = [instance.created_at for instance in response.context["cl"].result_list]
@@ -228,16 +232,16 @@ def test_changelist__lists_newest_first_with_a_date_hierarchy(admin_client, scen
     assert created == sorted(created, reverse=True)
     assert keys.index("failed-1") < keys.index("waiting-1")
     assert response.context["cl"].date_hierarchy == "created_at"
-    year = scenario["waiting-1"].created_at.year
+    year = admin_scenario["waiting-1"].created_at.year
     assert admin_client.get(changelist_url(created_at__year=str(year))).status_code == 200
 
 
 # Change page --------------------------------------------------------------------------------
 
 
-def test_change_page__shows_input_result_and_error_as_formatted_json(admin_client, scenario):
-    completed = text(admin_client.get(change_url(scenario["completed-1"])))
-    failed = text(admin_client.get(change_url(scenario["failed-1"])))
+def test_change_page__shows_input_result_and_error_as_formatted_json(admin_client, admin_scenario):
+    completed = text(admin_client.get(change_url(admin_scenario["completed-1"])))
+    failed = text(admin_client.get(change_url(admin_scenario["failed-1"])))
 
     assert '{\n  "paid": {\n    "amount": 42\n  }\n}' in completed
     assert '<pre class="wf-json" id="wf-input">{}</pre>' in completed
@@ -245,9 +249,9 @@ def test_change_page__shows_input_result_and_error_as_formatted_json(admin_clien
     assert "failed in step 'charge': RuntimeError: card declined" in failed
 
 
-def test_change_page__shows_attempts_timings_and_errors_of_each_step(admin_client, scenario):
-    body = text(admin_client.get(change_url(scenario["sleeping-1"])))
-    retrying = text(admin_client.get(change_url(scenario["retrying-1"])))
+def test_change_page__shows_attempts_timings_and_errors_of_each_step(admin_client, admin_scenario):
+    body = text(admin_client.get(change_url(admin_scenario["sleeping-1"])))
+    retrying = text(admin_client.get(change_url(admin_scenario["retrying-1"])))
 
     assert 'data-step="reserve"' in body
     assert "1 of 3" in body
@@ -258,12 +262,12 @@ def test_change_page__shows_attempts_timings_and_errors_of_each_step(admin_clien
     assert "next attempt at" in retrying
 
 
-def test_change_page__lists_step_workflow_and_inbound_events(admin_client, scenario):
+def test_change_page__lists_step_workflow_and_inbound_events(admin_client, admin_scenario):
     workerflow.send_event("waiting-1", "gift.wrapped", {"ribbon": "red"})
-    response = admin_client.get(change_url(scenario["completed-1"]))
+    response = admin_client.get(change_url(admin_scenario["completed-1"]))
     body = text(response)
-    waiting = text(admin_client.get(change_url(scenario["waiting-1"])))
-    cancelled = text(admin_client.get(change_url(scenario["cancelled-1"])))
+    waiting = text(admin_client.get(change_url(admin_scenario["waiting-1"])))
+    cancelled = text(admin_client.get(change_url(admin_scenario["cancelled-1"])))
 
     assert "by step payment" in body.replace("<code>", "").replace("</code>", "")
     assert '"amount": 42' in body
@@ -275,8 +279,8 @@ def test_change_page__lists_step_workflow_and_inbound_events(admin_client, scena
     assert "customer asked" in cancelled
 
 
-def test_change_page__is_read_only(admin_client, scenario):
-    instance = scenario["sleeping-1"]
+def test_change_page__is_read_only(admin_client, admin_scenario):
+    instance = admin_scenario["sleeping-1"]
     response = admin_client.get(change_url(instance))
 
     assert 'name="_save"' not in response.content.decode()
@@ -285,9 +289,11 @@ def test_change_page__is_read_only(admin_client, scenario):
     assert WorkflowInstance.objects.get(pk=instance.pk).key == "sleeping-1"
 
 
-def test_change_page__offers_only_the_buttons_that_apply_to_the_status(admin_client, scenario):
+def test_change_page__offers_only_the_buttons_that_apply_to_the_status(
+    admin_client, admin_scenario
+):
     def buttons(key: str) -> list[str]:
-        response = admin_client.get(change_url(scenario[key]))
+        response = admin_client.get(change_url(admin_scenario[key]))
         return [control["name"] for control in response.context["controls"]]
 
     assert buttons("sleeping-1") == ["pause", "wake", "send_event", "cancel", "fork"]
@@ -299,8 +305,8 @@ def test_change_page__offers_only_the_buttons_that_apply_to_the_status(admin_cli
 # Actions on the change list -----------------------------------------------------------------
 
 
-def test_pause_selected__reports_each_outcome_and_logs_the_change(admin_client, scenario):
-    selected = [scenario[k] for k in ("sleeping-1", "waiting-1", "completed-1", "paused-1")]
+def test_pause_selected__reports_each_outcome_and_logs_the_change(admin_client, admin_scenario):
+    selected = [admin_scenario[k] for k in ("sleeping-1", "waiting-1", "completed-1", "paused-1")]
 
     response = run_action(admin_client, "pause_selected", selected)
 
@@ -313,8 +319,8 @@ def test_pause_selected__reports_each_outcome_and_logs_the_change(admin_client, 
     assert all(entry.get_change_message().startswith("Paused") for entry in entries)
 
 
-def test_resume_selected__resumes_paused_and_skips_the_rest(admin_client, scenario):
-    selected = [scenario["paused-1"], scenario["sleeping-1"]]
+def test_resume_selected__resumes_paused_and_skips_the_rest(admin_client, admin_scenario):
+    selected = [admin_scenario["paused-1"], admin_scenario["sleeping-1"]]
 
     response = run_action(admin_client, "resume_selected", selected)
 
@@ -324,9 +330,9 @@ def test_resume_selected__resumes_paused_and_skips_the_rest(admin_client, scenar
 
 
 def test_cancel_selected__asks_for_confirmation_then_cancels_with_the_reason(
-    admin_client, scenario
+    admin_client, admin_scenario
 ):
-    selected = [scenario["sleeping-1"], scenario["completed-1"]]
+    selected = [admin_scenario["sleeping-1"], admin_scenario["completed-1"]]
 
     confirm = run_action(admin_client, "cancel_selected", selected, follow=False)
 
@@ -354,18 +360,22 @@ def test_cancel_selected__asks_for_confirmation_then_cancels_with_the_reason(
     )
 
 
-def test_cancel_selected__without_a_reason_records_none(admin_client, scenario):
+def test_cancel_selected__without_a_reason_records_none(admin_client, admin_scenario):
     admin_client.post(
         changelist_url(),
-        {"action": "cancel_selected", "_selected_action": [scenario["waiting-1"].pk], "apply": 1},
+        {
+            "action": "cancel_selected",
+            "_selected_action": [admin_scenario["waiting-1"].pk],
+            "apply": 1,
+        },
     )
 
     assert WorkflowEvent.objects.get(instance__key="waiting-1", type="cancelled").reason is None
     assert "No reason given" in LogEntry.objects.get().get_change_message()
 
 
-def test_send_event__invalid_json_is_a_form_error_and_nothing_is_sent(admin_client, scenario):
-    selected = [scenario["waiting-1"]]
+def test_send_event__invalid_json_is_a_form_error_and_nothing_is_sent(admin_client, admin_scenario):
+    selected = [admin_scenario["waiting-1"]]
     form = run_action(admin_client, "send_event", selected, follow=False)
     assert form.status_code == 200
     assert 'name="payload"' in form.content.decode()
@@ -374,7 +384,7 @@ def test_send_event__invalid_json_is_a_form_error_and_nothing_is_sent(admin_clie
         changelist_url(),
         {
             "action": "send_event",
-            "_selected_action": [scenario["waiting-1"].pk],
+            "_selected_action": [admin_scenario["waiting-1"].pk],
             "apply": "1",
             "event_name": "payment.received",
             "payload": "{amount: 42",
@@ -388,14 +398,14 @@ def test_send_event__invalid_json_is_a_form_error_and_nothing_is_sent(admin_clie
 
 
 def test_send_event__delivers_queues_or_skips_each_instance(
-    admin_client, scenario, workerflow_harness
+    admin_client, admin_scenario, workerflow_harness
 ):
     keys = ("waiting-1", "sleeping-1", "paused-1", "completed-1")
     response = admin_client.post(
         changelist_url(),
         {
             "action": "send_event",
-            "_selected_action": [scenario[key].pk for key in keys],
+            "_selected_action": [admin_scenario[key].pk for key in keys],
             "apply": "1",
             "event_name": "payment.received",
             "payload": '{"amount": 7}',
@@ -420,8 +430,8 @@ def test_send_event__delivers_queues_or_skips_each_instance(
     assert status_of("waiting-1") == WorkflowStatus.COMPLETED
 
 
-def test_wake_now__runs_a_pending_retry_at_once(admin_client, scenario, workerflow_harness):
-    response = run_action(admin_client, "wake_now", [scenario["retrying-1"]])
+def test_wake_now__runs_a_pending_retry_at_once(admin_client, admin_scenario, workerflow_harness):
+    response = run_action(admin_client, "wake_now", [admin_scenario["retrying-1"]])
 
     assert messages_of(response) == [
         "Woke 'retrying-1': the next attempt of step 'charge' runs now."
@@ -432,8 +442,14 @@ def test_wake_now__runs_a_pending_retry_at_once(admin_client, scenario, workerfl
     assert ATTEMPTS["retrying-1"] == 2
 
 
-def test_wake_now__never_skips_a_sleep_and_says_so(admin_client, scenario, workerflow_harness):
-    selected = [scenario["sleeping-1"], scenario["waiting-1"], scenario["paused-1"]]
+def test_wake_now__never_skips_a_sleep_and_says_so(
+    admin_client, admin_scenario, workerflow_harness
+):
+    selected = [
+        admin_scenario["sleeping-1"],
+        admin_scenario["waiting-1"],
+        admin_scenario["paused-1"],
+    ]
 
     response = run_action(admin_client, "wake_now", selected)
 
@@ -445,7 +461,7 @@ def test_wake_now__never_skips_a_sleep_and_says_so(admin_client, scenario, worke
     workerflow_harness.drain()
     sleep = Step.objects.get(instance__key="sleeping-1", step_id="cool-off")
     assert sleep.state == StepState.WAITING
-    single = run_action(admin_client, "wake_now", [scenario["sleeping-1"]])
+    single = run_action(admin_client, "wake_now", [admin_scenario["sleeping-1"]])
     assert "keeps sleeping in step 'cool-off' until" in messages_of(single)[0]
     assert "a wake never skips a sleep" in messages_of(single)[0]
 
@@ -453,8 +469,8 @@ def test_wake_now__never_skips_a_sleep_and_says_so(admin_client, scenario, worke
 # Buttons on the change page -----------------------------------------------------------------
 
 
-def test_change_page_buttons__pause_resume_and_wake(admin_client, scenario):
-    instance = scenario["sleeping-1"]
+def test_change_page_buttons__pause_resume_and_wake(admin_client, admin_scenario):
+    instance = admin_scenario["sleeping-1"]
 
     paused = admin_client.post(change_url(instance, "pause"), follow=True)
     assert messages_of(paused) == ["Paused 'sleeping-1'."]
@@ -469,13 +485,13 @@ def test_change_page_buttons__pause_resume_and_wake(admin_client, scenario):
     assert LogEntry.objects.count() == 3
 
 
-def test_change_page_buttons__refuse_get(admin_client, scenario):
-    assert admin_client.get(change_url(scenario["sleeping-1"], "pause")).status_code == 405
+def test_change_page_buttons__refuse_get(admin_client, admin_scenario):
+    assert admin_client.get(change_url(admin_scenario["sleeping-1"], "pause")).status_code == 405
     assert status_of("sleeping-1") == WorkflowStatus.RUNNING
 
 
-def test_change_page_cancel__confirms_then_cancels_with_reason(admin_client, scenario):
-    instance = scenario["waiting-1"]
+def test_change_page_cancel__confirms_then_cancels_with_reason(admin_client, admin_scenario):
+    instance = admin_scenario["waiting-1"]
 
     form = admin_client.get(change_url(instance, "cancel"))
     assert form.status_code == 200
@@ -487,8 +503,10 @@ def test_change_page_cancel__confirms_then_cancels_with_reason(admin_client, sce
     assert WorkflowEvent.objects.get(instance=instance, type="cancelled").reason == "duplicate"
 
 
-def test_change_page_send_event__bad_payload_then_good(admin_client, scenario, workerflow_harness):
-    instance = scenario["waiting-1"]
+def test_change_page_send_event__bad_payload_then_good(
+    admin_client, admin_scenario, workerflow_harness
+):
+    instance = admin_scenario["waiting-1"]
     url = change_url(instance, "send_event")
 
     bad = admin_client.post(url, {"event_name": "payment.received", "payload": "[1, 2"})
@@ -508,10 +526,10 @@ def test_change_page_send_event__bad_payload_then_good(admin_client, scenario, w
 
 @pytest.mark.parametrize("depth", [MAX_NESTING + 1, 100_000])
 def test_send_event__a_payload_nested_beyond_the_limit_is_a_form_error(
-    admin_client, scenario, depth
+    admin_client, admin_scenario, depth
 ):
     nested = "[" * depth + "]" * depth
-    instance = scenario["waiting-1"]
+    instance = admin_scenario["waiting-1"]
     on_the_list = admin_client.post(
         changelist_url(),
         {
@@ -533,9 +551,9 @@ def test_send_event__a_payload_nested_beyond_the_limit_is_a_form_error(
     assert not LogEntry.objects.exists()
 
 
-def test_change_page_send_event__rejects_a_blank_event_name(admin_client, scenario):
+def test_change_page_send_event__rejects_a_blank_event_name(admin_client, admin_scenario):
     response = admin_client.post(
-        change_url(scenario["waiting-1"], "send_event"), {"event_name": "  ", "payload": ""}
+        change_url(admin_scenario["waiting-1"], "send_event"), {"event_name": "  ", "payload": ""}
     )
 
     assert response.status_code == 200
@@ -543,7 +561,7 @@ def test_change_page_send_event__rejects_a_blank_event_name(admin_client, scenar
     assert not sent_events()
 
 
-def test_change_page_views__404_for_an_unknown_instance(admin_client, scenario):
+def test_change_page_views__404_for_an_unknown_instance(admin_client, admin_scenario):
     url = reverse("admin:workerflow_workflowinstance_pause", args=[999999])
 
     assert admin_client.post(url).status_code == 404
@@ -552,11 +570,11 @@ def test_change_page_views__404_for_an_unknown_instance(admin_client, scenario):
 # Permissions --------------------------------------------------------------------------------
 
 
-def test_permissions__a_viewer_sees_no_action_and_no_button(make_staff, scenario):
+def test_permissions__a_viewer_sees_no_action_and_no_button(make_staff, admin_scenario):
     viewer = make_staff("view_workflowinstance")
 
     listing = viewer.get(changelist_url())
-    page = viewer.get(change_url(scenario["sleeping-1"]))
+    page = viewer.get(change_url(admin_scenario["sleeping-1"]))
 
     assert listing.status_code == 200
     assert "action_form" not in listing.context or listing.context["action_form"] is None
@@ -569,9 +587,9 @@ def test_permissions__a_viewer_sees_no_action_and_no_button(make_staff, scenario
 @pytest.mark.parametrize(
     "action", ["pause_selected", "resume_selected", "cancel_selected", "send_event", "wake_now"]
 )
-def test_permissions__a_crafted_action_post_is_refused(make_staff, scenario, action):
+def test_permissions__a_crafted_action_post_is_refused(make_staff, admin_scenario, action):
     viewer = make_staff("view_workflowinstance")
-    selected = [scenario["sleeping-1"], scenario["paused-1"]]
+    selected = [admin_scenario["sleeping-1"], admin_scenario["paused-1"]]
 
     response = run_action(
         viewer, action, selected, follow=False, apply="1", reason="x", event_name="e", payload="1"
@@ -585,32 +603,34 @@ def test_permissions__a_crafted_action_post_is_refused(make_staff, scenario, act
 
 
 @pytest.mark.parametrize("view", ["pause", "resume", "wake", "cancel", "send_event"])
-def test_permissions__a_crafted_button_post_is_refused(make_staff, scenario, view):
+def test_permissions__a_crafted_button_post_is_refused(make_staff, admin_scenario, view):
     viewer = make_staff("view_workflowinstance")
 
     response = viewer.post(
-        change_url(scenario["sleeping-1"], view), {"event_name": "e", "payload": "1"}
+        change_url(admin_scenario["sleeping-1"], view), {"event_name": "e", "payload": "1"}
     )
 
     assert response.status_code == 403
     assert status_of("sleeping-1") == WorkflowStatus.RUNNING
 
 
-def test_permissions__each_action_needs_its_own_permission(make_staff, scenario):
+def test_permissions__each_action_needs_its_own_permission(make_staff, admin_scenario):
     pauser = make_staff("view_workflowinstance", "pause_workflowinstance")
 
     actions = pauser.get(changelist_url()).context["action_form"].fields["action"].choices
-    page = pauser.get(change_url(scenario["sleeping-1"]))
+    page = pauser.get(change_url(admin_scenario["sleeping-1"]))
 
     assert [name for name, _ in actions if name] == ["pause_selected"]
     assert [control["name"] for control in page.context["controls"]] == ["pause"]
-    refused = run_action(pauser, "cancel_selected", [scenario["sleeping-1"]], follow=False)
+    refused = run_action(pauser, "cancel_selected", [admin_scenario["sleeping-1"]], follow=False)
     assert refused.status_code == 403
-    allowed = run_action(pauser, "pause_selected", [scenario["sleeping-1"]])
+    allowed = run_action(pauser, "pause_selected", [admin_scenario["sleeping-1"]])
     assert messages_of(allowed) == ["Paused 'sleeping-1'."]
 
 
-def test_permissions__an_operator_with_every_permission_sees_every_action(make_staff, scenario):
+def test_permissions__an_operator_with_every_permission_sees_every_action(
+    make_staff, admin_scenario
+):
     operator = make_staff(
         "view_workflowinstance",
         "pause_workflowinstance",
@@ -633,16 +653,16 @@ def test_permissions__an_operator_with_every_permission_sees_every_action(make_s
 # Deletion -----------------------------------------------------------------------------------
 
 
-def test_delete__is_refused_for_an_unfinished_instance(admin_client, scenario):
-    instance = scenario["sleeping-1"]
+def test_delete__is_refused_for_an_unfinished_instance(admin_client, admin_scenario):
+    instance = admin_scenario["sleeping-1"]
 
     assert admin_client.get(change_url(instance, "delete")).status_code == 403
     assert admin_client.post(change_url(instance, "delete"), {"post": "yes"}).status_code == 403
     assert WorkflowInstance.objects.filter(pk=instance.pk).exists()
 
 
-def test_delete__removes_a_finished_instance_with_all_its_rows(admin_client, scenario):
-    instance = scenario["completed-1"]
+def test_delete__removes_a_finished_instance_with_all_its_rows(admin_client, admin_scenario):
+    instance = admin_scenario["completed-1"]
 
     confirm = admin_client.get(change_url(instance, "delete"))
     assert confirm.status_code == 200
@@ -654,8 +674,8 @@ def test_delete__removes_a_finished_instance_with_all_its_rows(admin_client, sce
     assert not StepEvent.objects.filter(instance_id=instance.pk).exists()
 
 
-def test_delete_selected__deletes_only_finished_instances(admin_client, scenario):
-    selected = [scenario[k] for k in ("completed-1", "failed-1", "sleeping-1")]
+def test_delete_selected__deletes_only_finished_instances(admin_client, admin_scenario):
+    selected = [admin_scenario[k] for k in ("completed-1", "failed-1", "sleeping-1")]
 
     confirm = run_action(admin_client, "delete_selected", selected, follow=False)
     assert confirm.status_code == 200
@@ -677,7 +697,7 @@ def test_delete_selected__deletes_only_finished_instances(admin_client, scenario
 # The runtime call behind the wake action ---------------------------------------------------
 
 
-def test_runtime_retry_now__leaves_sleeps_and_finished_instances_alone(scenario):
+def test_runtime_retry_now__leaves_sleeps_and_finished_instances_alone(admin_scenario):
     assert control.retry_now("sleeping-1") == []
     assert control.retry_now("completed-1") == []
     assert control.retry_now("retrying-1") == ["charge"]

@@ -22,16 +22,20 @@ HOSTILE = "<script>alert(1)</script>"
 
 
 @pytest.fixture
-def shop(define):
+def shop_with_counted_attempts(define):
     ATTEMPTS.clear()
     return define(shop_execute, name="shop", version="v1")
 
 
-def test_changelist__queries_are_the_same_for_5_and_50_rows(admin_client, shop, workerflow_harness):
+def test_changelist__queries_are_the_same_for_5_and_50_rows(
+    admin_client, shop_with_counted_attempts, workerflow_harness
+):
     def count_for(rows: int) -> int:
         WorkflowInstance.objects.all().delete()
         for n in range(rows):
-            workerflow.start(shop, key=f"bulk-{rows}-{n}", input={"failures": n % 2})
+            workerflow.start(
+                shop_with_counted_attempts, key=f"bulk-{rows}-{n}", input={"failures": n % 2}
+            )
         workerflow_harness.drain()
         admin_client.get(changelist_url())
         with CaptureQueriesContext(connection) as queries:
@@ -71,9 +75,9 @@ def test_change_page__shows_the_step_tree_nested_by_parent(
 
 
 def test_change_page__draws_a_timeline_with_retries_sleeps_and_waits(
-    admin_client, shop, workerflow_harness
+    admin_client, shop_with_counted_attempts, workerflow_harness
 ):
-    workerflow.start(shop, key="journey-1", input={"failures": 2})
+    workerflow.start(shop_with_counted_attempts, key="journey-1", input={"failures": 2})
     workerflow_harness.drain()
     workerflow_harness.advance(0.25)
     workerflow_harness.advance(0.5)
@@ -145,8 +149,10 @@ def test_waiting_on__names_a_few_parallel_steps_and_counts_the_rest(
     assert "2 more steps" in body
 
 
-def test_waiting_on__a_pending_instance_is_starting(admin_client, shop, workerflow_harness):
-    workerflow.start(shop, key="fresh")
+def test_waiting_on__a_pending_instance_is_starting(
+    admin_client, shop_with_counted_attempts, workerflow_harness
+):
+    workerflow.start(shop_with_counted_attempts, key="fresh")
     workerflow_harness.clock.advance(timedelta(minutes=2))
 
     body = text(admin_client.get(changelist_url()))

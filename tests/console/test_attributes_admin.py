@@ -20,7 +20,7 @@ URL = "/admin/workerflow/workflowinstance/"
 
 
 @pytest.fixture
-def orders(define):
+def shop_orders(define):
     definition = define(lambda self: None, name="test-shop-order")
     definition.attribute_filters = ["customer", "region"]
     for number, (customer, region) in enumerate(
@@ -39,12 +39,12 @@ def _keys(response) -> set[str]:
     return {i.key for i in response.context["cl"].result_list}
 
 
-def test_search__name_equals_value_finds_the_instances_holding_it(admin_client, orders):
+def test_search__name_equals_value_finds_the_instances_holding_it(admin_client, shop_orders):
     response = admin_client.get(URL, {"q": "customer=c-42"})
     assert _keys(response) == {"order-0", "order-1"}
 
 
-def test_search__terms_are_anded_and_typed(admin_client, orders):
+def test_search__terms_are_anded_and_typed(admin_client, shop_orders):
     assert _keys(admin_client.get(URL, {"q": "customer=c-42 region=us"})) == {"order-1"}
     assert _keys(admin_client.get(URL, {"q": "total=30"})) == {"order-3"}
     # A quoted number is the string: customer "42", not a number 42.
@@ -52,14 +52,14 @@ def test_search__terms_are_anded_and_typed(admin_client, orders):
     assert _keys(admin_client.get(URL, {"q": "customer=42"})) == set()
 
 
-def test_search__the_key_search_still_works_alone_and_with_an_attribute(admin_client, orders):
+def test_search__the_key_search_still_works_alone_and_with_an_attribute(admin_client, shop_orders):
     assert _keys(admin_client.get(URL, {"q": "plain"})) == {"order-plain"}
     assert _keys(admin_client.get(URL, {"q": "order-1 region=us"})) == {"order-1"}
     # Not an attribute name on the left: text for the key search.
     assert _keys(admin_client.get(URL, {"q": "no-such=thing"})) == set()
 
 
-def test_list_filter__lists_the_recent_values_and_filters_by_one(admin_client, orders):
+def test_list_filter__lists_the_recent_values_and_filters_by_one(admin_client, shop_orders):
     response = admin_client.get(URL)
     body = response.content.decode()
     assert "By attribute customer" in body
@@ -72,7 +72,7 @@ def test_list_filter__lists_the_recent_values_and_filters_by_one(admin_client, o
 
 
 def test_list_filter__a_value_beyond_the_sample_is_still_shown_as_chosen(
-    admin_client, orders, monkeypatch
+    admin_client, shop_orders, monkeypatch
 ):
     monkeypatch.setattr(console_attributes, "SAMPLE", 1)
     response = admin_client.get(URL, {"attr_customer": '"c-7"'})
@@ -86,7 +86,9 @@ def test_list_filter__only_for_attributes_a_definition_names(admin_client, defin
     assert "By attribute" not in body
 
 
-def test_change_list__filtered_by_attribute_reads_no_distinct_and_counts_once(admin_client, orders):
+def test_change_list__filtered_by_attribute_reads_no_distinct_and_counts_once(
+    admin_client, shop_orders
+):
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(URL, {"attr_customer": '"c-42"', "q": "region=eu"})
     assert response.status_code == 200
@@ -100,7 +102,7 @@ def test_change_list__filtered_by_attribute_reads_no_distinct_and_counts_once(ad
     assert len(bounded) == 1
 
 
-def test_change_page__shows_the_attributes_as_links_to_the_list(admin_client, orders):
+def test_change_page__shows_the_attributes_as_links_to_the_list(admin_client, shop_orders):
     instance = WorkflowInstance.objects.get(key="order-3")
     body = admin_client.get(f"{URL}{instance.pk}/change/").content.decode()
     assert 'id="wf-attributes"' in body
@@ -110,7 +112,7 @@ def test_change_page__shows_the_attributes_as_links_to_the_list(admin_client, or
     assert _keys(admin_client.get(URL, {"q": 'customer="42"'})) == {"order-3"}
 
 
-def test_change_page__without_attributes_has_no_line(admin_client, orders):
+def test_change_page__without_attributes_has_no_line(admin_client, shop_orders):
     instance = WorkflowInstance.objects.get(key="order-plain")
     body = admin_client.get(f"{URL}{instance.pk}/change/").content.decode()
     assert 'id="wf-attributes"' not in body

@@ -47,22 +47,22 @@ def shop_execute(self):
 
 
 @pytest.fixture
-def shop(define):
+def shop_v1(define):
     return define(shop_execute, name="shop", version="v1")
 
 
 @pytest.fixture
-def sleeping_order(shop, workerflow_harness):
+def sleeping_order(shop_v1, workerflow_harness):
     """Instance ``s-1`` running, asleep in step 'cool-off'."""
-    workerflow.start(shop, key="s-1", input={"order": 1})
+    workerflow.start(shop_v1, key="s-1", input={"order": 1})
     workerflow_harness.drain()
     return WorkflowInstance.objects.get(key="s-1")
 
 
 @pytest.fixture
-def waiting_order(shop, workerflow_harness):
+def waiting_order(shop_v1, workerflow_harness):
     """Instance ``w-1`` running, waiting for 'payment.received'."""
-    workerflow.start(shop, key="w-1")
+    workerflow.start(shop_v1, key="w-1")
     workerflow_harness.drain()
     workerflow_harness.advance(3600)
     return WorkflowInstance.objects.get(key="w-1")
@@ -71,7 +71,7 @@ def waiting_order(shop, workerflow_harness):
 # start ----------------------------------------------------------------------------------------
 
 
-def test_start__creates_an_instance_with_its_input(shop):
+def test_start__creates_an_instance_with_its_input(shop_v1):
     out = run("start", "shop", "--key", "order-1", "--input", '{"total": 42}')
 
     instance = WorkflowInstance.objects.get(key="order-1")
@@ -80,7 +80,7 @@ def test_start__creates_an_instance_with_its_input(shop):
     assert instance.definition_version == "v1"
 
 
-def test_start__is_idempotent_on_the_key(shop):
+def test_start__is_idempotent_on_the_key(shop_v1):
     run("start", "shop", "--key", "order-1")
 
     out = run("start", "shop", "--key", "order-1", "--input", '"ignored"')
@@ -89,7 +89,7 @@ def test_start__is_idempotent_on_the_key(shop):
     assert WorkflowInstance.objects.get().input is None
 
 
-def test_start__without_a_key_uses_a_new_uuid(shop):
+def test_start__without_a_key_uses_a_new_uuid(shop_v1):
     out = run("start", "shop")
 
     key = WorkflowInstance.objects.get().key
@@ -108,7 +108,7 @@ def test_start__pins_the_requested_version(define):
     assert WorkflowInstance.objects.get(key="new").definition_version == "v2"
 
 
-def test_start__refuses_invalid_json_input(shop):
+def test_start__refuses_invalid_json_input(shop_v1):
     with pytest.raises(CommandError, match=r"^--input is not valid JSON: Expecting"):
         run("start", "shop", "--input", "{total: 42}")
     assert not WorkflowInstance.objects.exists()
@@ -119,7 +119,7 @@ def test_start__refuses_an_unregistered_definition(db):
         run("start", "nope")
 
 
-def test_start__refuses_a_version_conflict(shop, define):
+def test_start__refuses_a_version_conflict(shop_v1, define):
     define(shop_execute, name="shop", version="v2")
     run("start", "shop", "--key", "k", "--version", "v1")
 
@@ -127,7 +127,7 @@ def test_start__refuses_a_version_conflict(shop, define):
         run("start", "shop", "--key", "k", "--version", "v2")
 
 
-def test_start__refuses_a_non_finite_number_in_the_input(shop):
+def test_start__refuses_a_non_finite_number_in_the_input(shop_v1):
     with pytest.raises(CommandError, match="not JSON-serializable"):
         run("start", "shop", "--input", '{"x": NaN}')
 
@@ -192,8 +192,8 @@ def test_pause__pauses_a_running_instance(sleeping_order):
     assert status_of("s-1") == WorkflowStatus.PAUSED
 
 
-def test_pause__is_refused_when_pending(shop):
-    workerflow.start(shop, key="fresh")
+def test_pause__is_refused_when_pending(shop_v1):
+    workerflow.start(shop_v1, key="fresh")
 
     with pytest.raises(CommandError, match="'fresh' is pending, not running: not paused"):
         run("pause", "fresh")
@@ -383,9 +383,9 @@ def test_list__refuses_an_unknown_status_and_a_bad_limit(db):
 SWEPT = "overdue instances ring now, alarms due within 5 min that had no bell ring at their time."
 
 
-def test_sweep__rings_every_overdue_instance_once(shop, sleeping_order, workerflow_harness):
-    workerflow.start(shop, key="late-1")
-    workerflow.start(shop, key="late-2")
+def test_sweep__rings_every_overdue_instance_once(shop_v1, sleeping_order, workerflow_harness):
+    workerflow.start(shop_v1, key="late-1")
+    workerflow.start(shop_v1, key="late-2")
     workerflow_harness.clock.advance(timedelta(minutes=5))
 
     assert run("sweep") == f"Queued 2 bells: {SWEPT}\n"
@@ -399,12 +399,12 @@ def test_sweep__with_nothing_overdue(sleeping_order):
 
 
 @pytest.fixture
-def finished(shop, workerflow_harness):
+def finished(shop_v1, workerflow_harness):
     """Old: c-old (completed), x-old (cancelled) and s-old (still sleeping), 31 days ago;
     then c-new completes today."""
     harness = workerflow_harness
     for key in ("c-old", "x-old", "s-old"):
-        workerflow.start(shop, key=key)
+        workerflow.start(shop_v1, key=key)
     harness.drain()
     harness.advance(3600)
     workerflow.send_event("c-old", "payment.received", {"amount": 1})
@@ -412,7 +412,7 @@ def finished(shop, workerflow_harness):
     workerflow.pause("s-old")
     harness.drain()
     harness.clock.advance(timedelta(days=31))
-    workerflow.start(shop, key="c-new")
+    workerflow.start(shop_v1, key="c-new")
     harness.drain()
     harness.advance(3600)
     workerflow.send_event("c-new", "payment.received", {"amount": 2})
@@ -468,9 +468,9 @@ def test_purge__never_touches_a_newer_or_unfinished_instance(finished):
     assert WorkflowInstance.objects.count() == 4
 
 
-def test_purge__works_in_batches(finished, shop, workerflow_harness):
+def test_purge__works_in_batches(finished, shop_v1, workerflow_harness):
     for n in range(5):
-        workerflow.start(shop, key=f"x-{n}")
+        workerflow.start(shop_v1, key=f"x-{n}")
     workerflow_harness.drain()
     for n in range(5):
         workerflow.cancel(f"x-{n}")

@@ -40,7 +40,7 @@ def checkout_v2(self):
 
 
 @pytest.fixture
-def checkout(define, workerflow_harness):
+def checkout_versions(define, workerflow_harness):
     """Definitions v1 and v2 of ``checkout``; instance ``failed-1`` failed in ``charge``
     after two attempts; ``running-1`` sleeps between steps."""
     CALLS.clear()
@@ -55,7 +55,7 @@ def checkout(define, workerflow_harness):
 
 
 @pytest.fixture
-def sleeper(define, workerflow_harness):
+def sleeper_in_a_nap(define, workerflow_harness):
     def execute(self):
         self.run("first", lambda: 1)
         self.sleep("nap", 3600)
@@ -68,9 +68,11 @@ def sleeper(define, workerflow_harness):
 # Retry --------------------------------------------------------------------------------------
 
 
-def test_retry_button__is_offered_on_a_failed_instance_only(admin_client, checkout, sleeper):
+def test_retry_button__is_offered_on_a_failed_instance_only(
+    admin_client, checkout_versions, sleeper_in_a_nap
+):
     failed = admin_client.get(change_url(get("failed-1")))
-    sleeping = admin_client.get(change_url(sleeper))
+    sleeping = admin_client.get(change_url(sleeper_in_a_nap))
 
     assert "retry" in [control["name"] for control in failed.context["controls"]]
     assert "Retry" in text(failed)
@@ -78,7 +80,7 @@ def test_retry_button__is_offered_on_a_failed_instance_only(admin_client, checko
 
 
 def test_retry_button__confirms_with_a_reason_then_retries_and_logs(
-    admin_client, checkout, workerflow_harness
+    admin_client, checkout_versions, workerflow_harness
 ):
     instance = get("failed-1")
 
@@ -102,8 +104,10 @@ def test_retry_button__confirms_with_a_reason_then_retries_and_logs(
     assert CALLS["reserve"] == 2  # once per instance, never again on the retry
 
 
-def test_retry_selected__retries_failed_and_reports_the_skipped(admin_client, checkout, sleeper):
-    selected = [get("failed-1"), get("failed-2"), sleeper]
+def test_retry_selected__retries_failed_and_reports_the_skipped(
+    admin_client, checkout_versions, sleeper_in_a_nap
+):
+    selected = [get("failed-1"), get("failed-2"), sleeper_in_a_nap]
 
     confirm = admin_client.post(
         changelist_url(),
@@ -129,9 +133,9 @@ def test_retry_selected__retries_failed_and_reports_the_skipped(admin_client, ch
 
 
 def test_retry__of_an_instance_no_longer_failed_is_skipped_with_its_status(
-    admin_client, checkout, sleeper
+    admin_client, checkout_versions, sleeper_in_a_nap
 ):
-    response = admin_client.post(change_url(sleeper, "retry"), {"reason": ""}, follow=True)
+    response = admin_client.post(change_url(sleeper_in_a_nap, "retry"), {"reason": ""}, follow=True)
 
     assert messages_of(response) == ["Skipped 'sleeping-1': it is running, not failed."]
     assert not LogEntry.objects.exists()
@@ -187,14 +191,14 @@ def test_retry_form__names_the_failed_child_and_offers_to_retry_it_too(
     assert (get("order-p").status, get("order-p").result) == ("completed", "shipped")
 
 
-def test_retry_form__without_failed_children_offers_no_checkbox(admin_client, checkout):
+def test_retry_form__without_failed_children_offers_no_checkbox(admin_client, checkout_versions):
     confirm = admin_client.get(change_url(get("failed-1"), "retry"))
     assert "with_children" not in confirm.context["form"].fields
     assert "wf-failed-children" not in text(confirm)
 
 
 def test_retry_selected__retries_the_selection_with_its_failed_children(
-    admin_client, failed_parent, checkout, workerflow_harness
+    admin_client, failed_parent, checkout_versions, workerflow_harness
 ):
     BROKEN["ship"] = False
     BROKEN["charge"] = False
@@ -223,7 +227,9 @@ def test_retry_selected__retries_the_selection_with_its_failed_children(
 # Fork ---------------------------------------------------------------------------------------
 
 
-def test_fork_form__offers_the_instances_steps_and_the_registered_versions(admin_client, checkout):
+def test_fork_form__offers_the_instances_steps_and_the_registered_versions(
+    admin_client, checkout_versions
+):
     response = admin_client.get(change_url(get("failed-1"), "fork"))
     form = response.context["form"]
 
@@ -236,7 +242,7 @@ def test_fork_form__offers_the_instances_steps_and_the_registered_versions(admin
 
 
 def test_fork_button__forks_onto_the_fixed_version_and_opens_the_fork(
-    admin_client, checkout, workerflow_harness
+    admin_client, checkout_versions, workerflow_harness
 ):
     source = get("failed-1")
 
@@ -267,7 +273,9 @@ def test_fork_button__forks_onto_the_fixed_version_and_opens_the_fork(
     assert get("failed-1").status == WorkflowStatus.FAILED
 
 
-def test_fork_button__with_a_taken_key_shows_the_error_and_forks_nothing(admin_client, checkout):
+def test_fork_button__with_a_taken_key_shows_the_error_and_forks_nothing(
+    admin_client, checkout_versions
+):
     response = admin_client.post(
         change_url(get("failed-1"), "fork"),
         {"from_step": "", "version": "2", "key": "failed-2", "reason": ""},
@@ -279,7 +287,7 @@ def test_fork_button__with_a_taken_key_shows_the_error_and_forks_nothing(admin_c
     assert not LogEntry.objects.exists()
 
 
-def test_fork_selected__opens_the_fork_page_of_the_one_selected(admin_client, checkout):
+def test_fork_selected__opens_the_fork_page_of_the_one_selected(admin_client, checkout_versions):
     one = admin_client.post(
         changelist_url(),
         {"action": "fork_selected", "index": 0, "_selected_action": [get("failed-1").pk]},
@@ -304,7 +312,7 @@ def test_fork_selected__opens_the_fork_page_of_the_one_selected(admin_client, ch
 # Permissions --------------------------------------------------------------------------------
 
 
-def test_permissions__without_them_retry_and_fork_are_hidden(checkout):
+def test_permissions__without_them_retry_and_fork_are_hidden(checkout_versions):
     viewer = staff_client("view_workflowinstance")
 
     page = viewer.get(change_url(get("failed-1")))
@@ -318,7 +326,7 @@ def test_permissions__without_them_retry_and_fork_are_hidden(checkout):
 
 
 @pytest.mark.parametrize("view", ["retry", "fork"])
-def test_permissions__a_crafted_post_is_refused(checkout, view):
+def test_permissions__a_crafted_post_is_refused(checkout_versions, view):
     viewer = staff_client("view_workflowinstance", "pause_workflowinstance")
 
     response = viewer.post(
@@ -332,7 +340,7 @@ def test_permissions__a_crafted_post_is_refused(checkout, view):
 
 
 @pytest.mark.parametrize("action", ["retry_selected", "fork_selected"])
-def test_permissions__a_crafted_action_post_is_refused(checkout, action):
+def test_permissions__a_crafted_action_post_is_refused(checkout_versions, action):
     viewer = staff_client("view_workflowinstance")
 
     response = viewer.post(
@@ -344,7 +352,7 @@ def test_permissions__a_crafted_action_post_is_refused(checkout, action):
     assert get("failed-1").status == WorkflowStatus.FAILED
 
 
-def test_permissions__each_needs_its_own(checkout):
+def test_permissions__each_needs_its_own(checkout_versions):
     retrier = staff_client("view_workflowinstance", "retry_workflowinstance")
     forker = staff_client("view_workflowinstance", "fork_workflowinstance")
 
@@ -365,7 +373,7 @@ def fail_every_attempt(harness) -> None:
 
 
 def test_change_page__after_a_retry_the_timeline_runs_again_with_a_retried_mark(
-    admin_client, checkout
+    admin_client, checkout_versions
 ):
     workerflow.retry("failed-1", reason="service back")
 

@@ -36,7 +36,7 @@ def broken_execute(self):
 
 
 @pytest.fixture
-def order(define):
+def order_v1(define):
     return define(order_execute, name="order", version="1")
 
 
@@ -44,9 +44,9 @@ def order(define):
 
 
 def test_change_page__opens_with_a_summary_not_a_column_of_read_only_rows(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
-    workerflow.start(order, key="order-1")
+    workerflow.start(order_v1, key="order-1")
     workerflow_harness.drain()
 
     body = text(admin_client.get(change_url(get("order-1"))))
@@ -64,10 +64,10 @@ def test_change_page__opens_with_a_summary_not_a_column_of_read_only_rows(
 
 
 def test_change_page__a_finished_instance_shows_no_waiting_on_and_no_result_none_yet(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
-    workerflow.start(order, key="order-1")
-    workerflow.start(order, key="order-2")
+    workerflow.start(order_v1, key="order-1")
+    workerflow.start(order_v1, key="order-2")
     workerflow_harness.drain()
     workerflow.cancel("order-1", reason="customer asked")
 
@@ -83,9 +83,9 @@ def test_change_page__a_finished_instance_shows_no_waiting_on_and_no_result_none
 
 
 def test_change_page__a_cancelled_instances_open_step_is_not_shown_as_still_waiting(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
-    workerflow.start(order, key="order-1")
+    workerflow.start(order_v1, key="order-1")
     workerflow_harness.drain()
     workerflow.cancel("order-1")
 
@@ -101,9 +101,9 @@ def test_change_page__a_cancelled_instances_open_step_is_not_shown_as_still_wait
 
 
 def test_timeline__paused_for_shows_the_pause_not_the_lifetime(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
-    workerflow.start(order, key="order-1")
+    workerflow.start(order_v1, key="order-1")
     workerflow_harness.drain()
     workerflow_harness.advance(timedelta(minutes=20))
     workerflow.pause("order-1")
@@ -116,10 +116,10 @@ def test_timeline__paused_for_shows_the_pause_not_the_lifetime(
 
 
 def test_send_event_form__is_pre_filled_with_the_awaited_event_name(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
-    workerflow.start(order, key="order-1")
-    workerflow.start(order, key="order-2")
+    workerflow.start(order_v1, key="order-1")
+    workerflow.start(order_v1, key="order-2")
     workerflow_harness.drain()
     workerflow_harness.advance(timedelta(minutes=2))
 
@@ -138,8 +138,8 @@ def test_send_event_form__is_pre_filled_with_the_awaited_event_name(
     assert action.context["form"]["event_name"].value() == "payment.received"
 
 
-def test_send_event_form__with_nothing_awaited_is_empty(admin_client, order, workerflow_harness):
-    workerflow.start(order, key="order-1")
+def test_send_event_form__with_nothing_awaited_is_empty(admin_client, order_v1, workerflow_harness):
+    workerflow.start(order_v1, key="order-1")
     workerflow_harness.drain()
 
     page = admin_client.get(change_url(get("order-1"), "send_event"))
@@ -169,9 +169,9 @@ def test_change_page__shows_the_failures_tracebacks_collapsed(
 
 
 def test_change_page__without_a_failure_shows_no_traceback_section(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
-    workerflow.start(order, key="order-1")
+    workerflow.start(order_v1, key="order-1")
     workerflow_harness.drain()
 
     assert 'id="wf-tracebacks"' not in text(admin_client.get(change_url(get("order-1"))))
@@ -204,10 +204,10 @@ def test_change_page__lists_unreached_steps_with_a_warning(
 
 
 def test_missing_definition__is_shown_in_the_list_and_on_the_page_not_as_pending(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
     WorkflowInstanceFactory(key="orphan-1", definition_name="gone", definition_version="3")
-    workerflow.start(order, key="order-1")
+    workerflow.start(order_v1, key="order-1")
 
     listing = text(admin_client.get(changelist_url()))
     page = text(admin_client.get(change_url(get("orphan-1"))))
@@ -239,9 +239,9 @@ def test_missing_definition__goes_away_when_the_definition_is_registered(
 
 
 def test_send_event__a_queued_event_says_which_events_the_instance_waits_for(
-    admin_client, order, workerflow_harness
+    admin_client, order_v1, workerflow_harness
 ):
-    workerflow.start(order, key="order-1")
+    workerflow.start(order_v1, key="order-1")
     workerflow_harness.drain()
     workerflow_harness.advance(timedelta(minutes=2))
 

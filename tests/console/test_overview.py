@@ -40,7 +40,7 @@ def _fail(self):
 
 
 @pytest.fixture
-def scenario(define, define_with, workerflow_harness):
+def overview_scenario(define, define_with, workerflow_harness):
     """Three completed and one failed 'ov-report', two running and two queued 'ov-gated'
     (max_concurrency=2, concurrency key 'tenant-a')."""
     report = define(lambda self: self.run("sum", lambda: 3), name="ov-report")
@@ -89,7 +89,7 @@ def test_overview__staff_without_the_view_permission__is_refused():
     assert staff_client().get(reverse(OVERVIEW)).status_code == 403
 
 
-def test_overview__with_the_view_permission__is_shown(scenario):
+def test_overview__with_the_view_permission__is_shown(overview_scenario):
     response = staff_client("view_workflowinstance").get(reverse(OVERVIEW))
     assert response.status_code == 200
     assert "Overview" in text(response)
@@ -103,7 +103,7 @@ def test_overview__is_linked_from_the_app_index_and_the_change_list(admin_client
 
 
 def test_overview__counts_by_status__match_the_instances_and_link_to_the_filtered_list(
-    admin_client, scenario
+    admin_client, overview_scenario
 ):
     body = admin_client.get(reverse(OVERVIEW)).content.decode()
     for name in ("ov-report", "ov-report-failing", "ov-gated"):
@@ -116,7 +116,9 @@ def test_overview__counts_by_status__match_the_instances_and_link_to_the_filtere
             assert re.search(rf'href="[^"]*\?{re.escape(query)}">{count}</a>', body), (name, status)
 
 
-def test_overview__every_link__opens_the_list_showing_what_it_counts(admin_client, scenario):
+def test_overview__every_link__opens_the_list_showing_what_it_counts(
+    admin_client, overview_scenario
+):
     body = admin_client.get(reverse(OVERVIEW)).content.decode()
     for match in re.finditer(r'<a href="([^"]*\?[^"]*)">(\d+)</a>', body):
         href, count = html.unescape(match.group(1)), int(match.group(2))
@@ -125,7 +127,7 @@ def test_overview__every_link__opens_the_list_showing_what_it_counts(admin_clien
         assert response.context["cl"].queryset.count() == count, href
 
 
-def test_overview__queued_per_gate__counts_pending_not_admitted(admin_client, scenario):
+def test_overview__queued_per_gate__counts_pending_not_admitted(admin_client, overview_scenario):
     body = admin_client.get(reverse(OVERVIEW)).content.decode()
     gates = body.split('id="wf-gates"')[1].split("</div>")[0]
     assert "ov-gated" in gates
@@ -137,7 +139,7 @@ def test_overview__queued_per_gate__counts_pending_not_admitted(admin_client, sc
     assert queued.count() == 2
 
 
-def test_overview__draws_the_last_24_hours_as_inline_svg(admin_client, scenario):
+def test_overview__draws_the_last_24_hours_as_inline_svg(admin_client, overview_scenario):
     body = admin_client.get(reverse(OVERVIEW)).content.decode()
     assert body.count('<svg class="wf-chart"') == 3
     assert "<script" not in body.split('id="content-main"')[1]
@@ -147,7 +149,7 @@ def test_overview__draws_the_last_24_hours_as_inline_svg(admin_client, scenario)
     assert "3 started, 3 completed, 0 failed" in _words(body)
 
 
-def test_overview__oldest_instances_link_to_their_pages(admin_client, scenario):
+def test_overview__oldest_instances_link_to_their_pages(admin_client, overview_scenario):
     body = admin_client.get(reverse(OVERVIEW)).content.decode()
     oldest = body.split('id="wf-oldest"')[1].split("</table>")[0]
     running = WorkflowInstance.objects.filter(status="running").order_by("created_at", "id")[0]
@@ -158,7 +160,7 @@ def test_overview__oldest_instances_link_to_their_pages(admin_client, scenario):
 
 
 def test_overview__queries__do_not_grow_with_instances(
-    admin_client, scenario, define, workerflow_harness
+    admin_client, overview_scenario, define, workerflow_harness
 ):
     def count() -> int:
         with CaptureQueriesContext(connection) as queries:
@@ -347,7 +349,7 @@ def test_overview__pending_deliveries__link_to_the_instances_whose_hook_has_not_
 @pytest.mark.postgres_only
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's sample and estimate")
 def test_overview__over_a_large_table__estimates_the_large_counts_and_counts_the_rest(
-    admin_client, scenario, monkeypatch
+    admin_client, overview_scenario, monkeypatch
 ):
     # "Large" made small: any table is sampled whole, and 3 or more is a large count.
     monkeypatch.setattr(instance_counts, "SAMPLE_FROM", 1)

@@ -20,7 +20,7 @@ T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
 
 @pytest.fixture
-def nightly(define_with):
+def nightly_schedule(define_with):
     definition = define_with(lambda self: None, name="nightly", schedule="0 3 * * *")
     with Harness(start=T0, schedules=["nightly"]) as harness:
         harness.advance(timedelta(days=1))
@@ -33,13 +33,13 @@ def post_action(client, action: str, names: list[str]):
     return client.post(SCHEDULES, data, follow=True)
 
 
-def test_schedule_changelist__lists_cron_time_zone_and_runs(admin_client, nightly):
+def test_schedule_changelist__lists_cron_time_zone_and_runs(admin_client, nightly_schedule):
     page = text(admin_client.get(SCHEDULES))
     for words in ["nightly", "0 3 * * *", "UTC"]:
         assert words in page
 
 
-def test_disable_and_enable_actions__change_the_schedule(admin_client, nightly):
+def test_disable_and_enable_actions__change_the_schedule(admin_client, nightly_schedule):
     post_action(admin_client, "disable_selected", ["nightly"])
     assert WorkflowSchedule.objects.get(name="nightly").enabled is False
     response = post_action(admin_client, "enable_selected", ["nightly"])
@@ -47,13 +47,13 @@ def test_disable_and_enable_actions__change_the_schedule(admin_client, nightly):
     assert WorkflowSchedule.objects.get(name="nightly").enabled is True
 
 
-def test_run_now_action__starts_a_manual_instance(admin_client, nightly):
+def test_run_now_action__starts_a_manual_instance(admin_client, nightly_schedule):
     response = post_action(admin_client, "run_now_selected", ["nightly"])
     manual = WorkflowInstance.objects.get(key__startswith="nightly@manual-")
     assert f"Started 1: {manual.key}." in text(response)
 
 
-def test_run_now__needs_the_run_permission(client, django_user_model, nightly):
+def test_run_now__needs_the_run_permission(client, django_user_model, nightly_schedule):
     user = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
     user.user_permissions.add(
         *Permission.objects.filter(
@@ -65,7 +65,7 @@ def test_run_now__needs_the_run_permission(client, django_user_model, nightly):
     assert not WorkflowInstance.objects.filter(key__startswith="nightly@manual-").exists()
 
 
-def test_instance_changelist__filters_by_schedule(admin_client, nightly, define_with):
+def test_instance_changelist__filters_by_schedule(admin_client, nightly_schedule, define_with):
     other = define_with(lambda self: None, name="other")
     with Harness(start=T0 + timedelta(days=1)):
         schedules.run_now("nightly")

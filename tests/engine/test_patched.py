@@ -31,7 +31,7 @@ def order(self):
 
 
 @pytest.fixture
-def deployed(define, workerflow_harness):
+def patch_deployed(define, workerflow_harness):
     """Old code: 'after' is past the charge; 'at' is asleep just before it. Then the patch
     is deployed and 'before' starts."""
     CHARGES.clear()
@@ -53,7 +53,7 @@ def markers(key: str) -> dict[str, object]:
     return dict(steps.values_list("step_id", "result"))
 
 
-def test_patched__each_instance_takes_its_branch_once(deployed, workerflow_harness):
+def test_patched__each_instance_takes_its_branch_once(patch_deployed, workerflow_harness):
     workerflow_harness.advance(61)
     workerflow_harness.advance(61)
     workerflow_harness.advance(61)
@@ -65,7 +65,7 @@ def test_patched__each_instance_takes_its_branch_once(deployed, workerflow_harne
     assert markers("after") == {"patch:new-fee": False}
 
 
-def test_patched__the_recorded_answer_holds_on_every_replay(deployed, workerflow_harness):
+def test_patched__the_recorded_answer_holds_on_every_replay(patch_deployed, workerflow_harness):
     workerflow_harness.drain()  # 'before' decides True, then sleeps in 'nap'
     assert markers("before") == {}
     workerflow_harness.advance(61)
@@ -79,7 +79,7 @@ def test_patched__the_recorded_answer_holds_on_every_replay(deployed, workerflow
 
 
 def test_patched__old_instances_pass_check_replay_and_so_does_removing_the_patch(
-    deployed, workerflow_harness
+    patch_deployed, workerflow_harness
 ):
     out = StringIO()
     call_command("workerflow", "check-replay", stdout=out)

@@ -19,14 +19,16 @@ def waits_for_go(self):
 
 
 @pytest.fixture
-def orders(define):
+def orders_waiting_for_go(define):
     return define(waits_for_go, name="orders", version="v1")
 
 
-def test_purge__deletes_a_finished_instance_whose_fork_lives_on(orders, workerflow_harness):
+def test_purge__deletes_a_finished_instance_whose_fork_lives_on(
+    orders_waiting_for_go, workerflow_harness
+):
     harness = workerflow_harness
-    workerflow.start(orders, key="source")
-    workerflow.start(orders, key="other")
+    workerflow.start(orders_waiting_for_go, key="source")
+    workerflow.start(orders_waiting_for_go, key="other")
     harness.drain()
     workerflow.send_event("source", "go", {})
     workerflow.send_event("other", "go", {})

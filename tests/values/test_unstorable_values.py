@@ -55,7 +55,7 @@ def test_start__keeps_an_input_holding_nul_as_escaped_json(define, workerflow_ha
 
 
 @pytest.fixture
-def failed(define, workerflow_harness) -> WorkflowInstance:
+def failed_export(define, workerflow_harness) -> WorkflowInstance:
     def execute(self):
         raise RuntimeError("export failed")
 
@@ -66,19 +66,19 @@ def failed(define, workerflow_harness) -> WorkflowInstance:
 
 
 @pytest.mark.parametrize("bad", UNSTORABLE)
-def test_retry__refuses_an_unstorable_reason_and_leaves_the_instance(failed, bad):
+def test_retry__refuses_an_unstorable_reason_and_leaves_the_instance(failed_export, bad):
     before = row_counts()
     with pytest.raises(WorkflowInputError, match="retry reason contains"):
-        workerflow.retry(failed, reason=f"fixed{bad}")
+        workerflow.retry(failed_export, reason=f"fixed{bad}")
     assert row_counts() == before
-    assert refreshed(failed).status == WorkflowStatus.FAILED
+    assert refreshed(failed_export).status == WorkflowStatus.FAILED
 
 
 @pytest.mark.parametrize("bad", UNSTORABLE)
-def test_fork__refuses_an_unstorable_reason_and_creates_nothing(failed, bad):
+def test_fork__refuses_an_unstorable_reason_and_creates_nothing(failed_export, bad):
     before = row_counts()
     with pytest.raises(WorkflowInputError, match="fork reason contains"):
-        workerflow.fork(failed, reason=f"again{bad}")
+        workerflow.fork(failed_export, reason=f"again{bad}")
     assert row_counts() == before
 
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def sleeper(define):
+def sleeper_for_half_an_hour(define):
     def execute(self):
         self.sleep("nap", timedelta(minutes=30))
         return "rested"
@@ -42,8 +42,8 @@ def queued_bells() -> list[tuple[tuple, object]]:
     ]
 
 
-def test_start__queues_a_bell_due_now_in_the_same_transaction(sleeper):
-    instance = workerflow.start(sleeper, key="k")
+def test_start__queues_a_bell_due_now_in_the_same_transaction(sleeper_for_half_an_hour):
+    instance = workerflow.start(sleeper_for_half_an_hour, key="k")
     [(args, lock)] = queued_bells()
     assert args == (instance.pk,)
     assert lock == instance.alarm_at
@@ -80,10 +80,10 @@ def test_send_event__queues_its_bell_and_records_it_in_the_wakes_one_update(defi
         assert len(updates) == 1, updates
 
 
-def test_start__in_a_rolled_back_transaction_rings_nothing(sleeper):
+def test_start__in_a_rolled_back_transaction_rings_nothing(sleeper_for_half_an_hour):
     def failing_view():
         with transaction.atomic():
-            workerflow.start(sleeper, key="k")
+            workerflow.start(sleeper_for_half_an_hour, key="k")
             assert len(queued_bells()) == 1
             raise RuntimeError("the view failed")
 
@@ -105,16 +105,16 @@ def test_bell__is_not_handed_out_before_its_due_time():
     assert SignedPackage.loads(payload)["args"] == (1,)
 
 
-def test_tick_task__runs_the_instance_until_it_suspends(sleeper):
-    instance = workerflow.start(sleeper, key="k")
+def test_tick_task__runs_the_instance_until_it_suspends(sleeper_for_half_an_hour):
+    instance = workerflow.start(sleeper_for_half_an_hour, key="k")
     assert tasks.tick(instance.pk) == "suspended"
     instance.refresh_from_db()
     assert instance.status == "running"
     assert instance.alarm_at == instance.steps.get().wake_at
 
 
-def test_suspension__beyond_the_horizon_queues_no_bell(sleeper):
-    instance = workerflow.start(sleeper, key="k")
+def test_suspension__beyond_the_horizon_queues_no_bell(sleeper_for_half_an_hour):
+    instance = workerflow.start(sleeper_for_half_an_hour, key="k")
     OrmQ.objects.all().delete()
     tick(instance.pk)
     assert queued_bells() == []
@@ -122,8 +122,8 @@ def test_suspension__beyond_the_horizon_queues_no_bell(sleeper):
     assert instance.alarm_at > now() + bells.HORIZON
 
 
-def test_sweep__queues_the_bell_of_an_alarm_coming_due_once(sleeper):
-    instance = workerflow.start(sleeper, key="k")
+def test_sweep__queues_the_bell_of_an_alarm_coming_due_once(sleeper_for_half_an_hour):
+    instance = workerflow.start(sleeper_for_half_an_hour, key="k")
     tick(instance.pk)
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
@@ -139,8 +139,8 @@ def test_sweep__queues_the_bell_of_an_alarm_coming_due_once(sleeper):
     assert lock == instance.alarm_at
 
 
-def test_sweep__rings_an_overdue_instance_whose_bell_was_lost(sleeper):
-    instance = workerflow.start(sleeper, key="k")
+def test_sweep__rings_an_overdue_instance_whose_bell_was_lost(sleeper_for_half_an_hour):
+    instance = workerflow.start(sleeper_for_half_an_hour, key="k")
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
     clock = VirtualClock(instance.alarm_at + sweeping.SWEEP_GRACE + timedelta(seconds=1))
@@ -152,14 +152,16 @@ def test_sweep__rings_an_overdue_instance_whose_bell_was_lost(sleeper):
     assert [args for args, _ in queued_bells()] == [(instance.pk,)]
 
 
-def test_harness__rings_no_bells(sleeper, workerflow_harness):
-    workerflow.start(sleeper, key="k")
+def test_harness__rings_no_bells(sleeper_for_half_an_hour, workerflow_harness):
+    workerflow.start(sleeper_for_half_an_hour, key="k")
     workerflow_harness.drain()
     assert queued_bells() == []
 
 
-def test_sweep__does_not_ring_an_overdue_instance_again_while_its_bell_may_be_queued(sleeper):
-    instance = workerflow.start(sleeper, key="k")
+def test_sweep__does_not_ring_an_overdue_instance_again_while_its_bell_may_be_queued(
+    sleeper_for_half_an_hour,
+):
+    instance = workerflow.start(sleeper_for_half_an_hour, key="k")
     OrmQ.objects.all().delete()
     instance.refresh_from_db()
     overdue = instance.alarm_at + sweeping.SWEEP_GRACE + timedelta(seconds=1)
