@@ -1,13 +1,16 @@
-"""Shared fixtures: throwaway definitions registered for one test only, the test harness
+"""Fixtures every layer's tests use: throwaway definitions registered for one test only
+(``define``, and ``define_with`` for schedules and flow-control settings), the test harness
 under its short name, an instance waiting for an event, a recorder of the status changes
-the runtime announces, the step store of a claimed instance, and `make demo`'s tour.
+the runtime announces, the step store of a claimed instance, the check that no step timer
+is left armed, and `make demo`'s tour.
 
-Shared helpers that are not fixtures live beside this file: ``runtime_helpers`` (reading
-an instance's rows, claiming it, definition bodies), ``factories`` (rows for states the
-public path cannot reach), ``flow_helpers`` (flow-control definitions), ``admin_helpers``
-(the console's URLs and shop workflow), ``threads`` (code run in threads),
-``bad_values`` (the bad-input matrix's values) and ``tracing_helpers`` (spans kept in
-memory, whose ``spans`` fixture is offered here)."""
+Helpers that are not fixtures live in ``tests/support/``: ``instances`` (reading an
+instance's rows, claiming it, definition bodies), ``factories`` (rows for states the public
+path cannot reach), ``flow`` (flow-control bodies and queues), ``admin`` (the console's URLs
+and shop workflow), ``statements`` (counting a tick's SQL), ``threads`` (code run in
+threads), ``bad_values`` (the bad-input matrix's values) and ``tracing`` (spans kept in
+memory, whose ``spans`` fixture is offered here). Each layer's folder (``tests/runtime/``,
+``tests/store/``, ...) mirrors the package's; docs/architecture.md lists them."""
 
 from __future__ import annotations
 
