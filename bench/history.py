@@ -22,7 +22,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_workerflow.models import StepEvent
-from tests.step_history_oracle import old_step_events_of
+from tests.models.step_history_oracle import old_step_events_of
 
 from .common import Sizes
 from .inline import drive, start_inline

@@ -15,7 +15,7 @@ output is over. It serves on
 everything.
 
 The seeding (`place_example_orders`, `start_tour`) and the text (`banner`, `reminder`) are
-functions of their own, which tests/test_demo_tour.py runs without starting a server.
+functions of their own, which tests/project/test_demo_tour.py runs without starting a server.
 """
 
 from __future__ import annotations

@@ -1,18 +1,22 @@
-"""Shared fixtures: throwaway definitions registered for one test only, the test harness
+"""Fixtures every layer's tests use: throwaway definitions registered for one test only
+(``define``, and ``define_with`` for schedules and flow-control settings), the test harness
 under its short name, an instance waiting for an event, a recorder of the status changes
-the runtime announces, the step store of a claimed instance, and `make demo`'s tour.
+the runtime announces, the step store of a claimed instance, the check that no step timer
+is left armed, and `make demo`'s tour.
 
-Shared helpers that are not fixtures live beside this file: ``runtime_helpers`` (reading
-an instance's rows, claiming it, definition bodies), ``factories`` (rows for states the
-public path cannot reach), ``flow_helpers`` (flow-control definitions), ``admin_helpers``
-(the console's URLs and shop workflow), ``threads`` (code run in threads),
-``bad_values`` (the bad-input matrix's values) and ``tracing_helpers`` (spans kept in
-memory, whose ``spans`` fixture is offered here)."""
+Helpers that are not fixtures live in ``tests/support/``: ``instances`` (reading an
+instance's rows, claiming it, definition bodies), ``factories`` (rows for states the public
+path cannot reach), ``flow`` (flow-control bodies and queues), ``admin`` (the console's URLs
+and shop workflow), ``statements`` (counting a tick's SQL), ``threads`` (code run in
+threads), ``bad_values`` (the bad-input matrix's values) and ``tracing`` (spans kept in
+memory, whose ``spans`` fixture is offered here). Each layer's folder (``tests/runtime/``,
+``tests/store/``, ...) mirrors the package's; docs/architecture.md lists them."""
 
 from __future__ import annotations
 
 import importlib
 import itertools
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,10 +32,10 @@ from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.store.steps import StepStore
 from django_workerflow.testing import Harness
-
-from .factories import WorkflowInstanceFactory
-from .runtime_helpers import claim, waits_for_go
-from .tracing_helpers import spans  # noqa: F401 - a fixture, for every test module
+from tests.support.factories import WorkflowInstanceFactory
+from tests.support.flow import wait_for_go
+from tests.support.instances import claim, waits_for_go
+from tests.support.tracing import spans  # noqa: F401 - a fixture, for every test module
 
 _counter = itertools.count()
 DEMO_TOUR = "testproject.demoapp.workflows"
@@ -67,6 +71,32 @@ def define() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
             "__module__": __name__,
         }
         definition = type("TestWorkflow", (WorkflowDefinition,), attrs)
+        created.append(definition)
+        return definition
+
+    yield make
+    for definition in created:
+        registry.unregister(definition)
+
+
+@pytest.fixture
+def define_with() -> Iterator[Callable[..., type[WorkflowDefinition]]]:
+    """``define_with(execute=wait_for_go, name=None, **settings)``: a registered definition
+    with class attributes ``settings`` (max_concurrency, rate_limit, schedule, ...),
+    unregistered when the test ends."""
+    created: list[type[WorkflowDefinition]] = []
+
+    def make(
+        execute: Callable[[Any], Any] = wait_for_go, *, name: str | None = None, **settings: Any
+    ) -> type[WorkflowDefinition]:
+        attrs = {
+            "name": name or f"flow-workflow-{next(_counter)}",
+            "version": "1",
+            "execute": execute,
+            "__module__": __name__,
+            **settings,
+        }
+        definition = type("FlowWorkflow", (WorkflowDefinition,), attrs)
         created.append(definition)
         return definition
 
@@ -119,6 +149,16 @@ def status_changes() -> Iterator[StatusRecorder]:
     workflow_status_changed.connect(recorder, weak=False)
     yield recorder
     workflow_status_changed.disconnect(recorder)
+
+
+@pytest.fixture
+def no_timer_left_armed() -> Iterator[None]:
+    """The test ends with the SIGALRM handler it began with and no timer running (the step
+    and instance timeouts arm one; their modules use this fixture on every test)."""
+    handler = signal.getsignal(signal.SIGALRM)
+    yield
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is handler
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 """Every lock on instance rows, taken in one order.
 
 This module is the one place that locks instance rows (``SELECT ... FOR UPDATE``), updates
-several of them in one statement, or takes an admission gate; ``tests/unit/store/
-test_locks.py`` fails on any other. A transaction that locks more than one row takes them in
+several of them in one statement, or takes an admission gate; ``tests/store/test_locks.py``
+fails on any other. A transaction that locks more than one row takes them in
 this order, so no two operations on instances, whatever they are (a cancel, a child's tick
 finishing it, a retry, an admission, the sweeper, a purge), deadlock each other on
 PostgreSQL:

@@ -10,7 +10,7 @@ The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`REN
 are written here once and used by every statement that checks or renews a lease; see
 :mod:`django_workerflow.store.lease` for the invariant they enforce. :mod:`.executor` runs them
 (prepared on PostgreSQL). Their full texts, per database, are checked in under
-``tests/sql/`` and kept current by ``tests/test_sql_texts.py``.
+``tests/sql/`` and kept current by ``tests/store/test_sql_texts.py``.
 """
 
 from __future__ import annotations

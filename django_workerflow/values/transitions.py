@@ -1,7 +1,7 @@
 """The instance's state machine: which status may follow which.
 
 :data:`SOURCES` is the one table of allowed moves, stated as the same table in
-docs/concepts.md (``tests/unit/values/test_transitions.py`` holds them equal). Every
+docs/concepts.md (``tests/values/test_transitions.py`` holds them equal). Every
 status an instance is given goes through it: an instance is created :data:`CREATED`, and
 each later move is a transition of :class:`~django_workerflow.models.WorkflowInstance`
 that :func:`check` s the move first and writes it only if the row still has the status it

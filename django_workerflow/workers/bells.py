@@ -117,7 +117,7 @@ def _delayed_orm_broker_class() -> type:
         and its priority the instance's it rings for (see migration 0020).
 
         Relies on django-q2 1.11's ORM broker dequeuing only rows whose ``lock`` has passed
-        (tests/test_alarms.py keeps a contract test on it).
+        (tests/workers/test_bells.py keeps a contract test on it).
         """
 
         def __init__(self, when: datetime, instance: int | None) -> None:

@@ -26,8 +26,6 @@ from django_workerflow.models import WorkflowInstance
 from django_workerflow.testing import Harness
 from testproject import demo
 
-from .. import flow_helpers
-
 sync_api = pytest.importorskip(
     "playwright.sync_api",
     reason="playwright is not installed: run `bash .ci/install-browser .venv`",
@@ -42,7 +40,6 @@ SCHEDULES = "/admin/workerflow/workflowschedule/"
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 WIDTH, HEIGHT = 1366, 900
 DJANGO = f"django{django.VERSION[0]}"
-define_with = flow_helpers.define_with
 
 
 def docs_screenshot(target, name: str) -> None:

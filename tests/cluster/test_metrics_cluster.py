@@ -19,7 +19,7 @@ from django_workerflow.values.states import StepState
 
 from .conftest import ClusterRunner, wait_until
 
-pytestmark = [pytest.mark.cluster, pytest.mark.urls("tests.test_metrics")]
+pytestmark = [pytest.mark.cluster, pytest.mark.urls("tests.metrics.scraping")]
 
 TOKEN = "cluster-scrape-token"
 JOURNEY = "cluster-journey"

@@ -12,11 +12,9 @@ import pytest
 
 from django_workerflow.models import WorkflowInstance, WorkflowStatus
 from django_workerflow.runtime.flow import schedules
-from tests import flow_helpers
 
 from .conftest import ClusterRunner, wait_until
 
-define_with = flow_helpers.define_with
 OCCURRENCES = 10
 
 

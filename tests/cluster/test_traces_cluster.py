@@ -13,8 +13,8 @@ import pytest
 import django_workerflow as workerflow
 from django_workerflow.models import Step
 from django_workerflow.values.states import StepState
+from tests.support.tracing import Spans
 
-from ..tracing_helpers import Spans
 from .conftest import ClusterRunner, wait_until
 
 pytestmark = pytest.mark.cluster

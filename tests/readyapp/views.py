@@ -1,4 +1,5 @@
-"""A views module that declares a task, imported only with the URLconf (tests/test_drift.py)."""
+"""A views module that declares a task, imported only with the URLconf
+(tests/definition/test_drift.py)."""
 
 from django.http import HttpRequest, HttpResponse
 

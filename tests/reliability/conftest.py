@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from django_workerflow.models import InboundEvent, Step, StepEvent, WorkflowEvent, WorkflowInstance
-from tests.threads import ThreadTimeout, in_threads  # noqa: F401 - the suite imports them here
+from tests.support.threads import ThreadTimeout, in_threads  # noqa: F401 - the suite imports them here
 
 ENGINE_MODELS = (WorkflowInstance, Step, StepEvent, WorkflowEvent, InboundEvent)
 

@@ -2,7 +2,7 @@
 
 The one bad-input matrix: every place a user value enters the engine (a call site, or a
 step helper inside ``execute()``) crossed with every bad value of its kind (the value
-tables are in tests/bad_values.py). At a call site (start, send_event, pause, resume,
+tables are in tests/support/bad_values.py). At a call site (start, send_event, pause, resume,
 cancel, a class statement) "nothing written" means the row counts of all five engine tables
 are unchanged. Inside ``execute()`` the error is a WorkflowInputError the workflow can catch
 (no step row is written for the call), and uncaught it fails the workflow with a message
@@ -26,8 +26,7 @@ from django_workerflow import WorkflowDefinition, registry
 from django_workerflow.models import Step, WorkflowInstance, WorkflowStatus, step_events_of
 from django_workerflow.runtime.tick import tick
 from django_workerflow.values.jsonvalue import MAX_NESTING
-
-from ..bad_values import (
+from tests.support.bad_values import (
     DEADLINES,
     DURATIONS,
     IDENTIFIERS,
@@ -41,7 +40,8 @@ from ..bad_values import (
     embedded,
     nested_levels,
 )
-from ..runtime_helpers import waits_for_go
+from tests.support.instances import waits_for_go
+
 from .conftest import print_figures, table_counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]

@@ -28,8 +28,8 @@ from django_workerflow.models import (
     WorkflowStatus,
 )
 from django_workerflow.workers import bells
+from tests.support.admin import staff_client
 
-from ..admin_helpers import staff_client
 from .conftest import ENGINE_MODELS, print_figures, table_counts
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db]

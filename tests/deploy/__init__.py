@@ -1,0 +1,2 @@
+"""Deploying: replay checks and verdicts, exported histories as fixtures, the stranded queue
+(django_workerflow/deploy)."""
