@@ -10,7 +10,6 @@ from typing import Any
 
 from .table import (
     COLUMNS,
-    Missing,
     Results,
     Table,
     any_result,
@@ -23,6 +22,7 @@ from .table import (
     spread,
 )
 from .targets import target_blocks
+
 
 def figures_table(results: Results) -> Table:
     table = Table(results)
