@@ -6,140 +6,22 @@ was skipped shows as such in its cells.
 
 from __future__ import annotations
 
-import textwrap
-from collections.abc import Callable
 from typing import Any
 
-COLUMNS = (("sqlite", "SQLite (WAL)"), ("postgresql", "PostgreSQL"))
-# The narrowest columns; wider content widens them. A longer label wraps.
-LABEL_WIDTH = 50
-LABEL_MAX = 62
-CELL_WIDTH = 30
-GAP = 2  # spaces at least before a cell
-
-Results = dict[str, dict[str, Any]]  # vendor -> results of bench.run
-Cell = Callable[[dict[str, Any]], str]
-
-
-class Missing(Exception):
-    """A figure a cell needs is not in the results."""
-
-
-# Formatting ---------------------------------------------------------------------------
-
-
-def number(value: float, digits: int = 0) -> str:
-    return f"{value:,.{digits}f}"
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f}" if seconds >= 0.1 else f"{seconds * 1000:,.1f}"
-
-
-def spread(stats: dict[str, Any]) -> str:
-    """min / median / p99 / max in ms."""
-    return " / ".join(ms(stats[key]) for key in ("min", "median", "p99", "max")) + " ms"
-
-
-def dig(results: dict[str, Any], *path: str) -> Any:
-    value: Any = results
-    for key in path:
-        if not isinstance(value, dict) or key not in value:
-            raise Missing(path)
-        if "error" in value:
-            raise Missing(path)
-        value = value[key]
-    return value
-
-
-def status(results: dict[str, Any], scenario: str) -> str | None:
-    """'error' or 'skipped: ...' for a scenario that produced no figures, else None."""
-    section = results.get(scenario)
-    if section is None:
-        return "not run"
-    if "error" in section:
-        return "ERROR"
-    if "skipped" in section:
-        return f"skipped: {section['skipped']}"
-    return None
-
-
-# The table ----------------------------------------------------------------------------
-
-
-class Table:
-    """Rows of a label and one cell per database, laid out when rendered: each column is as
-    wide as its widest entry (at least LABEL_WIDTH and CELL_WIDTH), and a label longer
-    than LABEL_MAX wraps, its cells on its last line, so every row lines up."""
-
-    def __init__(self, results: Results) -> None:
-        self.results = results
-        # A plain line, or a row: (label, cells), or the header: (title, titles, None).
-        self.entries: list[str | tuple[str, list[str]] | tuple[str, list[str], None]] = []
-
-    def header(self, title: str) -> None:
-        self.entries.append("")
-        self.entries.append((title, [title_cell for _, title_cell in COLUMNS], None))
-
-    def section(self, title: str) -> None:
-        self.entries.append(title)
-
-    def row(self, label: str, cell: Cell, scenario: str) -> None:
-        cells = []
-        for vendor, _ in COLUMNS:
-            results = self.results.get(vendor)
-            if results is None:
-                cells.append("-")
-                continue
-            problem = status(results, scenario)
-            if problem:
-                cells.append(problem)
-                continue
-            try:
-                cells.append(cell(results))
-            except Missing:
-                cells.append("-")
-        self.entries.append(("  " + label, cells))
-
-    @property
-    def lines(self) -> list[str]:
-        return self.render(*self.widths())
-
-    def widths(self) -> tuple[int, int]:
-        """The label and cell widths this table's content needs."""
-        rows = [entry for entry in self.entries if isinstance(entry, tuple)]
-        # A cell is right-aligned with GAP spaces at least: a label may fill its column.
-        labels = [len(entry[0]) for entry in rows]
-        cells = [len(cell) + GAP for entry in rows for cell in entry[1]]
-        label_width = max([LABEL_WIDTH, *(width for width in labels if width <= LABEL_MAX)])
-        return label_width, max([CELL_WIDTH, *cells])
-
-    def render(self, label_width: int, cell_width: int) -> list[str]:
-        lines = []
-        for entry in self.entries:
-            if isinstance(entry, str):
-                lines.append(entry)
-                continue
-            label, cells = entry[0], entry[1]
-            *wrapped, last = textwrap.wrap(label, label_width, subsequent_indent=" " * 4) or [""]
-            lines += wrapped
-            lines.append(
-                (
-                    f"{last:<{label_width}}" + "".join(f"{cell:>{cell_width}}" for cell in cells)
-                ).rstrip()
-            )
-            if len(entry) == 3:  # the header's rule
-                lines.append("-" * (label_width + cell_width * len(cells)))
-        return lines
-
-
-def any_result(results: Results, *path: str) -> Any:
-    for vendor, _ in COLUMNS:
-        try:
-            return dig(results.get(vendor, {}), *path)
-        except Missing:
-            continue
-    return None
+from .table import (
+    COLUMNS,
+    Results,
+    Table,
+    any_result,
+    dig,
+    flatness,
+    fleet_ratio,
+    ms,
+    normalized_flatness,
+    number,
+    spread,
+)
+from .targets import target_blocks
 
 
 def figures_table(results: Results) -> Table:
@@ -515,153 +397,6 @@ def count_of(results: Results, key: str) -> str:
     return f"{count}" if count is not None else "-"
 
 
-def flatness(r: dict[str, Any]) -> float:
-    runs = dig(r, "sequential")
-    sizes = list(runs)
-    return runs[sizes[-1]]["ms_per_step"] / runs[sizes[0]]["ms_per_step"]
-
-
-def normalized_flatness(r: dict[str, Any]) -> float:
-    """The flatness with each size's time per step measured in raw commits: it discounts
-    load that slowed the database during one size's runs."""
-    runs = dig(r, "sequential")
-    sizes = list(runs)
-    return runs[sizes[0]]["ratio_to_raw"] / runs[sizes[-1]]["ratio_to_raw"]
-
-
-def fleet_ratio(r: dict[str, Any]) -> float:
-    ours = dig(r, "clusters", "fleet", "1", "steps_per_second")
-    return ours / dig(r, "peer", "fleet", "steps_per_second")
-
-
-# Targets ------------------------------------------------------------------------------
-
-
-def check(figure: str, ok: bool) -> str:
-    return f"{figure} {'PASS' if ok else 'MISS'}"
-
-
-def targets_table(results: Results) -> Table:
-    sizes = list((any_result(results, "sequential") or {}).keys())
-    middle = "1000" if "1000" in sizes else (sizes[len(sizes) // 2] if sizes else "1000")
-    instances = any_result(results, "scale", "instances") or 100_000
-    smallest, largest = (int(sizes[0]), int(sizes[-1])) if sizes else (100, 10_000)
-    table = Table(results)
-    table.header("Targets (issue 5)")
-
-    def raw_ratio(r: dict[str, Any]) -> str:
-        ratio = dig(r, "sequential", middle, "ratio_to_raw")
-        if r["environment"]["vendor"] != "postgresql":
-            return f"x{ratio:.2f} (no target)"
-        return check(f"x{ratio:.2f}", ratio >= 0.45)
-
-    def statements(r: dict[str, Any]) -> str:
-        count = dig(r, "statements", "run_step", "statements")
-        budget = 3 if r["environment"]["vendor"] == "postgresql" else 5
-        return check(f"{count:g} (<= {budget})", count <= budget)
-
-    rows: list[tuple[str, Cell, str]] = [
-        (f"steps/s >= 0.45 x raw commit rate (PG, N={int(middle):,})", raw_ratio, "sequential"),
-        (
-            "steps/s >= 3 x DBOS (sequential)",
-            lambda r: check(
-                f"x{dig(r, 'peer', 'sequential', 'ratio'):.2f}",
-                dig(r, "peer", "sequential", "ratio") >= 3,
-            ),
-            "peer",
-        ),
-        (
-            f"ms/step N={largest:,} <= 1.2 x N={smallest:,}",
-            lambda r: check(f"x{flatness(r):.2f}", flatness(r) <= 1.2),
-            "sequential",
-        ),
-        (
-            "<= 2 transactions per run step",
-            lambda r: check(
-                f"{dig(r, 'statements', 'run_step', 'transactions'):g}",
-                dig(r, "statements", "run_step", "transactions") <= 2,
-            ),
-            "statements",
-        ),
-        ("statements per run step (PG <= 3, SQLite <= 5)", statements, "statements"),
-        (
-            "0 statements per replayed step",
-            lambda r: check(
-                f"{dig(r, 'statements', 'replayed_step', 'statements'):g}",
-                dig(r, "statements", "replayed_step", "statements") == 0,
-            ),
-            "statements",
-        ),
-        (
-            "replay <= 0.1 ms per recorded step",
-            lambda r: check(
-                f"{dig(r, 'replay', 'ms_per_step'):.3f} ms",
-                dig(r, "replay", "ms_per_step") <= 0.1,
-            ),
-            "replay",
-        ),
-        (
-            "timer lateness p99 <= 0.25 s",
-            lambda r: check(
-                f"{ms(dig(r, 'clusters', 'latency', 'timer_lateness', 'p99'))} ms",
-                dig(r, "clusters", "latency", "timer_lateness", "p99") <= 0.25,
-            ),
-            "clusters",
-        ),
-        (
-            "event-to-resume median <= 0.06 s",
-            lambda r: check(
-                f"{ms(dig(r, 'clusters', 'latency', 'event_to_resume', 'median'))} ms",
-                dig(r, "clusters", "latency", "event_to_resume", "median") <= 0.06,
-            ),
-            "clusters",
-        ),
-        (
-            "event-to-resume p99 <= 0.25 s",
-            lambda r: check(
-                f"{ms(dig(r, 'clusters', 'latency', 'event_to_resume', 'p99'))} ms",
-                dig(r, "clusters", "latency", "event_to_resume", "p99") <= 0.25,
-            ),
-            "clusters",
-        ),
-        (
-            "zero timers early",
-            lambda r: check(
-                str(dig(r, "clusters", "latency", "timer_lateness", "early")),
-                dig(r, "clusters", "latency", "timer_lateness", "early") == 0,
-            ),
-            "clusters",
-        ),
-        (
-            "wait_result finish-to-return median <= 0.06 s",
-            lambda r: check(
-                f"{ms(dig(r, 'composition', 'finish_to_return', 'median'))} ms",
-                dig(r, "composition", "finish_to_return", "median") <= 0.06,
-            ),
-            "composition",
-        ),
-        (
-            f"due lookup at {instances:,} instances <= 10 ms",
-            lambda r: check(
-                f"{dig(r, 'scale', 'due_lookup_ms'):.2f} ms",
-                dig(r, "scale", "due_lookup_ms") <= 10,
-            ),
-            "scale",
-        ),
-        (
-            "queue: 0 inversions, 0 double admissions",
-            lambda r: check(
-                f"{dig(r, 'queue', 'inversions')} / {dig(r, 'queue', 'double_admissions')}",
-                dig(r, "queue", "inversions") == 0 and dig(r, "queue", "double_admissions") == 0,
-            ),
-            "queue",
-        ),
-    ]
-    for label, cell, scenario in rows:
-        table.row(label, cell, scenario)
-    return table
-
-
 # Everything ---------------------------------------------------------------------------
 
 
@@ -721,30 +456,9 @@ def details(results: Results) -> list[str]:
 
 
 def render(results: Results, *, smoke: bool) -> str:
-    from .targets15 import targets_table as targets15_table
-    from .targets21 import targets_table as targets21_table
-    from .targets22 import targets_table as targets22_table
-    from .targets23 import targets_table as targets23_table
-    from .targets24 import targets_table as targets24_table
-    from .targets36 import targets_table as targets36_table
-    from .targets41 import targets_table as targets41_table
-    from .targets42 import targets_table as targets42_table
-    from .targets42_attributes import targets_table as targets42_attributes_table
-
     lines = figures_table(results).lines
     # The target blocks share their widths: their columns line up with each other too.
-    blocks = [
-        targets_table(results),
-        targets15_table(results),
-        targets21_table(results),
-        targets22_table(results),
-        targets23_table(results),
-        targets24_table(results),
-        targets36_table(results),
-        targets41_table(results),
-        targets42_attributes_table(results),
-        targets42_table(results),
-    ]
+    blocks = target_blocks(results)
     label_width = max(block.widths()[0] for block in blocks)
     cell_width = max(block.widths()[1] for block in blocks)
     for block in blocks:

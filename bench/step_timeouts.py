@@ -59,7 +59,7 @@ class Variant:
 
 #: The variants measured side by side. An instance-level timeout is one more entry:
 #: ``Variant("instance_timeout", "bench-steps", {"timeout": 3600})``, with its row in
-#: bench/targets41.py.
+#: bench/targets.py (a step without a timeout).
 VARIANTS = (
     Variant("no_timeout", "bench-steps"),
     Variant("timer_disabled", "bench-steps", patched=timer_disabled),

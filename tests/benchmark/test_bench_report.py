@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from bench.report import LABEL_MAX, render
+from bench.report import render
+from bench.table import LABEL_MAX
 
 
 def _results(vendor: str) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def test_report__the_cost_targets_compare_a_step_and_a_start_with_the_raw_commit
 
     assert row("run step WAL").endswith("1,427 / 188 B = x7.59 MISS")
     assert row("run step server CPU").endswith("0.195 / 0.100 ms = x1.95 PASS")
-    assert "start_many(): >= 0.5 x plain" in row("start_many(): >= 0.5 x plain")
+    assert row("start_many() of 10,000: >= 0.5 x plain")
     (many,) = [line for line in lines if "10,000 / 25,000/s" in line]
     assert many.endswith("= x0.40 MISS")
     assert "skipped: PostgreSQL only" in row("run step WAL")  # SQLite
@@ -212,9 +213,9 @@ def test_report__prints_the_starting_figures():
     assert "1.02" in starting  # statements per start, id block draws included
 
 
-def test_report__the_rows_of_both_target_blocks_line_up():
+def test_report__the_rows_of_every_target_block_line_up():
     lines = _table()
-    first = lines.index(next(line for line in lines if line.startswith("Targets (issue 5)")))
+    first = lines.index(next(line for line in lines if line.startswith("Targets: ")))
     last = next(i for i, line in enumerate(lines) if i > first and line.startswith("SQLite"))
     block = [line for line in lines[first:last] if line and not line.startswith("-")]
     # Cells stand two spaces at least from what precedes them; a wrapped label's first
@@ -236,7 +237,7 @@ def test_report__the_rows_of_both_target_blocks_line_up():
 
 
 def test_report__the_wake_up_targets_pass_or_miss_on_postgresql_only():
-    from bench import targets24
+    from bench import targets
 
     latency = {"median": 0.008, "p99": 0.020, "early": 0}
     results = {
@@ -251,13 +252,13 @@ def test_report__the_wake_up_targets_pass_or_miss_on_postgresql_only():
         },
     }
 
-    assert targets24.event_wake_up(results) == "13.5 / 20.0 ms MISS"
-    assert targets24.start_wake_up(results) == "8.0 ms PASS"
-    assert targets24.timer_lateness(results) == "8.0 / 150 ms, 0 early MISS"
-    assert targets24.idle_queries("1")(results) == "3.42/s MISS"
-    assert targets24.idle_queries("4")(results) == "0.90/s PASS"
+    assert targets.event_wake_up(results) == "13.5 / 20.0 ms MISS"
+    assert targets.start_wake_up(results) == "8.0 ms PASS"
+    assert targets.timer_lateness(results) == "8.0 / 150 ms, 0 early MISS"
+    assert targets.idle_transactions("1")(results) == "3.42/s MISS"
+    assert targets.idle_transactions("4")(results) == "0.90/s PASS"
     sqlite = {**results, "environment": {"vendor": "sqlite"}}
-    assert targets24.idle_queries("1")(sqlite) == "- (PostgreSQL)"
+    assert targets.idle_transactions("1")(sqlite) == "- (PostgreSQL)"
 
 
 def _timeouts(untimed: float, disabled: tuple[float, float, float]) -> dict[str, Any]:
@@ -293,3 +294,80 @@ def test_report__a_step_without_a_timeout_passes_within_the_timer_free_spread_or
     table = render(results, smoke=False)
     assert "0.150 ms (0.150-0.150)" in table
     assert "+10.0 µs (-5.0 to +25.0)" in table
+
+
+def _peers(vendor: str, *, sequential: float, fleet: float, tasks: float) -> dict[str, Any]:
+    """One database's results with the side-by-side figures: ours over the peer's."""
+    results = _results(vendor)
+    results["peer"] = {
+        "sequential": {"ratio": sequential},
+        "fleet": {"steps_per_second": 100.0},
+    }
+    results["clusters"] = {"fleet": {"1": {"steps_per_second": 100.0 * fleet}}}
+    results["tasks"]["ours"]["tasks_per_second"] = 200.0 * tasks
+    results["tasks"]["django_tasks_db"] = {
+        "start_latency": results["tasks"]["ours"]["start_latency"],
+        "tasks": 2_000,
+        "tasks_per_second": 200.0,
+    }
+    return results
+
+
+def _target_cells(results: dict[str, Any], label: str) -> list[str]:
+    """The cells of the target row whose label starts with ``label`` (on its last line when
+    the label wraps)."""
+    lines = render(results, smoke=False).splitlines()
+    (first,) = [i for i, line in enumerate(lines) if line.startswith(f"  {label}")]
+    row = next(line for line in lines[first:] if re.search(r"\S {2,}\S", line))
+    return re.split(r" {2,}", row.strip())[1:]
+
+
+def test_report__the_peer_targets_hold_their_own_bound_on_each_database():
+    # SQLite: sequential 8 x DBOS, fleet 3.5 x; PostgreSQL: sequential 6 x, fleet 6 x.
+    results = {
+        "sqlite": _peers("sqlite", sequential=8.0, fleet=3.4, tasks=1.5),
+        "postgresql": _peers("postgresql", sequential=7.9, fleet=6.0, tasks=1.49),
+    }
+
+    assert _target_cells(results, "sequential steps/s >= 6 x DBOS") == [
+        "x8.00 (>= 8) PASS",
+        "x7.90 (>= 6) PASS",
+    ]
+    assert _target_cells(results, "fleet of 500 x 10 steps") == [
+        "340 / 100 steps/s = x3.40 (>= 3.5) MISS",
+        "600 / 100 steps/s = x6.00 (>= 6) PASS",
+    ]
+    assert _target_cells(results, "django.tasks, 2,000 drained by 1 cluster") == [
+        "x1.50 PASS",
+        "x1.49 MISS",
+    ]
+    results["sqlite"]["peer"]["sequential"]["ratio"] = 7.9
+    assert _target_cells(results, "sequential steps/s >= 6 x DBOS")[0] == "x7.90 (>= 8) MISS"
+
+
+def test_report__start_holds_2_5_raw_commits_and_start_many_half_a_plain_insert():
+    results = {vendor: _results(vendor) for vendor in ("sqlite", "postgresql")}
+    results["postgresql"]["starts"]["start"]["ratio_to_raw_commit"] = 2.5
+    for vendor, ratio in (("sqlite", 0.49), ("postgresql", 0.5)):
+        results[vendor]["starts"]["start_many"].update(
+            plain_insert_per_second=10_000 / ratio, ratio_to_plain_insert=ratio
+        )
+
+    assert _target_cells(results, "start(): median <= 2.5 x raw commit (PG)") == [
+        "0.3 ms = x15.50 (no target)",
+        "1.0 ms = x2.50 PASS",
+    ]
+    assert _target_cells(results, "start(): median <= 2 x raw commit (PG)")[1].endswith("MISS")
+    lines = render(results, smoke=False).splitlines()
+    (many,) = [line for line in lines if "10,000 / 20,408/s" in line]
+    assert re.split(r" {2,}", many.strip())[-2:] == [
+        "10,000 / 20,408/s = x0.49 MISS",
+        "10,000 / 20,000/s = x0.50 PASS",
+    ]
+
+
+def test_report__names_its_target_blocks_by_promise_not_by_issue():
+    headers = [line for line in _table() if line.startswith("Targets")]
+
+    assert len(headers) == 8
+    assert not [header for header in headers if re.search(r"issue|\(\d", header)], headers

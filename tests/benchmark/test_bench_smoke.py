@@ -1,4 +1,4 @@
-"""The benchmark suite's smoke mode (issue 5): every scenario runs, with tiny sizes, on the
+"""The benchmark suite's smoke mode: every scenario runs, with tiny sizes, on the
 database under test, and the table is printed. Nothing about speed is asserted.
 
 The bench uses databases of its own: a SQLite file in a temp folder, or a PostgreSQL
@@ -33,9 +33,10 @@ SECTIONS = (
     "10. Queue",
     "14. django.tasks",
     "15. Metrics scrape",
-    "Targets (issue 5)",
-    "Targets (issue 41)",
-    "Targets (issue 42, attributes)",
+    "Targets: a run step",
+    "Targets: beside DBOS and django-tasks-db, side by side",
+    "Targets: a step without a timeout",
+    "Targets: at scale",
 )
 SCENARIOS = (
     "statements",
