@@ -144,6 +144,13 @@ class RecordedSteps:
             self._remember(record)
         return self._by_id
 
+    def load_none(self) -> dict[str, StepRecord]:
+        """Start from no recorded step, without a query: the caller knows there is none
+        (the tick's claim read that in its own statement)."""
+        self._by_id = {}
+        self._by_pk = {}
+        return self._by_id
+
     @property
     def steps(self) -> dict[str, StepRecord]:
         return self.load() if self._by_id is None else self._by_id
