@@ -37,6 +37,7 @@ from django_workerflow.store.attributes import PendingAttributes
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
+from django_workerflow.store.transactions import HeldClaim
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
@@ -102,7 +103,18 @@ def tick(instance_pk: int, *, renew_lease: bool = False, bell: int | None = None
     token = uuid.uuid4().hex
     # Before the claim: the step writes' first lease renewal is due a quarter lease later.
     taken_at = time.monotonic()
-    claimed = _claim(instance_pk, token)
+    # PostgreSQL, outside any transaction: the claim stays open until the tick's first write
+    # commits it with that write (the first attempt's start, usually).
+    held = HeldClaim() if _holds_claim() else None
+    try:
+        claimed = _claim(instance_pk, token, held)
+    except BaseException as error:
+        if held is not None:
+            held.close(error)
+        raise
+    if isinstance(claimed, TickReport) and held is not None:
+        held.commit()  # nothing to do: the claim's read (and a re-arm, a deferral) commit
+        held = None
     # A queued instance's rate-limit bell rang: admission runs with its row released.
     if (
         isinstance(claimed, TickReport)
@@ -112,6 +124,27 @@ def tick(instance_pk: int, *, renew_lease: bool = False, bell: int | None = None
         claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickReport):
         return claimed
+    failure: BaseException | None = None
+    try:
+        return _traced_tick(claimed, token, taken_at, renew_lease, bell, held, started)
+    except BaseException as error:
+        failure = error
+        raise
+    finally:
+        if held is not None:
+            held.close(failure)
+
+
+def _traced_tick(
+    claimed: Claimed,
+    token: str,
+    taken_at: float,
+    renew_lease: bool,
+    bell: int | None,
+    held: HeldClaim | None,
+    started: datetime,
+) -> TickReport:
+    """Execute a claimed instance in its trace, with the lease renewed if asked."""
     instance, definition_class, recovering, woken_at, woken_for, unrecorded = claimed
     if woken_for is not None:
         cause, due, now = woken_for
@@ -125,12 +158,12 @@ def tick(instance_pk: int, *, renew_lease: bool = False, bell: int | None = None
         quiet_errors=bool(definition_class.sensitive),
     )
     try:
-        with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
+        with traced, LeaseRenewal(instance.pk, token) if renew_lease else nullcontext():
             return _execute(
                 instance,
                 definition_class,
                 token,
-                (taken_at, recovering, unrecorded, bell),
+                (taken_at, recovering, unrecorded, bell, held),
                 traced,
             )
     finally:
@@ -173,13 +206,21 @@ def recheck_unregistered(**_: Any) -> int:
     return made_due
 
 
-def _claim(instance_pk: int, token: str) -> TickReport | Claimed:
+def _holds_claim() -> bool:
+    """Whether this tick keeps its claim open until its first write (:class:`HeldClaim`):
+    on PostgreSQL, outside any transaction. On SQLite the open claim would hold the
+    database's one write lock through the replay: there the claim commits by itself."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def _claim(instance_pk: int, token: str, held: HeldClaim | None = None) -> TickReport | Claimed:
     """Lock the instance and take its lease, or say why this tick has nothing to do. The
     fourth item says when a wake made the instance due (None: nothing woke it), for the
     tick's trace to tell the events it receives (:class:`~django_workerflow.tracing.TickTrace`); the
     fifth, what the tick was woken for, for the wake lag metric (:func:`_woken_for`); the
-    last, that the first replay has no step to read (see :func:`_unrecorded`)."""
-    with transaction.atomic():
+    last, that the first replay has no step to read (see :func:`_unrecorded`). With
+    ``held``, the claim runs in that open transaction."""
+    with nullcontext() if held is not None else transaction.atomic():
         found = instance_rows.read_for_claim(instance_pk)
         if found is None:
             return TickReport(TickEnding.MISSING)
@@ -263,12 +304,13 @@ def _execute(
     instance: WorkflowInstance,
     definition_class: type[WorkflowDefinition],
     token: str,
-    claim: tuple[float, bool, bool, int | None],
+    claim: tuple[float, bool, bool, int | None, HeldClaim | None],
     traced: tracing.TickTrace,
 ) -> TickReport:
     """Replay and settle until the tick ends. ``claim``: when the lease was taken, whether it
-    was taken over, whether the claim found no step recorded, and the bell to acknowledge."""
-    taken_at, recovering, unrecorded, bell = claim
+    was taken over, whether the claim found no step recorded, the bell to acknowledge, and
+    the claim's transaction if it is still open (the first write commits it)."""
+    taken_at, recovering, unrecorded, bell, held = claim
     deadline = time.monotonic() + settings.TICK_BUDGET
     suspects: set[str] | None = None if recovering else set()
     replays = 0
@@ -284,6 +326,7 @@ def _execute(
             progress=progress,
             lease_taken_at=taken_at,
             attributes=attributes,
+            held_claim=held if held is not None and held.open else None,
         )
         # Nothing read twice: a first tick's claim found no step to replay.
         steps = store.load_none() if unrecorded and replays == 1 else store.load()
@@ -293,6 +336,8 @@ def _execute(
         if traced.to_link():
             traced.link_received(received_trace_contexts(traced.to_link()))
         result = _settle(instance, token, execution, passed, (replays, bell), progress, attributes)
+        if held is not None:
+            held.commit()  # a pass that wrote nothing: the claim commits with its settle
         if result is not None:
             failed = result.outcome == TickEnding.FAILED
             traced.finished(result.outcome, passed.exception if failed else None)
