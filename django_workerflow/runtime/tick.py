@@ -335,7 +335,9 @@ def _execute(
         execution, passed = _replay(instance, definition_class, store, deadline, suspects, traced)
         if traced.to_link():
             traced.link_received(received_trace_contexts(traced.to_link()))
-        result = _settle(instance, token, execution, passed, (replays, bell), progress, attributes)
+        result = _settle(
+            instance, token, execution, passed, replays, progress, attributes, bell=bell
+        )
         if held is not None:
             held.commit()  # a pass that wrote nothing: the claim commits with its settle
         if result is not None:
@@ -450,17 +452,18 @@ def _settle(
     token: str,
     execution: Execution,
     result: PassReport,
-    passes: tuple[int, int | None],
+    replays: int,
     progress: PendingProgress,
     attributes: PendingAttributes,
+    *,
+    bell: int | None = None,
 ) -> TickReport | None:
     """Commit the pass's outcome and release the lease, or return None to replay again.
-    ``passes``: how many passes this tick made, and its bell (deleted with a finish).
+    ``bell``: the tick's bell, deleted with a finish.
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
     step row fences it), so a short workflow's tick ends in one commit, not two; so does
     the progress and attributes it set and no step write took (fenced by the lease)."""
-    replays, bell = passes
     finishes = result.outcome in (PassEnding.COMPLETED, PassEnding.FAILED)
     with transaction.atomic():
         # The lock order (store/locks.py): whoever waits for this instance first.
