@@ -335,11 +335,14 @@ def _execute(
         execution, passed = _replay(instance, definition_class, store, deadline, suspects, traced)
         if traced.to_link():
             traced.link_received(received_trace_contexts(traced.to_link()))
+        if held is not None:
+            # A pass that wrote nothing: the claim commits before the settle, whose
+            # transaction takes the finish's waiters before the instance (the lock order).
+            store.held_claim = None
+            held.commit()
         result = _settle(
             instance, token, execution, passed, replays, progress, attributes, bell=bell
         )
-        if held is not None:
-            held.commit()  # a pass that wrote nothing: the claim commits with its settle
         if result is not None:
             failed = result.outcome == TickEnding.FAILED
             traced.finished(result.outcome, passed.exception if failed else None)

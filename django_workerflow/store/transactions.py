@@ -211,7 +211,8 @@ class HeldClaim:
     raised before committing).
 
     While it is open the instance row stays locked, as it is for the claim itself; a pass
-    that reaches no write before it settles commits with the settle.
+    that reaches no write commits it before its settle, whose transaction locks the
+    finish's waiters before the instance (the lock order, :mod:`.locks`).
     """
 
     __slots__ = ("_atomic",)
