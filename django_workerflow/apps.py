@@ -55,12 +55,12 @@ class WorkerflowConfig(AppConfig):
         if apps.is_installed("django_q"):
             # Late: django_q.signals loads django-q2's models, there only when it is installed;
             # and an AppConfig module is imported before the models are.
-            from django_q.signals import post_spawn
+            from django_q.signals import post_execute_in_worker, post_spawn, pre_execute
 
             from django_workerflow.deploy import verdicts
             from django_workerflow.runtime.tick import recheck_unregistered
             from django_workerflow.store import outage
-            from django_workerflow.workers import task_lines
+            from django_workerflow.workers import handled_bell, task_lines
             from django_workerflow.workers.sweep_chain import seed_after_outage, seed_on_spawn
 
             post_spawn.connect(seed_on_spawn, dispatch_uid="workerflow-heartbeat-seed")
@@ -68,6 +68,11 @@ class WorkerflowConfig(AppConfig):
             post_spawn.connect(recheck_unregistered, dispatch_uid="workerflow-recheck-unregistered")
             # A worker that runs new code checks the replay verdicts for it at once.
             post_spawn.connect(verdicts.queue_on_spawn, dispatch_uid="workerflow-replay-verdicts")
+            # A tick that finishes its instance acknowledges its bell in its own commit.
+            pre_execute.connect(handled_bell.handling, dispatch_uid="workerflow-handled-bell")
+            post_execute_in_worker.connect(
+                handled_bell.handled, dispatch_uid="workerflow-handled-bell"
+            )
             # A link that ran during an outage failed and queued no next one.
             outage.when_back(seed_after_outage)
             task_lines.install()  # django-q2's lines about our own tasks go to DEBUG

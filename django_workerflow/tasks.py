@@ -19,7 +19,7 @@ from django_workerflow.runtime.tick import tick as run_tick
 from django_workerflow.store import flushed_totals, outage
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import TickAborted
-from django_workerflow.workers import sweep_chain
+from django_workerflow.workers import handled_bell, sweep_chain
 
 
 class SweepArea(StrEnum):
@@ -39,7 +39,8 @@ def tick(instance_pk: int) -> str:
     ``Exception``: django-q2's worker reports it and lives on); the bell is acknowledged as a
     failure and the instance's lease, running out, leads the sweeper to ring it again."""
     try:
-        outcome = run_tick(instance_pk, renew_lease=True).outcome
+        bell = handled_bell.bell_of(instance_pk)
+        outcome = run_tick(instance_pk, renew_lease=True, bell=bell).outcome
     except (TickAborted, OperationalError, InterfaceError) as error:
         raise _unavailable(instance_pk, error) from None
     outage.back()

@@ -27,7 +27,7 @@ from django_workerflow.models.attributes import AttributesField
 from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
 from django_workerflow.models.pauses import DefinitionPause
-from django_workerflow.models.rows import record_event, save_fields
+from django_workerflow.models.rows import move_with_event, record_event, save_fields
 from django_workerflow.signals import workflow_status_changed
 from django_workerflow.values import progress, transitions
 from django_workerflow.values.progress import Progress
@@ -689,13 +689,24 @@ class WorkflowInstance(models.Model):
         changes = {"status": target, **fields}
         # What the object had, put back if nothing is written (_write may clear the cause).
         kept = {name: getattr(self, name) for name in (*changes, "alarm_cause")}
-        if not self._write(changes, status_was=previous):
+        if "alarm_at" in changes and "alarm_cause" not in changes:
+            changes["alarm_cause"] = ""
+        for name, value in changes.items():
+            setattr(self, name, value)
+        # On PostgreSQL the update and its event are one statement.
+        event = (self.workflow_events.model, event_type, reason, now)
+        moved = move_with_event(self, list(changes), previous, event)
+        if moved is None:
+            moved = save_fields(self, list(changes), status_was=previous)
+            if moved:
+                record_event(self.workflow_events.model, self.pk, event_type, reason, now)
+        if not moved:
             for name, value in kept.items():
                 setattr(self, name, value)
             rows = type(self)._default_manager.filter(pk=self.pk)
             found = rows.values_list("status", flat=True).first()
             raise transitions.changed_under(self.key, previous, found, target)
-        self._record(event_type, now, previous=previous, reason=reason)
+        self._announce(previous)
 
     def _write(self, fields: dict[str, Any], status_was: str | None = None) -> bool:
         """Assign ``fields`` and save exactly those (with ``status_was``, only if the row's
@@ -713,6 +724,10 @@ class WorkflowInstance(models.Model):
         """Record the workflow event and, when the status changed, announce it after the
         commit."""
         record_event(self.workflow_events.model, self.pk, event_type, reason, now)
+        self._announce(previous)
+
+    def _announce(self, previous: str | None) -> None:
+        """Announce a change of status after the commit (``workflow_status_changed``)."""
         if previous == self.status:
             return  # an event that changes no status (a fork's source): no signal
         # Every change of status is announced (paused, resumed... not only a finish), so the

@@ -35,6 +35,19 @@ def update_statement(table: str, columns: tuple[str, ...], guard: str | None = N
     return f"UPDATE {table} SET {assignments} WHERE {where}"
 
 
+@cache
+def move_statement(table: str, columns: tuple[str, ...], event_table: str) -> str:
+    """PostgreSQL: the guarded :func:`update_statement` and its workflow event in one
+    statement (parameters: the update's, then the event's type, reason and time); the event
+    is inserted only if the row moved, and the statement's row count says whether it did."""
+    moved = update_statement(table, columns, "status")
+    return (
+        f"WITH moved AS ({moved} RETURNING id) "
+        f"INSERT INTO {event_table} (instance_id, type, reason, recorded_at) "
+        "SELECT id, %s, %s, %s FROM moved"
+    )
+
+
 def insert_event_statement(table: str) -> str:
     """Insert one workflow event of an instance (parameters: instance, type, reason, time)."""
     return f"INSERT INTO {table} (instance_id, type, reason, recorded_at) VALUES (%s, %s, %s, %s)"
@@ -86,6 +99,51 @@ def save_fields(
         )
         written: bool = cursor.rowcount == 1
     return written
+
+
+def move_with_event(
+    instance: WorkflowInstance,
+    fields: Sequence[str],
+    status_was: str,
+    event: tuple[type[Model], str, str | None, datetime],
+) -> bool | None:
+    """On PostgreSQL, :func:`save_fields` guarded by ``status_was`` and :func:`record_event`
+    of ``event`` (its model, type, reason and time) in one statement: True if the row moved
+    (and its event is recorded), False if its status was no longer ``status_was`` (nothing
+    written). None where it does not apply (another database, a receiver that needs the
+    ORM): the caller then writes the two statements."""
+    model = type(instance)
+    event_model, event_type, reason, now = event
+    if (
+        connection.vendor != "postgresql"
+        or signalled(model)
+        or signalled(event_model)
+        or instance._state.db not in (None, connection.alias)
+    ):
+        return None
+    by_name = _fields_by_name(model)
+    model_fields = [by_name[name] for name in fields]
+    columns = tuple(str(field.column) for field in model_fields)
+    values = [
+        field.get_db_prep_save(getattr(instance, field.attname), connection)
+        for field in model_fields
+    ]
+    statement = move_statement(model._meta.db_table, columns, event_model._meta.db_table)
+    when = engine_datetime(now, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statement,
+            [
+                *values,
+                instance.pk,
+                status_was,
+                event_type,
+                reason,
+                when,
+            ],
+        )
+        moved: bool = cursor.rowcount == 1
+    return moved
 
 
 def record_event(

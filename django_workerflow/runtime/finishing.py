@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from django_workerflow import registry
 from django_workerflow.models import Step, WorkflowInstance
@@ -34,7 +34,7 @@ from django_workerflow.values.states import (
     WakeCause,
     WorkflowStatus,
 )
-from django_workerflow.workers import bells
+from django_workerflow.workers import bell_rows, bells, handled_bell
 
 PARENT_CANCELLED = "parent cancelled"
 PARENT_FINISHED = "parent finished"
@@ -56,10 +56,11 @@ class _Finishes:
     freed_gates: set[tuple[str, str]] = field(default_factory=set)
 
 
-def lock_waiters(instance_pk: int) -> Followups:
+def lock_waiters(instance_pk: int, *, bell: int | None = None) -> Followups:
     """Read what the finish of ``instance_pk`` has to do and lock the instances waiting for
-    it; call before locking the instance itself (rule 1 of the lock order)."""
-    followups = look_around(instance_pk)
+    it; call before locking the instance itself (rule 1 of the lock order). ``bell``: the
+    bell of the finishing tick, deleted with the read (see :func:`look_around`)."""
+    followups = look_around(instance_pk, bell=bell)
     if followups.has_waiting:
         locks.lock_instance_pks(
             WorkflowInstance.objects.filter(
@@ -80,18 +81,33 @@ def instance_finished(
         admission.admit_waiting(name, concurrency_key, now)
 
 
-def look_around(instance_pk: int) -> Followups:
+def look_around(instance_pk: int, *, bell: int | None = None) -> Followups:
     """Whether the instance has unfinished children, and instances waiting for it, in one
     statement; on PostgreSQL it also wakes the ``wait_result`` callers listening for it
-    (the notification goes out when the transaction commits)."""
+    (the notification goes out when the transaction commits).
+
+    ``bell``: the django-q2 bell whose tick finishes the instance, acknowledged (deleted) in
+    this transaction (:mod:`django_workerflow.workers.handled_bell`): on PostgreSQL by the
+    same statement, on SQLite by one more before it. The monitor then sends nothing once
+    the transaction commits. A bell row is only ever locked last, or alone: the broker's
+    claim and acknowledgement lock nothing else, and the claim skips locked rows."""
     values: dict[str, Any] = {"instance": instance_pk}
-    if connection.vendor == "postgresql":
-        name = "finish_followups_notify"
+    postgresql = connection.vendor == "postgresql"
+    if postgresql:
         values["channel"] = results.channel(instance_pk)
-    else:
-        name = "finish_followups"
     with connection.cursor() as cursor:
-        row = executor.execute(cursor, name, sql.params(**values)).fetchone()
+        if bell is not None:
+            table = bell_rows.queue_table()
+            if postgresql:
+                statement = sql.queue_statement("finish_followups_acknowledging", table)
+                cursor.execute(statement, sql.params(bell=bell, **values))
+                row = cursor.fetchone()
+            else:
+                cursor.execute(sql.queue_statement("delete_bell", table), {"id": bell})
+            transaction.on_commit(lambda: handled_bell.acknowledged(bell))
+        if bell is None or not postgresql:
+            name = "finish_followups_notify" if postgresql else "finish_followups"
+            row = executor.execute(cursor, name, sql.params(**values)).fetchone()
     return Followups(has_children=bool(row[0]), has_waiting=bool(row[1]))
 
 

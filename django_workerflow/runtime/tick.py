@@ -37,6 +37,7 @@ from django_workerflow.store.attributes import PendingAttributes
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
+from django_workerflow.store.transactions import HeldClaim
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
@@ -83,13 +84,15 @@ class PassReport:
     unreached: list[str] | None = field(default=None)
 
 
-def tick(instance_pk: int, *, renew_lease: bool = False) -> TickReport:
+def tick(instance_pk: int, *, renew_lease: bool = False, bell: int | None = None) -> TickReport:
     """Execute the instance as far as it can go now. Safe to call at any time, any number
     of times, from any worker: an instance that is not due, not active, or leased by a live
     worker is left as it is (a live lease gets a request for one more pass).
 
     ``renew_lease`` renews the lease from the renewal thread while callbacks run (workers
-    use it; it needs the tick to run outside any transaction).
+    use it; it needs the tick to run outside any transaction). ``bell``: the id of the
+    django-q2 bell this tick answers, deleted in the settle's commit if the tick finishes
+    the instance (:mod:`django_workerflow.workers.handled_bell`).
 
     With OpenTelemetry, a tick that claims the instance is a ``workerflow.tick`` span
     (:mod:`django_workerflow.tracing`), current while it runs; a tick that finds nothing
@@ -100,7 +103,18 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickReport:
     token = uuid.uuid4().hex
     # Before the claim: the step writes' first lease renewal is due a quarter lease later.
     taken_at = time.monotonic()
-    claimed = _claim(instance_pk, token)
+    # PostgreSQL, outside any transaction: the claim stays open until the tick's first write
+    # commits it with that write (the first attempt's start, usually).
+    held = HeldClaim() if _holds_claim() else None
+    try:
+        claimed = _claim(instance_pk, token, held)
+    except BaseException as error:
+        if held is not None:
+            held.close(error)
+        raise
+    if isinstance(claimed, TickReport) and held is not None:
+        held.commit()  # nothing to do: the claim's read (and a re-arm, a deferral) commit
+        held = None
     # A queued instance's rate-limit bell rang: admission runs with its row released.
     if (
         isinstance(claimed, TickReport)
@@ -110,7 +124,28 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickReport:
         claimed = _claim(instance_pk, token)
     if isinstance(claimed, TickReport):
         return claimed
-    instance, definition_class, recovering, woken_at, woken_for = claimed
+    failure: BaseException | None = None
+    try:
+        return _traced_tick(claimed, token, taken_at, renew_lease, bell, held, started)
+    except BaseException as error:
+        failure = error
+        raise
+    finally:
+        if held is not None:
+            held.close(failure)
+
+
+def _traced_tick(
+    claimed: Claimed,
+    token: str,
+    taken_at: float,
+    renew_lease: bool,
+    bell: int | None,
+    held: HeldClaim | None,
+    started: datetime,
+) -> TickReport:
+    """Execute a claimed instance in its trace, with the lease renewed if asked."""
+    instance, definition_class, recovering, woken_at, woken_for, unrecorded = claimed
     if woken_for is not None:
         cause, due, now = woken_for
         PROCESS_COUNTERS.woke(instance.definition_name, cause, (now - due).total_seconds())
@@ -123,8 +158,14 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickReport:
         quiet_errors=bool(definition_class.sensitive),
     )
     try:
-        with traced, LeaseRenewal(instance_pk, token) if renew_lease else nullcontext():
-            return _execute(instance, definition_class, token, taken_at, recovering, traced)
+        with traced, LeaseRenewal(instance.pk, token) if renew_lease else nullcontext():
+            return _execute(
+                instance,
+                definition_class,
+                token,
+                (taken_at, recovering, unrecorded, bell, held),
+                traced,
+            )
     finally:
         PROCESS_COUNTERS.tick_finished(
             instance.definition_name, (clock_now() - started).total_seconds()
@@ -133,6 +174,11 @@ def tick(instance_pk: int, *, renew_lease: bool = False) -> TickReport:
 
 #: What a claimed tick was woken for: the cause, its due time and the claim's time.
 WokenFor = tuple[WakeCause, datetime, datetime]
+#: A claimed instance: the row, its definition, whether the lease was taken over, when a wake
+#: made it due, what it was woken for, and whether it is known to have no step recorded.
+Claimed = tuple[
+    WorkflowInstance, type[WorkflowDefinition], bool, datetime | None, WokenFor | None, bool
+]
 
 
 def recheck_unregistered(**_: Any) -> int:
@@ -160,21 +206,25 @@ def recheck_unregistered(**_: Any) -> int:
     return made_due
 
 
-def _claim(
-    instance_pk: int, token: str
-) -> (
-    TickReport
-    | tuple[WorkflowInstance, type[WorkflowDefinition], bool, datetime | None, WokenFor | None]
-):
+def _holds_claim() -> bool:
+    """Whether this tick keeps its claim open until its first write (:class:`HeldClaim`):
+    on PostgreSQL, outside any transaction. On SQLite the open claim would hold the
+    database's one write lock through the replay: there the claim commits by itself."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def _claim(instance_pk: int, token: str, held: HeldClaim | None = None) -> TickReport | Claimed:
     """Lock the instance and take its lease, or say why this tick has nothing to do. The
     fourth item says when a wake made the instance due (None: nothing woke it), for the
     tick's trace to tell the events it receives (:class:`~django_workerflow.tracing.TickTrace`); the
-    last, what the tick was woken for, for the wake lag metric (:func:`_woken_for`)."""
-    with transaction.atomic():
+    fifth, what the tick was woken for, for the wake lag metric (:func:`_woken_for`); the
+    last, that the first replay has no step to read (see :func:`_unrecorded`). With
+    ``held``, the claim runs in that open transaction."""
+    with nullcontext() if held is not None else transaction.atomic():
         found = instance_rows.read_for_claim(instance_pk)
         if found is None:
             return TickReport(TickEnding.MISSING)
-        instance, definition_paused = found
+        instance, definition_paused = found.instance, found.definition_paused
         if instance.status not in ACTIVE_STATUSES:
             return TickReport(TickEnding.INACTIVE, alarm_at=instance.alarm_at)
         now = clock_now()
@@ -207,11 +257,20 @@ def _claim(
         woken_at = instance.updated_at if instance.wake_requested else None
         # Before the claim too, which sets the alarm (and clears its cause).
         woken_for = _woken_for(instance, now)
+        unrecorded = _unrecorded(instance, found.has_steps)
         # A lease still set here has expired: the tick that held it died mid-work.
         recovering = lease.claim(instance, token, now)
         if recovering:
             logger.warning("taking over an expired lease key=%s", instance.key)
-    return instance, definition_class, recovering, woken_at, woken_for
+    return instance, definition_class, recovering, woken_at, woken_for, unrecorded
+
+
+def _unrecorded(instance: WorkflowInstance, has_steps: bool) -> bool:
+    """True when the claim's read found no step of the instance and none can appear before
+    the lease is taken: a pending instance never had a tick, so no worker, not even one
+    whose lease ran out, can be writing a step of it (its steps, a fork's copies, are
+    committed with its row). Its first replay then reads nothing."""
+    return not has_steps and instance.status == WorkflowStatus.PENDING
 
 
 def _woken_for(instance: WorkflowInstance, now: datetime) -> WokenFor | None:
@@ -245,10 +304,13 @@ def _execute(
     instance: WorkflowInstance,
     definition_class: type[WorkflowDefinition],
     token: str,
-    taken_at: float,
-    recovering: bool,
+    claim: tuple[float, bool, bool, int | None, HeldClaim | None],
     traced: tracing.TickTrace,
 ) -> TickReport:
+    """Replay and settle until the tick ends. ``claim``: when the lease was taken, whether it
+    was taken over, whether the claim found no step recorded, the bell to acknowledge, and
+    the claim's transaction if it is still open (the first write commits it)."""
+    taken_at, recovering, unrecorded, bell, held = claim
     deadline = time.monotonic() + settings.TICK_BUDGET
     suspects: set[str] | None = None if recovering else set()
     replays = 0
@@ -264,14 +326,23 @@ def _execute(
             progress=progress,
             lease_taken_at=taken_at,
             attributes=attributes,
+            held_claim=held if held is not None and held.open else None,
         )
-        steps = store.load()
+        # Nothing read twice: a first tick's claim found no step to replay.
+        steps = store.load_none() if unrecorded and replays == 1 else store.load()
         if suspects is None:
             suspects = interrupted.interrupted_run_steps(steps)
         execution, passed = _replay(instance, definition_class, store, deadline, suspects, traced)
         if traced.to_link():
             traced.link_received(received_trace_contexts(traced.to_link()))
-        result = _settle(instance, token, execution, passed, replays, progress, attributes)
+        if held is not None:
+            # A pass that wrote nothing: the claim commits before the settle, whose
+            # transaction takes the finish's waiters before the instance (the lock order).
+            store.held_claim = None
+            held.commit()
+        result = _settle(
+            instance, token, execution, passed, replays, progress, attributes, bell=bell
+        )
         if result is not None:
             failed = result.outcome == TickEnding.FAILED
             traced.finished(result.outcome, passed.exception if failed else None)
@@ -387,16 +458,21 @@ def _settle(
     replays: int,
     progress: PendingProgress,
     attributes: PendingAttributes,
+    *,
+    bell: int | None = None,
 ) -> TickReport | None:
     """Commit the pass's outcome and release the lease, or return None to replay again.
+    ``bell``: the tick's bell, deleted with a finish.
 
     The pass's last success commits in this transaction, whatever the lease's fate (the
     step row fences it), so a short workflow's tick ends in one commit, not two; so does
     the progress and attributes it set and no step write took (fenced by the lease)."""
     finishes = result.outcome in (PassEnding.COMPLETED, PassEnding.FAILED)
     with transaction.atomic():
+        # The lock order (store/locks.py): whoever waits for this instance first.
+        followups = finishing.lock_waiters(instance.pk, bell=bell) if finishes else None
         return _settle_locked(
-            instance, token, execution, result, replays, finishes, progress, attributes
+            instance, token, execution, result, replays, followups, progress, attributes
         )
 
 
@@ -406,14 +482,13 @@ def _settle_locked(
     execution: Execution,
     result: PassReport,
     replays: int,
-    finishes: bool,
+    followups: finishing.Followups | None,
     progress: PendingProgress,
     attributes: PendingAttributes,
 ) -> TickReport | None:
-    """The settle's work, in its transaction. A rollback raises out of the tick, whose
-    held progress goes with it (the next tick reads the row afresh)."""
-    # The lock order (store/locks.py): whoever waits for this instance first.
-    followups = finishing.lock_waiters(instance.pk) if finishes else None
+    """The settle's work, in its transaction, the finish's waiters locked (``followups``,
+    None unless the pass finishes). A rollback raises out of the tick, whose held progress
+    goes with it (the next tick reads the row afresh)."""
     locked = instance_rows.read_instance(instance.pk, lock=True)
     result = _flush(execution, result)
     if locked is None:

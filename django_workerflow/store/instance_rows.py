@@ -12,6 +12,7 @@ The instance's own writes live with the model (:mod:`django_workerflow.models.ro
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -65,9 +66,20 @@ def read_instance(pk: int, *, lock: bool) -> WorkflowInstance | None:
     return _read(name, {"instance": pk})
 
 
-def read_for_claim(pk: int) -> tuple[WorkflowInstance, bool] | None:
-    """The instance ``pk`` under its row lock, and whether its definition is paused (None if
-    it is gone): the tick's claim reads both in one statement."""
+@dataclass(frozen=True, slots=True)
+class ClaimRead:
+    """What the tick's claim reads in one statement: the instance under its row lock,
+    whether any step of it is recorded, and whether its definition is paused."""
+
+    instance: WorkflowInstance
+    has_steps: bool
+    definition_paused: bool
+
+
+def read_for_claim(pk: int) -> ClaimRead | None:
+    """The instance ``pk`` under its row lock, whether it has steps and whether its
+    definition is paused (None if it is gone): the tick's claim reads them in one
+    statement."""
     name = (
         "lock_instance_for_claim"
         if connection.vendor == "postgresql"
@@ -77,7 +89,7 @@ def read_for_claim(pk: int) -> tuple[WorkflowInstance, bool] | None:
         row = executor.execute(cursor, name, {"instance": pk}).fetchone()
     if row is None:
         return None
-    return _instance(row[:-1]), bool(row[-1])
+    return ClaimRead(_instance(row[:-2]), bool(row[-2]), bool(row[-1]))
 
 
 def lock_of(instance: WorkflowInstance | str) -> WorkflowInstance | None:

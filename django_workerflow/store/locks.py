@@ -28,6 +28,12 @@ PostgreSQL:
    (the tick's claim and the step fences only read it). Resuming then rings the held
    instances as housekeeping, rule 4 (:func:`take_unlocked`).
 
+6. **A bell row last, or alone.** The broker claims bells with ``SKIP LOCKED`` and deletes
+   them in transactions that lock nothing else; a tick that finishes its instance deletes
+   its own bell in its settle, after the rows above
+   (:mod:`django_workerflow.workers.handled_bell`). Nothing holds a bell row and then waits
+   for another row.
+
 A single instance row taken first in its transaction follows every rule: :func:`lock_instance`
 here, or the tick's and the verbs' named statements (:mod:`.instance_rows`), which look the
 row up and lock it in one statement. The one case the order cannot see ahead: an instance

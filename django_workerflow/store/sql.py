@@ -200,10 +200,12 @@ _FUSED_RESULT = """
 _READ_INSTANCE = (
     f"SELECT {', '.join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
 )
-# The claim's read: the row and whether its definition is paused, in one statement.
+# The claim's read: the row, whether it has steps recorded (a first tick then reads none
+# for its replay) and whether its definition is paused, in one statement.
 _READ_INSTANCE_FOR_CLAIM = (
-    f"SELECT {', '.join(INSTANCE_COLUMNS)}, {DEFINITION_PAUSED} FROM {INSTANCE} "
-    "WHERE id = %(instance)s::bigint"
+    f"SELECT {', '.join(INSTANCE_COLUMNS)}, "
+    f"EXISTS (SELECT 1 FROM {STEP} WHERE {STEP}.instance_id = {INSTANCE}.id), "
+    f"{DEFINITION_PAUSED} FROM {INSTANCE} WHERE id = %(instance)s::bigint"
 )
 _READ_INSTANCE_BY_KEY = (
     f'SELECT {", ".join(INSTANCE_COLUMNS)} FROM {INSTANCE} WHERE "key" = %(key)s::varchar'
@@ -234,7 +236,8 @@ _STATEMENTS: dict[str, str] = {
     "read_instance": _READ_INSTANCE,
     # ... under its row lock (PostgreSQL; SQLite's IMMEDIATE transaction holds the database's).
     "lock_instance": _READ_INSTANCE + " FOR UPDATE",
-    # The tick's claim: an instance row, every column, and whether its definition is paused.
+    # The tick's claim: an instance row, every column, whether it has steps and whether its
+    # definition is paused.
     "read_instance_for_claim": _READ_INSTANCE_FOR_CLAIM,
     # ... under its row lock (PostgreSQL).
     "lock_instance_for_claim": _READ_INSTANCE_FOR_CLAIM + " FOR UPDATE",
@@ -431,6 +434,12 @@ _QUEUE_STATEMENTS: dict[str, str] = {
         RETURNING id""",
     # A bell handled (acknowledged) or unreadable (failed).
     "delete_bell": "DELETE FROM {queue} WHERE id = %(id)s",
+    # PostgreSQL: finish_followups_notify, acknowledging the bell of the finishing tick in
+    # the same statement (workers/handled_bell.py).
+    "finish_followups_acknowledging": (
+        "WITH acknowledged AS (DELETE FROM {queue} WHERE id = %(bell)s) "
+        f"SELECT {_FINISH_FOLLOWUPS}, pg_notify(%(channel)s::text, '')"
+    ),
 }
 
 

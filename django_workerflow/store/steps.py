@@ -51,6 +51,7 @@ from django_workerflow.store.records import (
     name_parents,
 )
 from django_workerflow.store.transactions import (
+    HeldClaim,
     WriteTransaction,
     adapt,
     execute_plain_at,
@@ -144,6 +145,13 @@ class RecordedSteps:
             self._remember(record)
         return self._by_id
 
+    def load_none(self) -> dict[str, StepRecord]:
+        """Start from no recorded step, without a query: the caller knows there is none
+        (the tick's claim read that in its own statement)."""
+        self._by_id = {}
+        self._by_pk = {}
+        return self._by_id
+
     @property
     def steps(self) -> dict[str, StepRecord]:
         return self.load() if self._by_id is None else self._by_id
@@ -218,10 +226,13 @@ class StepStore(RecordedSteps):
         progress: PendingProgress | None = None,
         lease_taken_at: float | None = None,
         attributes: PendingAttributes | None = None,
+        held_claim: HeldClaim | None = None,
     ) -> None:
         super().__init__(instance_pk)
         self.lease = Lease(instance_pk, lease_token, taken_at=lease_taken_at)
         self.pending_success: PendingSuccess | None = None
+        #: The tick's claim, still open: the first write commits it.
+        self.held_claim: HeldClaim | None = held_claim
         self._start_child = start_child
         # Shared by the passes of one tick: what the row holds, and what to write next.
         self.progress = progress or PendingProgress(instance_pk, lease_token, None)
@@ -246,13 +257,34 @@ class StepStore(RecordedSteps):
             yield cursor
         self.progress.written(written)
         self.attributes.written(attributes)
+        self._commit_claim()
 
     def _hot_write(self, values: dict[str, Any]) -> AbstractContextManager[Any]:
         """The hot write (:class:`WriteTransaction` with ``values``), and the held progress
-        written in it if there is any."""
+        written in it if there is any; the first write of a tick whose claim is held open
+        commits it (:class:`~django_workerflow.store.transactions.HeldClaim`)."""
+        if self.held_claim is not None:
+            return self._hot_write_committing_claim(values)
         if self.progress.pending is None and self.attributes.pending is None:
             return WriteTransaction(values)  # the usual step: nothing wrapped around it
         return self._hot_write_with_progress(values)
+
+    @contextmanager
+    def _hot_write_committing_claim(self, values: dict[str, Any]) -> Iterator[Any]:
+        """The tick's first write in the claim's transaction, then its commit: before the
+        write's caller goes on (an attempt's callback starts only once its start and the
+        claim are committed)."""
+        held, self.held_claim = self.held_claim, None
+        with self._hot_write(values) as cursor:
+            yield cursor
+        if held is not None:
+            held.commit()
+
+    def _commit_claim(self) -> None:
+        """Commit a claim held open (:class:`HeldClaim`) with the write just done."""
+        held, self.held_claim = self.held_claim, None
+        if held is not None:
+            held.commit()
 
     @contextmanager
     def _hot_write_with_progress(self, values: dict[str, Any]) -> Iterator[Any]:

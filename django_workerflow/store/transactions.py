@@ -201,3 +201,38 @@ def explain_refusal(
             f"{row['next_attempt_at'].isoformat()}."
         )
     return StepStateError(f"Step '{step_id}' changed concurrently; try again.")
+
+
+class HeldClaim:
+    """The tick's claim, left open until the tick's first write commits it (PostgreSQL, a
+    tick outside any transaction): the claim and the first attempt's start, or whatever the
+    tick writes first, are one commit. Entered at the claim; :meth:`commit` once that write
+    (or the settle) is done, :meth:`close` when the tick ends either way (a rollback if it
+    raised before committing).
+
+    While it is open the instance row stays locked, as it is for the claim itself; a pass
+    that reaches no write commits it before its settle, whose transaction locks the
+    finish's waiters before the instance (the lock order, :mod:`.locks`).
+    """
+
+    __slots__ = ("_atomic",)
+
+    def __init__(self) -> None:
+        self._atomic: Any = transaction.atomic()
+        self._atomic.__enter__()
+
+    @property
+    def open(self) -> bool:
+        return self._atomic is not None
+
+    def commit(self) -> None:
+        """Commit the claim with what was written since (a no-op once committed)."""
+        atomic, self._atomic = self._atomic, None
+        if atomic is not None:
+            atomic.__exit__(None, None, None)
+
+    def close(self, exc: BaseException | None) -> None:
+        """End the transaction if still open: roll back what ``exc`` interrupted, else commit."""
+        atomic, self._atomic = self._atomic, None
+        if atomic is not None:
+            atomic.__exit__(type(exc) if exc else None, exc, exc.__traceback__ if exc else None)

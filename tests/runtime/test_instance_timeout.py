@@ -524,14 +524,15 @@ def test_no_timeout__a_tick_writes_none_of_the_timeout_columns(harness, define):
         workerflow.resume(instance)
         harness.advance(timedelta(hours=1))
     assert refreshed(instance).status == WorkflowStatus.COMPLETED
-    writes = [q["sql"] for q in untimed.captured_queries if q["sql"].startswith("UPDATE")]
+    # A status move and its event are one WITH statement on PostgreSQL (issue 39).
+    writes = [q["sql"] for q in untimed.captured_queries if "UPDATE " in q["sql"]]
     assert writes
     assert not [sql for sql in writes if "deadline_at" in sql or "timeout_" in sql]
 
     timed = workerflow.start(define(naps), timeout=7200)
     with CaptureQueriesContext(connection) as captured:
         harness.drain()
-    updates = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("UPDATE")]
+    updates = [q["sql"] for q in captured.captured_queries if "UPDATE " in q["sql"]]
     assert [sql for sql in updates if "deadline_at" in sql]  # the check can see them
     assert refreshed(timed).deadline_at is not None
 

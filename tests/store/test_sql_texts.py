@@ -39,6 +39,12 @@ def texts() -> dict[str, str]:
     found["model/move_instance.sql"] = model_rows.update_statement(
         table, ("status", "alarm_at", "updated_at"), "status"
     )
+    # ... and, on PostgreSQL, with its workflow event in the same statement.
+    found["model/move_instance_with_event.sql"] = model_rows.move_statement(
+        table,
+        ("status", "alarm_at", "updated_at"),
+        WorkflowInstance.workflow_events.rel.related_model._meta.db_table,
+    )
     found["model/insert_workflow_event.sql"] = model_rows.insert_event_statement(
         WorkflowInstance.workflow_events.rel.related_model._meta.db_table
     )

@@ -1,0 +1,1 @@
+WITH moved AS (UPDATE workerflow_workflowinstance SET status = %s, alarm_at = %s, updated_at = %s WHERE id = %s AND status = %s RETURNING id) INSERT INTO workerflow_workflowevent (instance_id, type, reason, recorded_at) SELECT id, %s, %s, %s FROM moved
