@@ -7,7 +7,8 @@
 #   make lint    ruff lint + format check, mypy, lint-imports (the layers contract)
 #   make check   Django's system checks and the migrations check
 #   make test-suite  pytest with coverage (fails under pyproject's fail_under)
-#   make test-fast  pytest on SQLite without the slow tests (real worker processes) or the browser
+#   make test-fast  pytest on SQLite, one process a CPU (pytest-xdist), without the slow
+#                   tests (real worker processes) or the browser ones
 #   make test-faults  the database faults: a PostgreSQL server of its own, killed, restarted
 #                     and stopped under two clusters (minutes; needs initdb and pg_ctl)
 #
@@ -59,7 +60,7 @@ check: install
 
 # The inner loop: SQLite, no test that starts real processes or takes seconds (`slow`), no browser.
 test-fast: install
-	@WORKERFLOW_DB=sqlite $(BIN)/pytest -q -rfE -m 'not slow and not browser' $(PYTEST_ARGS)
+	@WORKERFLOW_DB=sqlite $(BIN)/pytest -q -rfE -n auto -m 'not slow and not browser' $(PYTEST_ARGS)
 
 # The database faults (tests/reliability/database_faults): about three minutes a seed, so
 # not in test-suite. They start a PostgreSQL server of their own (initdb into a temporary

@@ -185,6 +185,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Escape lone surrogates in a report's captured output before anything sends it on: a
+    test writes one on purpose (tests/values/test_unstorable_values.py), and pytest-xdist
+    (``make test-fast``) hands reports between processes as UTF-8, which cannot carry them."""
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for title, text in report.sections
+    ]
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Say, last and loud, that the browser tests were skipped (Playwright or Chromium is
     missing) and how to include them: `make test` is meant to run everything. Their modules
