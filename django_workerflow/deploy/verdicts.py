@@ -28,7 +28,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from django.apps import apps
 from django.db import DatabaseError, models, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
@@ -49,6 +48,7 @@ from django_workerflow.models import (
 )
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.replay_verdict import ReplayVerdict
+from django_workerflow.workers.minute_schedules import ensure_every_minute
 
 logger = logging.getLogger(__name__)
 
@@ -376,20 +376,4 @@ def queue_on_spawn(**_: Any) -> bool:
 
 def ensure_schedule(using: str = "default", **_: Any) -> None:
     """post_migrate: create (once) the schedule that runs the background pass every minute."""
-    if not apps.is_installed("django_q"):
-        return
-    # Late: django_q may not be an installed app, and its Conf reads Q_CLUSTER on import.
-    from django_q.models import Schedule
-
-    schedules = Schedule.objects.using(using).filter(name=SCHEDULE_NAME).order_by("pk")
-    keep = schedules.first()
-    if keep is None:
-        Schedule.objects.using(using).create(
-            name=SCHEDULE_NAME,
-            func=REFRESH_TASK,
-            schedule_type=Schedule.MINUTES,
-            minutes=1,
-            repeats=-1,
-        )
-        return
-    schedules.exclude(pk=keep.pk).delete()
+    ensure_every_minute(SCHEDULE_NAME, REFRESH_TASK, using=using)
