@@ -1,4 +1,4 @@
-"""The benchmark suite of django-workerflow (issue 5): ``make bench`` or ``python -m bench``.
+"""The benchmark suite of django-workerflow: ``make bench`` or ``python -m bench``.
 
 ``bench.run`` measures one database in its own process; ``bench.report`` prints the table.
 """

@@ -1,4 +1,4 @@
-"""Scenario 12 (issue 15): the admin over a large table (PostgreSQL).
+"""Scenario ``admin``: the admin over a large table (PostgreSQL).
 
 ``admin_instances`` finished and active instances of four definitions, one a second back
 from now (the last 24 hours hold 86,400 of them), are written with one INSERT ... SELECT

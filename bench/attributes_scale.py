@@ -1,4 +1,4 @@
-"""Scenario ``attributes`` (issue 42): finding instances by attribute at scale (PostgreSQL).
+"""Scenario ``attributes``: finding instances by attribute at scale (PostgreSQL).
 
 ``admin_instances`` instances (a million) are written with one INSERT ... SELECT from
 ``generate_series`` (:func:`.admin_scale.fill_instances`), each with attributes: one of

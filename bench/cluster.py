@@ -1,4 +1,5 @@
-"""Scenarios with real ``manage.py qcluster`` processes: 4 fleet, 5 latency and 6 idle cost.
+"""Scenario ``clusters``, with real ``manage.py qcluster`` processes: the fleet, the
+latency and the idle cost.
 
 Timestamps come from the engine's rows, written by the worker processes, so the figures
 include the bell's queue wait, the claim and the replay. The clusters inherit this process's

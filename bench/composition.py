@@ -1,4 +1,4 @@
-"""Scenario 8, composition, with one real ``manage.py qcluster``: how soon ``wait_result``
+"""Scenario ``composition``, with one real ``manage.py qcluster``: how soon ``wait_result``
 returns after an instance finished, and how soon a parent resumes after its child finished.
 
 Finish times are the instances' ``finished_at``, written by the worker; the return time is

@@ -1,5 +1,6 @@
-"""Scenario 9: deploy safety. How fast ``check-replay`` replays live instances, and how
-long a worker killed mid-step holds up its instance with the default settings.
+"""Scenarios ``check_replay`` and ``recovery``: deploy safety. How fast ``check-replay``
+replays live instances, and how long a worker killed mid-step holds up its instance with the
+default settings.
 
 - check-replay: ``sizes.check_replay_instances`` instances of ``bench-deploy`` (20 run
   steps, then asleep) are run inline, then ``manage.py workerflow check-replay --name

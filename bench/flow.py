@@ -1,4 +1,4 @@
-"""Scenario 10, flow control: instances queued behind a concurrency limit drain, inline.
+"""Scenario ``queue``, flow control: instances queued behind a concurrency limit drain, inline.
 
 ``queue_instances`` instances of ``bench-limited`` (``max_concurrency`` 10) are started with
 random priorities; the first ten are admitted at once, the rest queue. Worker threads then

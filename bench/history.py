@@ -1,8 +1,8 @@
-"""Scenario 36 (issue 36): what the complete ``StepEvent`` costs.
+"""Scenario ``history``: what the complete ``StepEvent`` costs.
 
 WAL: a run step's WAL bytes beside a raw one-row commit's whose row carries a 64-byte
-payload (an autocommit INSERT), in alternating windows as scenario 13 measures them
-(PostgreSQL only). Two counts: the server's WAL position moved (scenario 13's figure, which
+payload (an autocommit INSERT), in alternating windows as scenario ``wal`` measures them
+(PostgreSQL only). Two counts: the server's WAL position moved (scenario ``wal``'s figure, which
 also counts whatever other sessions wrote meanwhile), and the records of this database's
 transactions alone, read back with ``pg_walinspect`` (the medians of the windows).
 

@@ -117,9 +117,9 @@ def sequential_run(steps: int, probe_seconds: float) -> dict[str, Any]:
 
 
 def sequential(sizes: Sizes) -> dict[str, Any]:
-    """Scenario 1: the median of each size's runs. The runs of all sizes are interleaved and
-    each size's runs spread over the whole scenario, so that a burst of load from elsewhere
-    does not fall on one size only."""
+    """Scenario ``sequential``: the median of each size's runs. The runs of all sizes are
+    interleaved and each size's runs spread over the whole scenario, so that a burst of load
+    from elsewhere does not fall on one size only."""
     create_probe_table()
     drive(start_inline("bench-steps", 20))  # warm up: imports, prepared statements
     rounds = max(sizes.sequential.values())
@@ -164,7 +164,7 @@ def replay_tick_seconds(steps: int, repeats: int) -> float:
 
 
 def replay(sizes: Sizes) -> dict[str, Any]:
-    """Scenario 2: a tick replaying N recorded steps, minus a tick replaying none."""
+    """Scenario ``replay``: a tick replaying N recorded steps, minus a tick replaying none."""
     baseline = replay_tick_seconds(0, sizes.replay_repeats)
     full = replay_tick_seconds(sizes.replay_steps, sizes.replay_repeats)
     return {
@@ -218,8 +218,9 @@ def count_tick(instance_pk: int) -> StatementCounter:
 
 
 def statements(sizes: Sizes) -> dict[str, Any]:
-    """Scenario 3: statements and transactions per run step and per replayed step, from the
-    difference between two workflow sizes (the tick's fixed cost cancels out)."""
+    """Scenario ``statements``: statements and transactions per run step and per replayed
+    step, from the difference between two workflow sizes (the tick's fixed cost cancels
+    out)."""
     small, large = sizes.statement_sizes
     drive(start_inline("bench-steps", 2))  # warm up: the connection prepares its statements
     pks = {steps: start_inline("bench-steps-then-sleep", steps) for steps in (small, large)}

@@ -1,4 +1,4 @@
-"""Scenario 15 (issue 22): the cost of a Prometheus scrape over a large table (PostgreSQL).
+"""Scenario ``metrics``: the cost of a Prometheus scrape over a large table (PostgreSQL).
 
 ``metrics_instances`` instances of four definitions are written with the admin scenario's
 ``INSERT ... SELECT generate_series`` (:func:`.admin_scale.fill_instances`), 95 % of them

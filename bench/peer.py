@@ -1,4 +1,4 @@
-"""Scenario 7: the same workloads written for DBOS Transact, in this process, on the same
+"""Scenario ``peer``: the same workloads written for DBOS Transact, in this process, on the same
 database server (its own PostgreSQL database, or its own SQLite file in WAL mode with
 ``synchronous=NORMAL`` like ours).
 

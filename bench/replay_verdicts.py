@@ -1,11 +1,11 @@
-"""Scenario 42: replay verdicts (PostgreSQL).
+"""Scenario ``verdicts``: replay verdicts (PostgreSQL).
 
 - The background pass's rate: ``sizes.check_replay_instances`` instances of ``bench-deploy``
   (20 run steps, then asleep) are run inline, then :func:`django_workerflow.deploy.verdicts.
   refresh` checks and stores the verdict of each; the figure is instances per second (the
   same judge as check-replay, plus the writes of the verdicts).
 - The change list filtered by verdict: ``sizes.admin_instances`` instances are written as
-  scenario 12 writes them (a third of them unfinished), then a stored verdict for every
+  scenario ``admin`` writes them (a third of them unfinished), then a stored verdict for every
   unfinished one but one in 1,000 (left "not checked yet"), one in 100 of them stranded,
   with one INSERT ... SELECT; then the change list is timed through Django's test client
   with ``?replays=no``, ``yes`` and ``unchecked``; then with ``?replays=no`` again once only

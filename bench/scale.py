@@ -1,4 +1,4 @@
-"""Scenario 6: many sleeping instances. Bytes per instance, the due lookup, the sweeper.
+"""Scenario ``scale``: many sleeping instances. Bytes per instance, the due lookup, the sweeper.
 
 The instances are inserted with bulk SQL, shaped as the engine leaves a one-sleep workflow
 (``bench-sleep``) that went to sleep: the instance row, its sleep step, the step's

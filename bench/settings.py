@@ -30,7 +30,7 @@ if importlib.util.find_spec("django_tasks_db") and "TASKS" in globals():
 Q_CLUSTER = {
     **Q_CLUSTER,
     "workers": 2 if WORKERFLOW_DB == "sqlite" else 4,
-    # Bells under a backlog go out earliest-due first (issue 15).
+    # Bells under a backlog go out earliest-due first.
     "broker_class": "django_workerflow.broker.DueFirstOrmBroker",
 }
 

@@ -1,4 +1,4 @@
-"""Scenario 11 (issue 15): starting instances, and bells under a backlog.
+"""Scenario ``starts``: starting instances, and bells under a backlog.
 
 - ``start()`` of one instance with its bell (django-q2's ORM broker, no cluster running):
   median and p99 beside the raw commit time measured right before and after; the

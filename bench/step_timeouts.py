@@ -1,4 +1,4 @@
-"""Scenario 41 (issue 41): what step timeouts cost a run step that sets none, and one that does.
+"""Scenario ``timeouts``: what step timeouts cost a run step that sets none, and one that does.
 
 Sequential trivial run steps (the sequential scenario's), one instance of ``timeout_steps``
 steps per variant in each of ``timeout_rounds`` rounds. The variants run interleaved, their

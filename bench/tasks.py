@@ -1,4 +1,4 @@
-"""Scenario 14: Django's tasks framework, on our backend and on django-tasks-db's.
+"""Scenario ``tasks``: Django's tasks framework, on our backend and on django-tasks-db's.
 
 The same trivial ``@task`` (``bench.benchapp.tasks.nothing``) is measured through the
 framework's public API on each backend, with its own workers, in this run:

@@ -1,4 +1,4 @@
-"""Scenario 13 (issues 15 and 24, PostgreSQL): what one run step costs the server.
+"""Scenario ``wal`` (PostgreSQL): what one run step costs the server.
 
 WAL bytes per step from ``pg_current_wal_lsn()`` around sequential workflows (the median of
 :data:`WINDOWS` windows, alternating with windows of raw commits), and the server CPU per

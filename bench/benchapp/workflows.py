@@ -81,7 +81,8 @@ class Parent(WorkflowDefinition):
 
 
 class DeployCheck(WorkflowDefinition):
-    """20 trivial run steps, then an hour's sleep: what check-replay replays (scenario 9)."""
+    """20 trivial run steps, then an hour's sleep: what check-replay replays (scenario
+    ``check_replay``)."""
 
     name = "bench-deploy"
     version = "1"
@@ -94,7 +95,7 @@ class DeployCheck(WorkflowDefinition):
 
 class Crash(WorkflowDefinition):
     """A step whose first attempt writes its pid to ``input["pidfile"]`` and sleeps until
-    the benchmark kills it; the retry returns at once (scenario 9, kill-to-retry)."""
+    the benchmark kills it; the retry returns at once (scenario ``recovery``, kill-to-retry)."""
 
     name = "bench-crash"
     version = "1"
@@ -126,7 +127,7 @@ class Limited(WorkflowDefinition):
 
 class TimedStepper(Stepper):
     """The sequential scenario's steps, each limited by the definition's ``step_timeout``
-    (scenario 41: what a step that sets a timeout pays for its timer)."""
+    (scenario ``timeouts``: what a step that sets a timeout pays for its timer)."""
 
     name = "bench-steps-timeout"
     step_timeout = 60
