@@ -150,6 +150,7 @@ def test_wait_result__refuses_to_wait_inside_a_transaction(transactional_db, wai
 
 def test_async_twins__start_send_and_await(transactional_db, waiter):
     async def scenario() -> object:
+        await _close_thread_connection()  # as a request's start: not an earlier test's
         instance = await workerflow.astart(waiter, key="async-1")
         finisher = asyncio.get_running_loop().run_in_executor(
             None, _tick_after_event_in_thread, "async-1"
@@ -185,6 +186,7 @@ def test_await_result__times_out(transactional_db, waiter):
         instance = workerflow.start(waiter, key="async-2")
 
     async def scenario() -> None:
+        await _close_thread_connection()  # as a request's start: not an earlier test's
         try:
             await instance.await_result(timeout=0.2)
         finally:
@@ -195,7 +197,9 @@ def test_await_result__times_out(transactional_db, waiter):
 
 
 async def _close_thread_connection() -> None:
-    """The connection sync_to_async's thread opened (a request's end closes it in a site)."""
+    """Close the connection of sync_to_async's thread, as a site does at a request's start
+    and end. That thread outlives a test: its connection may be one an earlier test left
+    open, since cut by a restart of the server (tests/reliability/faults)."""
     from asgiref.sync import sync_to_async
     from django.db import connection
 
