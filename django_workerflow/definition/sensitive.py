@@ -69,7 +69,9 @@ def maskers_for(instances: Iterable[WorkflowInstance], *, reveal: bool) -> dict[
     by_name: dict[str, tuple[SensitivePath, ...]] = {}
     for instance in instances:
         name = instance.definition_name
-        found = by_name[name] if name in by_name else by_name.setdefault(name, paths(name))
+        if name not in by_name:
+            by_name[name] = paths(name)
+        found = by_name[name]
         if found:
             declared[instance.pk] = (instance, found)
     if not declared:

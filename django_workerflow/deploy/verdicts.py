@@ -88,10 +88,11 @@ def replay_verdict(instance: WorkflowInstance | str) -> ReplayVerdict:
     drift). A completed or cancelled one has nothing left to replay: ok, empty reason.
     Raises ``WorkflowInstance.DoesNotExist`` for an unknown key."""
     key = instance.key if isinstance(instance, WorkflowInstance) else instance
-    if not WorkflowInstance.objects.filter(key=key).exists():
-        raise WorkflowInstance.DoesNotExist(f"No workflow instance has the key {key!r}.")
     for _, report in check_instances(CheckFilter(key=key, include_failed=True)):
         return verdict_of(report)
+    # Nothing to replay: a finished instance, or none of that key.
+    if not WorkflowInstance.objects.filter(key=key).exists():
+        raise WorkflowInstance.DoesNotExist(f"No workflow instance has the key {key!r}.")
     return ReplayVerdict(ok=True)
 
 
