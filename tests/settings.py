@@ -28,3 +28,7 @@ if "WORKERFLOW_TEST_Q_TIMEOUT" in os.environ:
 # backend (tests/cluster/test_tasks_restart_cluster.py).
 if os.environ.get("WORKERFLOW_TEST_NO_TASKS"):
     globals().pop("TASKS", None)
+
+# Logins the tests create hash their passwords with a fast hasher, as Django's testing docs
+# advise: PBKDF2's million iterations cost about 0.3 s of CPU a user.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
