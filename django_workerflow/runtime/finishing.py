@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from django_workerflow import registry
 from django_workerflow.models import Step, WorkflowInstance
 from django_workerflow.runtime.composition import deliveries, results
 from django_workerflow.runtime.flow import admission
-from django_workerflow.store import executor, lease, locks, sql
+from django_workerflow.store import lease, locks
+from django_workerflow.store.followups import read as read_followups
 from django_workerflow.values.states import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -91,24 +91,13 @@ def look_around(instance_pk: int, *, bell: int | None = None) -> Followups:
     same statement, on SQLite by one more before it. The monitor then sends nothing once
     the transaction commits. A bell row is only ever locked last, or alone: the broker's
     claim and acknowledgement lock nothing else, and the claim skips locked rows."""
-    values: dict[str, Any] = {"instance": instance_pk}
-    postgresql = connection.vendor == "postgresql"
-    if postgresql:
-        values["channel"] = results.channel(instance_pk)
-    with connection.cursor() as cursor:
-        if bell is not None:
-            table = bell_rows.queue_table()
-            if postgresql:
-                statement = sql.queue_statement("finish_followups_acknowledging", table)
-                cursor.execute(statement, sql.params(bell=bell, **values))
-                row = cursor.fetchone()
-            else:
-                cursor.execute(sql.queue_statement("delete_bell", table), {"id": bell})
-            transaction.on_commit(lambda: handled_bell.acknowledged(bell))
-        if bell is None or not postgresql:
-            name = "finish_followups_notify" if postgresql else "finish_followups"
-            row = executor.execute(cursor, name, sql.params(**values)).fetchone()
-    return Followups(has_children=bool(row[0]), has_waiting=bool(row[1]))
+    queue_table = bell_rows.queue_table() if bell is not None else ""
+    has_children, has_waiting = read_followups(
+        instance_pk, channel=results.channel(instance_pk), bell=bell, queue_table=queue_table
+    )
+    if bell is not None:
+        transaction.on_commit(lambda: handled_bell.acknowledged(bell))
+    return Followups(has_children=has_children, has_waiting=has_waiting)
 
 
 def _follow_up(

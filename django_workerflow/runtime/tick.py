@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 
 from django_workerflow import registry, tracing
 from django_workerflow.conf import settings
@@ -37,7 +37,12 @@ from django_workerflow.store.attributes import PendingAttributes
 from django_workerflow.store.progress import PendingProgress
 from django_workerflow.store.records import unreached_steps
 from django_workerflow.store.steps import StepStore, received_trace_contexts
-from django_workerflow.store.transactions import HeldClaim
+from django_workerflow.store.transactions import (
+    ClaimUndone,
+    HeldClaim,
+    keeps_claim_open,
+    write_pending,
+)
 from django_workerflow.values import jsonvalue, storable
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.control_flow import ExecutionStopped, Suspension, passes_through
@@ -105,7 +110,7 @@ def tick(instance_pk: int, *, renew_lease: bool = False, bell: int | None = None
     taken_at = time.monotonic()
     # PostgreSQL, outside any transaction: the claim stays open until the tick's first write
     # commits it with that write (the first attempt's start, usually).
-    held = HeldClaim() if _holds_claim() else None
+    held = HeldClaim() if keeps_claim_open() else None
     try:
         claimed = _claim(instance_pk, token, held)
     except BaseException as error:
@@ -206,63 +211,110 @@ def recheck_unregistered(**_: Any) -> int:
     return made_due
 
 
-def _holds_claim() -> bool:
-    """Whether this tick keeps its claim open until its first write (:class:`HeldClaim`):
-    on PostgreSQL, outside any transaction. On SQLite the open claim would hold the
-    database's one write lock through the replay: there the claim commits by itself."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
-
-
 def _claim(instance_pk: int, token: str, held: HeldClaim | None = None) -> TickReport | Claimed:
     """Lock the instance and take its lease, or say why this tick has nothing to do. The
     fourth item says when a wake made the instance due (None: nothing woke it), for the
     tick's trace to tell the events it receives (:class:`~django_workerflow.tracing.TickTrace`); the
     fifth, what the tick was woken for, for the wake lag metric (:func:`_woken_for`); the
     last, that the first replay has no step to read (see :func:`_unrecorded`). With
-    ``held``, the claim runs in that open transaction."""
+    ``held``, the claim runs in that open transaction.
+
+    On PostgreSQL the read and the lease are one statement (:func:`_claim_at_once`); a claim
+    it took that the tick refuses is rolled back, and the claim is made as before."""
+    if instance_rows.one_statement():
+        claimed = _claim_at_once(instance_pk, token, held)
+        if claimed is not None:
+            return claimed
     with nullcontext() if held is not None else transaction.atomic():
         found = instance_rows.read_for_claim(instance_pk)
         if found is None:
             return TickReport(TickEnding.MISSING)
-        instance, definition_paused = found.instance, found.definition_paused
-        if instance.status not in ACTIVE_STATUSES:
-            return TickReport(TickEnding.INACTIVE, alarm_at=instance.alarm_at)
-        now = clock_now()
-        if instance.alarm_at is None or instance.alarm_at > now:
-            return TickReport(TickEnding.NOT_DUE, alarm_at=instance.alarm_at)
-        if definition_paused:
-            # Held: left due and without a bell (the sweeper skips it too); resuming the
-            # definition rings it (runtime/definition_pauses.py).
-            return TickReport(TickEnding.HELD, alarm_at=instance.alarm_at)
-        if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
-            return TickReport(TickEnding.QUEUED, alarm_at=instance.alarm_at)
-        if lease.is_live(instance, now):
-            if instance.found_leased():
-                bells.arm(instance.pk, instance.alarm_at)
-            return TickReport(TickEnding.BUSY, alarm_at=instance.alarm_at)
-        definition_class = registry.lookup(instance.definition_name, instance.definition_version)
-        if definition_class is None:
-            logger.warning(
-                "definition not registered key=%s definition=%s version=%s: the instance "
-                "waits untouched until a worker has it; %s",
-                instance.key,
-                instance.definition_name,
-                instance.definition_version,
-                unregistered_hint(instance),
-            )
-            instance.defer(now + UNREGISTERED_RETRY)
+        return _decide(found, token, clock_now())
+
+
+def _claim_at_once(
+    instance_pk: int, token: str, held: HeldClaim | None
+) -> TickReport | Claimed | None:
+    """The claim's read and its lease in one statement, the lease taken where every check
+    SQL can make holds; the checks are made again here on the row as read (and the
+    definition looked up). None: the statement took a lease the tick refuses, now rolled
+    back (``held`` holds a fresh transaction)."""
+    now = clock_now()
+    try:
+        with nullcontext() if held is not None else transaction.atomic():
+            found = instance_rows.claim(instance_pk, token, now)
+            if found is None:
+                return TickReport(TickEnding.MISSING)
+            return _decide(found, token, now)
+    except ClaimUndone:
+        if held is not None:
+            held.undo()
+        return None
+
+
+def _decide(found: instance_rows.ClaimRead, token: str, now: datetime) -> TickReport | Claimed:
+    """The claim's checks on the locked row as read, and the lease taken (or, taken by the
+    claim's statement, noted). Raises :class:`ClaimUndone` where the statement took a lease
+    the tick refuses (the definition is not registered here)."""
+    instance = found.instance
+    ending = _unclaimable(instance, found.definition_paused, now)
+    if ending is not None:
+        if found.claimed:
+            raise ClaimUndone  # the statement and these checks disagree: claim as before
+        if ending == TickEnding.BUSY and instance.found_leased():
+            assert instance.alarm_at is not None  # the lease's expiry, found due
             bells.arm(instance.pk, instance.alarm_at)
-            return TickReport(TickEnding.UNREGISTERED, alarm_at=instance.alarm_at)
-        # The time of the wake that made it due (an event's, maybe), before the claim.
-        woken_at = instance.updated_at if instance.wake_requested else None
-        # Before the claim too, which sets the alarm (and clears its cause).
-        woken_for = _woken_for(instance, now)
-        unrecorded = _unrecorded(instance, found.has_steps)
-        # A lease still set here has expired: the tick that held it died mid-work.
+        return TickReport(ending, alarm_at=instance.alarm_at)
+    definition_class = registry.lookup(instance.definition_name, instance.definition_version)
+    if definition_class is None:
+        if found.claimed:
+            raise ClaimUndone
+        logger.warning(
+            "definition not registered key=%s definition=%s version=%s: the instance "
+            "waits untouched until a worker has it; %s",
+            instance.key,
+            instance.definition_name,
+            instance.definition_version,
+            unregistered_hint(instance),
+        )
+        retry_at = now + UNREGISTERED_RETRY
+        instance.defer(retry_at)
+        bells.arm(instance.pk, retry_at)
+        return TickReport(TickEnding.UNREGISTERED, alarm_at=instance.alarm_at)
+    # The time of the wake that made it due (an event's, maybe), before the claim.
+    woken_at = instance.updated_at if instance.wake_requested else None
+    # Before the claim too, which sets the alarm (and clears its cause).
+    woken_for = _woken_for(instance, now)
+    unrecorded = _unrecorded(instance, found.has_steps)
+    # A lease still set here has expired: the tick that held it died mid-work.
+    if found.claimed:
+        recovering = instance.lease_token is not None
+        instance_rows.mark_claimed(instance, token, now)
+    else:
         recovering = lease.claim(instance, token, now)
-        if recovering:
-            logger.warning("taking over an expired lease key=%s", instance.key)
+    if recovering:
+        logger.warning("taking over an expired lease key=%s", instance.key)
     return instance, definition_class, recovering, woken_at, woken_for, unrecorded
+
+
+def _unclaimable(
+    instance: WorkflowInstance, definition_paused: bool, now: datetime
+) -> TickEnding | None:
+    """Why the locked instance is not claimed now (None: it is, if its definition is
+    registered)."""
+    if instance.status not in ACTIVE_STATUSES:
+        return TickEnding.INACTIVE
+    if instance.alarm_at is None or instance.alarm_at > now:
+        return TickEnding.NOT_DUE
+    if definition_paused:
+        # Held: left due and without a bell (the sweeper skips it too); resuming the
+        # definition rings it (runtime/definition_pauses.py).
+        return TickEnding.HELD
+    if instance.status == WorkflowStatus.PENDING and instance.admitted_at is None:
+        return TickEnding.QUEUED
+    if lease.is_live(instance, now):
+        return TickEnding.BUSY
+    return None
 
 
 def _unrecorded(instance: WorkflowInstance, has_steps: bool) -> bool:
@@ -471,9 +523,48 @@ def _settle(
     with transaction.atomic():
         # The lock order (store/locks.py): whoever waits for this instance first.
         followups = finishing.lock_waiters(instance.pk, bell=bell) if finishes else None
+        if (
+            result.outcome == PassEnding.COMPLETED
+            and progress.pending is None
+            and attributes.pending is None
+            and not result.unreached
+            and instance_rows.one_statement()
+        ):
+            assert followups is not None  # taken above for every finishing outcome
+            completed = _complete_at_once(instance, token, execution, result, replays, followups)
+            if completed is not None:
+                return completed
         return _settle_locked(
             instance, token, execution, result, replays, followups, progress, attributes
         )
+
+
+def _complete_at_once(
+    instance: WorkflowInstance,
+    token: str,
+    execution: Execution,
+    result: PassReport,
+    replays: int,
+    followups: finishing.Followups,
+) -> TickReport | None:
+    """The common settle of a completed pass in one statement, with the success held in
+    memory: the instance still running under this tick's lease moves to completed (see
+    :func:`~django_workerflow.store.instance_rows.complete`). None: it matched nothing and
+    wrote nothing, the settle goes on as before in the same transaction (a lost lease, a
+    pause or cancel, a definition paused, a step changed)."""
+    pending = execution.store.pending_success
+    success = None
+    if pending is not None:
+        success = (pending.record.pk, pending.attempt, pending.result_json)
+    now = clock_now()
+    assert result.result_json is not None  # a completed pass has its result
+    locked = instance_rows.complete(instance.pk, token, result.result_json, success, now)
+    if locked is None:
+        return None
+    execution.store.pending_success = None  # recorded with the completion
+    finishing.instance_finished(locked, now, None, followups)
+    logger.info("workflow completed key=%s replays=%s", locked.key, replays)
+    return TickReport(TickEnding.COMPLETED, replays=replays)
 
 
 def _settle_locked(
@@ -498,13 +589,8 @@ def _settle_locked(
     if not lease.is_held(locked, token):
         logger.warning("lease lost key=%s: another worker owns the instance", locked.key)
         return TickReport(TickEnding.STOPPED, alarm_at=locked.alarm_at, replays=replays)
-    if progress.pending is not None:
-        # Before the lease is released: the write is fenced by it.
-        with connection.cursor() as cursor:
-            progress.written(progress.write(cursor))
-    if attributes.pending is not None:
-        with connection.cursor() as cursor:
-            attributes.written(attributes.write(cursor))
+    # Before the lease is released: the write is fenced by it.
+    write_pending(progress, attributes)
     if locked.status != WorkflowStatus.RUNNING:
         # Paused or cancelled during the pass: leave the state the operator set.
         locked.release_lease(None, now)

@@ -13,18 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from typing import Any
 
 from django.db import connection
 from django.db.models import Field, Model
 
-from django_workerflow.exceptions import WorkflowInputError
-from django_workerflow.models import WorkflowInstance
-from django_workerflow.store import executor, sql
-from django_workerflow.values import storable
+from django_workerflow.exceptions import StepStateError, WorkflowInputError
+from django_workerflow.models import WorkflowEvent, WorkflowInstance
+from django_workerflow.models.fields import engine_datetime
+from django_workerflow.models.rows import signalled
+from django_workerflow.store import executor, lease, sql
+from django_workerflow.values import jsonvalue, storable
+from django_workerflow.values.states import WorkflowEventType, WorkflowStatus
 
 Converter = Callable[[Any, Any, Any], Any]
+
+
+def adapt(value: datetime | None) -> Any:
+    """A datetime as the connection's driver takes it for an engine column."""
+    return engine_datetime(value, connection)
 
 
 @cache
@@ -74,6 +83,8 @@ class ClaimRead:
     instance: WorkflowInstance
     has_steps: bool
     definition_paused: bool
+    #: The lease was taken by the same statement (:func:`claim`); the row is as it was read.
+    claimed: bool = False
 
 
 def read_for_claim(pk: int) -> ClaimRead | None:
@@ -90,6 +101,96 @@ def read_for_claim(pk: int) -> ClaimRead | None:
     if row is None:
         return None
     return ClaimRead(_instance(row[:-2]), bool(row[-2]), bool(row[-1]))
+
+
+def claim(pk: int, token: str, now: datetime) -> ClaimRead | None:
+    """The tick's claim in one statement (PostgreSQL): :func:`read_for_claim`'s read, and
+    the lease taken for ``token`` where every check SQL can make holds (``claimed``); the
+    row is returned as read, before the claim. A pending instance moved to running is
+    announced as its transition would be. None if the row is gone.
+    Only where :func:`one_statement`."""
+    values = sql.params(
+        instance=pk,
+        token=token,
+        expires=adapt(lease.expiry(now)),
+        now=adapt(now),
+        status_pending=WorkflowStatus.PENDING,
+        event_started=WorkflowEventType.STARTED,
+    )
+    with connection.cursor() as cursor:
+        row = executor.execute(cursor, "claim_instance", values).fetchone()
+    if row is None:
+        return None
+    return ClaimRead(_instance(row[:-3]), bool(row[-3]), bool(row[-2]), bool(row[-1]))
+
+
+def mark_claimed(instance: WorkflowInstance, token: str, now: datetime) -> None:
+    """Set on ``instance``, as read by :func:`claim`, what that statement wrote: the lease,
+    and, for a pending instance, running (announced as :meth:`start_running` would)."""
+    previous = instance.status
+    expires = lease.expiry(now)
+    instance.lease_token = token
+    instance.lease_expires_at = expires
+    instance.alarm_at = expires
+    instance.alarm_cause = ""
+    instance.wake_requested = False
+    if previous == WorkflowStatus.PENDING:
+        instance.status = WorkflowStatus.RUNNING
+        instance.updated_at = now
+    # The statement made the model's transition: the model announces it, as its own would.
+    instance._announce(previous)  # noqa: SLF001 - the transition was written in SQL here
+
+
+def complete(
+    pk: int, token: str, result_json: str, success: tuple[int, int, str] | None, now: datetime
+) -> WorkflowInstance | None:
+    """A completed pass's settle in one statement (PostgreSQL): the instance, still running
+    under ``token``'s lease, its definition not paused and no unreached step noted, moves
+    to completed with ``result_json`` and its event, and ``success`` (the step's pk, its
+    attempt and result), a success held in memory, is recorded with it, if the step still
+    runs that attempt. The row written, announced; None if nothing matched (nothing is
+    written: the caller settles as it would have).
+    Only where :func:`one_statement`."""
+    field = WorkflowInstance._meta.get_field("result")
+    values = sql.params(
+        instance=pk,
+        token=token,
+        now=adapt(now),
+        instance_result=field.get_db_prep_save(jsonvalue.loads(result_json), connection),
+        event_completed=WorkflowEventType.COMPLETED,
+    )
+    name = "complete_instance"
+    if success is not None:
+        name = "succeed_and_complete"
+        values.update(step=success[0], attempt=success[1], result=success[2])
+    with connection.cursor() as cursor:
+        row = executor.execute(cursor, name, values).fetchone()
+    if row is None:
+        return None
+    if success is not None:
+        row, recorded = row[:-1], row[-1]
+        if recorded != 1:
+            # The lease is held, so no one else changed the step: this is a bug, not a race.
+            raise StepStateError(
+                f"Step {success[0]} of instance {pk} changed under a held lease; the settle "
+                "is rolled back and the instance is looked at again when its lease expires."
+            )
+    instance = _instance(row)
+    # The statement made the model's transition: the model announces it, as its own would.
+    instance._announce(WorkflowStatus.RUNNING)  # noqa: SLF001 - the transition was written in SQL here
+    return instance
+
+
+def one_statement() -> bool:
+    """Whether the tick's claim and its settle may each be one statement (:func:`claim`,
+    :func:`complete`): on PostgreSQL (data-modifying ``WITH``), while no ``pre_save`` or
+    ``post_save`` receiver needs the instance's or its events' writes to go through the
+    ORM. Else they are the statements these fold."""
+    return (
+        connection.vendor == "postgresql"
+        and not signalled(WorkflowInstance)
+        and not signalled(WorkflowEvent)
+    )
 
 
 def lock_of(instance: WorkflowInstance | str) -> WorkflowInstance | None:

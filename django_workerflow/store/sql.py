@@ -231,6 +231,78 @@ _PROGRESS_SET = (
     "progress_at = %(progress_at)s::timestamptz"
 )
 
+# The tick's claim in one statement (PostgreSQL): the row locked and read as the claim's read
+# reads it (every column, whether it has steps, whether its definition is paused), and the
+# lease taken where every check SQL can make holds: active and due, admitted if pending, no
+# live lease, the definition not paused, and no timeout's clock to start (a pending instance
+# with a timeout is claimed by Python on the row still locked). A pending instance moves to
+# running with its 'started' event. The row returned is the one read, before the claim.
+_CLAIM_INSTANCE = f"""
+        WITH found AS (
+            SELECT {", ".join(INSTANCE_COLUMNS)},
+                EXISTS (SELECT 1 FROM {STEP} WHERE {STEP}.instance_id = {INSTANCE}.id)
+                    AS has_steps,
+                {DEFINITION_PAUSED} AS definition_paused
+            FROM {INSTANCE} WHERE id = %(instance)s::bigint FOR UPDATE
+        ), claimed AS (
+            UPDATE {INSTANCE} AS i SET status = %(status_running)s::varchar,
+                lease_token = %(token)s::varchar, lease_expires_at = %(expires)s::timestamptz,
+                alarm_at = %(expires)s::timestamptz, alarm_cause = '', wake_requested = false,
+                updated_at = CASE WHEN i.status = %(status_pending)s::varchar
+                    THEN %(now)s::timestamptz ELSE i.updated_at END
+            FROM found
+            WHERE i.id = found.id AND NOT found.definition_paused
+                AND i.alarm_at <= %(now)s::timestamptz
+                AND (i.status = %(status_running)s::varchar OR (
+                    i.status = %(status_pending)s::varchar AND i.admitted_at IS NOT NULL
+                    AND i.timeout_seconds IS NULL))
+                AND (COALESCE(i.lease_token, '') = '' OR i.lease_expires_at IS NULL
+                    OR i.lease_expires_at <= %(now)s::timestamptz)
+            RETURNING i.id
+        ), started AS (
+            INSERT INTO {WORKFLOW_EVENT} (instance_id, type, reason, recorded_at)
+            SELECT claimed.id, %(event_started)s::varchar, NULL, %(now)s::timestamptz
+            FROM claimed, found WHERE found.status = %(status_pending)s::varchar
+        )
+        SELECT {", ".join(f"found.{column}" for column in INSTANCE_COLUMNS)}, found.has_steps,
+            found.definition_paused, EXISTS (SELECT 1 FROM claimed)
+        FROM found"""
+
+# The settle of a completed pass in one statement (PostgreSQL), for the common case: the
+# instance still running under this tick's lease, its definition not paused and no
+# unreached step noted, moves to completed with its event; the row returned is the one
+# written. With a success held in memory, the step's row must still be running that attempt
+# for the instance to move, and the success (and its event, for an older row) is recorded
+# after the instance's row is locked (the lock order of the settle it replaces).
+_COMPLETE_INSTANCE = f"""
+        WITH completed AS (
+            UPDATE {INSTANCE} SET status = %(status_completed)s::varchar,
+                result = %(instance_result)s::text, alarm_at = NULL, alarm_cause = '',
+                lease_token = NULL, lease_expires_at = NULL, wake_requested = false,
+                updated_at = %(now)s::timestamptz, finished_at = %(now)s::timestamptz
+            WHERE {LEASE_HELD_RUNNING} AND unreached_step_ids IS NULL{{step}}
+            RETURNING {", ".join(INSTANCE_COLUMNS)}
+        ), completed_event AS (
+            INSERT INTO {WORKFLOW_EVENT} (instance_id, type, reason, recorded_at)
+            SELECT id, %(event_completed)s::varchar, NULL, %(now)s::timestamptz FROM completed
+        )"""
+_COMPLETE_STEP_RUNNING = f"""
+                AND EXISTS (
+                    SELECT 1 FROM {STEP} WHERE id = %(step)s::bigint
+                    AND state = %(state_running)s::varchar AND attempt_count = %(attempt)s::integer
+                )"""
+_COMPLETE_SUCCEEDED = f""", done AS (
+            UPDATE {STEP}
+            SET state = %(state_succeeded)s::varchar, result = %(result)s::text,
+                resolved_at = %(now)s::timestamptz
+            WHERE id = %(step)s::bigint AND state = %(state_running)s::varchar
+                AND attempt_count = %(attempt)s::integer AND EXISTS (SELECT 1 FROM completed)
+            RETURNING id, derived_attempt_events
+        ), succeeded AS (
+            {_SUCCEEDED_EVENT}
+        )
+        SELECT {", ".join(INSTANCE_COLUMNS)}, (SELECT count(*) FROM done) FROM completed"""
+
 _STATEMENTS: dict[str, str] = {
     # An instance row, every column (the tick's claim and settle build the model from it).
     "read_instance": _READ_INSTANCE,
@@ -362,6 +434,20 @@ _STATEMENTS: dict[str, str] = {
     "claim_event": f"""
         UPDATE {INBOUND} SET claimed_by_id = %(step)s, claimed_at = %(now)s
         WHERE id = %(event)s""",
+    # PostgreSQL: the tick's claim, the read and the lease in one statement (see
+    # _CLAIM_INSTANCE); the row as read, whether it has steps, whether its definition is
+    # paused, and whether the lease was taken.
+    "claim_instance": _CLAIM_INSTANCE,
+    # PostgreSQL: a completed pass's settle in one statement (see _COMPLETE_INSTANCE); the
+    # row written, or none.
+    "complete_instance": _COMPLETE_INSTANCE.format(step="")
+    + f"""
+        SELECT {", ".join(INSTANCE_COLUMNS)} FROM completed""",
+    # ... with the success held in memory recorded in it; also answers how many steps
+    # recorded it (1, or 0 if the row changed under the lease: the caller rolls back).
+    "succeed_and_complete": (
+        _COMPLETE_INSTANCE.format(step=_COMPLETE_STEP_RUNNING) + _COMPLETE_SUCCEEDED
+    ),
 }
 
 

@@ -21,7 +21,9 @@ from django_workerflow.exceptions import StepStateError
 from django_workerflow.models import Step
 from django_workerflow.models.fields import engine_datetime
 from django_workerflow.store import executor, sql
+from django_workerflow.store.attributes import PendingAttributes
 from django_workerflow.store.lease import Lease
+from django_workerflow.store.progress import PendingProgress
 from django_workerflow.values.states import StepEventType
 
 
@@ -203,6 +205,28 @@ def explain_refusal(
     return StepStateError(f"Step '{step_id}' changed concurrently; try again.")
 
 
+def keeps_claim_open() -> bool:
+    """Whether a tick keeps its claim open until its first write (:class:`HeldClaim`): on
+    PostgreSQL, outside any transaction. On SQLite the open claim would hold the
+    database's one write lock through the replay: there the claim commits by itself."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def write_pending(progress: PendingProgress, attributes: PendingAttributes) -> None:
+    """Write the progress and attributes a tick holds and no step write took, in the
+    caller's transaction, fenced by the tick's lease."""
+    if progress.pending is not None:
+        with connection.cursor() as cursor:
+            progress.written(progress.write(cursor))
+    if attributes.pending is not None:
+        with connection.cursor() as cursor:
+            attributes.written(attributes.write(cursor))
+
+
+class ClaimUndone(Exception):
+    """Rolls back a claim the tick refused after taking it (:meth:`HeldClaim.undo`)."""
+
+
 class HeldClaim:
     """The tick's claim, left open until the tick's first write commits it (PostgreSQL, a
     tick outside any transaction): the claim and the first attempt's start, or whatever the
@@ -230,6 +254,14 @@ class HeldClaim:
         atomic, self._atomic = self._atomic, None
         if atomic is not None:
             atomic.__exit__(None, None, None)
+
+    def undo(self) -> None:
+        """Roll back what the claim wrote and hold a fresh transaction in its place (a
+        claim taken in one statement that the tick then refuses)."""
+        atomic, self._atomic = self._atomic, transaction.atomic()
+        if atomic is not None:
+            atomic.__exit__(ClaimUndone, ClaimUndone(), None)
+        self._atomic.__enter__()
 
     def close(self, exc: BaseException | None) -> None:
         """End the transaction if still open: roll back what ``exc`` interrupted, else commit."""
