@@ -6,10 +6,9 @@ step's real-time timer is the point."""
 
 from __future__ import annotations
 
-import re
-
 import json
 import math
+import re
 import time
 from datetime import timedelta
 from io import StringIO
