@@ -126,7 +126,8 @@ def claim(pk: int, token: str, now: datetime) -> ClaimRead | None:
 
 def mark_claimed(instance: WorkflowInstance, token: str, now: datetime) -> None:
     """Set on ``instance``, as read by :func:`claim`, what that statement wrote: the lease,
-    and, for a pending instance, running (announced as :meth:`start_running` would)."""
+    and, for a pending instance, running (announced as
+    :meth:`~django_workerflow.models.WorkflowInstance.start_running` would)."""
     previous = instance.status
     expires = lease.expiry(now)
     instance.lease_token = token
