@@ -25,7 +25,7 @@ from django_workerflow.models import WorkflowEvent, WorkflowInstance
 from django_workerflow.models.fields import engine_datetime
 from django_workerflow.models.rows import signalled
 from django_workerflow.store import executor, lease, sql
-from django_workerflow.values import jsonvalue, storable
+from django_workerflow.values import jsonvalue, storable, transitions
 from django_workerflow.values.states import WorkflowEventType, WorkflowStatus
 
 Converter = Callable[[Any, Any, Any], Any]
@@ -136,6 +136,7 @@ def mark_claimed(instance: WorkflowInstance, token: str, now: datetime) -> None:
     instance.alarm_cause = ""
     instance.wake_requested = False
     if previous == WorkflowStatus.PENDING:
+        transitions.check(instance.key, previous, WorkflowStatus.RUNNING)
         instance.status = WorkflowStatus.RUNNING
         instance.updated_at = now
     # The statement made the model's transition: the model announces it, as its own would.
@@ -177,6 +178,7 @@ def complete(
                 "is rolled back and the instance is looked at again when its lease expires."
             )
     instance = _instance(row)
+    transitions.check(instance.key, WorkflowStatus.RUNNING, WorkflowStatus.COMPLETED)
     # The statement made the model's transition: the model announces it, as its own would.
     instance._announce(WorkflowStatus.RUNNING)  # noqa: SLF001 - the transition was written in SQL here
     return instance
