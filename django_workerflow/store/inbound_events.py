@@ -69,7 +69,7 @@ def send(
         bell_payload=bell.package if bell is not None else None,
     )
     text = sql.send_event_statement(queue_table)
-    row = executor.execute_composed(cursor, "send_event", text, values).fetchone()
+    row = executor.execute(cursor, "send_event", values, text=text).fetchone()
     event_pk, claimed_by_id, woken, names = row
     waiting_for = None if names is None else list(dict.fromkeys(names))
     return SendReport(event_pk, claimed_by_id, woken, waiting_for)
