@@ -55,7 +55,7 @@ from django_q.conf import Conf
 from django_q.models import OrmQ
 
 from django_workerflow.conf import settings
-from django_workerflow.store import outage, sql
+from django_workerflow.store import bell_queue, outage
 from django_workerflow.store.bell_channel import DUE_MARGIN, BellListener
 
 QUEUE = OrmQ._meta.db_table
@@ -90,12 +90,6 @@ def _reset_if_broken(connection: Any) -> None:
             connection.close()
         else:
             connection.errors_occurred = False
-
-
-def _claim_statement(connection: Any) -> str:
-    """The PostgreSQL claim: without its WAL flush in autocommit (the broker's own loop), not
-    inside a caller's transaction, whose commit the setting would otherwise weaken."""
-    return "claim_due_bells" if connection.in_atomic_block else "claim_due_bells_no_flush"
 
 
 def _close_connections() -> None:
@@ -161,7 +155,7 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
     def _dequeue(self) -> list[tuple[int, Any]] | None:
         self.get_connection()
         connection = connections[Conf.ORM]
-        if connection.vendor != "postgresql":
+        if not bell_queue.notified(connection):
             return self._poll(connection)
         # LISTEN before the claim: a bell committed after the claim's snapshot notifies.
         listen_on = connections[settings.BELL_LISTEN_DATABASE or Conf.ORM]
@@ -175,11 +169,7 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
         if listening:
             listener.drain(listen_on)
         now = timezone.now()
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.queue_statement(_claim_statement(connection), QUEUE), self._values(now)
-            )
-            rows = cursor.fetchall()
+        rows = bell_queue.claim_due(connection, QUEUE, self._values(now))
         claimed = sorted((row for row in rows if row[0] is not None), key=_in_claim_order)
         taken = [(pk, payload) for pk, payload, _due, _priority in claimed]
         next_due = next((due for pk, _payload, due, _priority in rows if pk is None), None)
@@ -191,8 +181,7 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
         return taken or None
 
     def _poll(self, connection: Any) -> list[tuple[int, Any]] | None:
-        with connection.cursor() as cursor:
-            taken = self._read_then_claim(cursor, self._values(timezone.now()))
+        taken = bell_queue.read_then_claim(connection, QUEUE, self._values(timezone.now()))
         if not taken:
             sleep(Conf.POLL)  # an empty queue: spare the CPU, as django-q2 does
         return taken or None
@@ -205,18 +194,6 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
             "until": adapt(now + timedelta(seconds=Conf.RETRY)),
             "limit": Conf.BULK,
         }
-
-    @staticmethod
-    def _read_then_claim(cursor: Any, values: dict[str, Any]) -> list[tuple[int, Any]]:
-        cursor.execute(sql.queue_statement("due_bells", QUEUE), values)
-        due = cursor.fetchall()
-        if not due:
-            return []
-        ids = {f"id_{index}": pk for index, (pk, _payload) in enumerate(due)}
-        cursor.execute(sql.queue_statement("claim_bells", QUEUE, len(due)), {**values, **ids})
-        # Another cluster may have been faster on some: keep the ones this update claimed.
-        claimed = {row[0] for row in cursor.fetchall()}
-        return [(pk, payload) for pk, payload in due if pk in claimed]
 
     def delete(self, task_id: Any) -> None:
         """Remove a bell: handled (acknowledged) or unreadable (failed). While the database
@@ -237,8 +214,6 @@ class DueFirstOrmBroker(ORM):  # type: ignore[misc]  # django-q2 ships no types:
 
     def _delete_unacknowledged(self) -> None:
         self.get_connection()
-        with connections[Conf.ORM].cursor() as cursor:
-            while self._unacknowledged:
-                statement = sql.queue_statement("delete_bell", QUEUE)
-                cursor.execute(statement, {"id": self._unacknowledged[0]})
-                self._unacknowledged = self._unacknowledged[1:]
+        while self._unacknowledged:
+            bell_queue.delete(connections[Conf.ORM], QUEUE, self._unacknowledged[0])
+            self._unacknowledged = self._unacknowledged[1:]

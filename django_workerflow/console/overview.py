@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,21 +28,10 @@ from urllib.parse import urlencode
 import django
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
-from django.db import connections, transaction
 from django.db.models import (
-    Aggregate,
     Count,
-    DurationField,
-    Expression,
-    ExpressionWrapper,
-    F,
     Min,
-    OuterRef,
-    Q,
-    QuerySet,
-    Subquery,
 )
-from django.db.models.functions import TruncHour
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -58,15 +47,14 @@ from django_workerflow.deploy import health
 from django_workerflow.models import (
     WAKE_LAG,
     FinishDelivery,
-    Step,
     StepEvent,
-    StepEventType,
     WorkerHeartbeat,
     WorkflowInstance,
     WorkflowSchedule,
     WorkflowStatus,
 )
 from django_workerflow.store import definition_pauses, instance_counts
+from django_workerflow.store import wake_lags as wake_lag_reads
 from django_workerflow.values.clock import now as clock_now
 
 #: The name of the page's URL in the admin's namespace: ``admin:workerflow_overview``.
@@ -190,43 +178,16 @@ def hourly(now: datetime) -> dict[str, dict[str, dict[datetime, int]]]:
         lambda: defaultdict(lambda: defaultdict(int))
     )
     started = WorkflowInstance.objects.filter(created_at__gte=hours[0], created_at__lt=end)
-    for name, _, hour, n in _per_hour(started, "created_at", hours):
+    for name, _, hour, n in instance_counts.per_hour(started, "created_at", hours):
         counts[name]["started"][hour] += n
     finished = WorkflowInstance.objects.filter(
         status__in=[WorkflowStatus.COMPLETED, WorkflowStatus.FAILED],
         finished_at__gte=hours[0],
         finished_at__lt=end,
     )
-    for name, status, hour, n in _per_hour(finished, "finished_at", hours):
+    for name, status, hour, n in instance_counts.per_hour(finished, "finished_at", hours):
         counts[name][status][hour] += n
     return counts
-
-
-def _per_hour(
-    instances: QuerySet[WorkflowInstance], field: str, hours: list[datetime]
-) -> Iterator[tuple[str, str, datetime, int]]:
-    """(definition, status, hour, count) of ``instances`` by the hour of ``field``."""
-    if connections[instances.db].vendor == "postgresql":
-        rows = (
-            instances.annotate(hour=TruncHour(field, tzinfo=UTC))
-            .values("definition_name", "status", "hour")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
-        for counted in rows:
-            yield counted["definition_name"], counted["status"], counted["hour"], counted["n"]
-        return
-    one = timedelta(hours=1)
-    per_hour = {
-        f"h{i}": Count("id", filter=Q(**{f"{field}__gte": hour, f"{field}__lt": hour + one}))
-        for i, hour in enumerate(hours)
-    }
-    grouped = instances.values("definition_name", "status").annotate(**per_hour).order_by()
-    for values in grouped:
-        row: dict[str, Any] = dict(values)  # the per-hour keys are built, not literal
-        for i, hour in enumerate(hours):
-            if row[f"h{i}"]:
-                yield row["definition_name"], row["status"], hour, row[f"h{i}"]
 
 
 def series_filter(name: str, key: str, start: datetime, end: datetime) -> dict[str, str]:
@@ -377,48 +338,6 @@ def by_definition(link: Linker, now: datetime) -> list[DefinitionOverview]:
     return overviews
 
 
-class _PercentileCont(Aggregate):
-    """PostgreSQL's ``percentile_cont(fraction) WITHIN GROUP (ORDER BY expression)``: the
-    linear interpolation :func:`percentile` does in Python."""
-
-    function = "percentile_cont"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-
-    def __init__(self, expression: Expression, fraction: float) -> None:
-        # A float formatted here, never user input: it is written into the SQL.
-        super().__init__(expression, fraction=repr(float(fraction)), output_field=DurationField())
-
-
-def _lags_by_definition(since: datetime) -> dict[str, WakeLag]:
-    """PostgreSQL: the hour's woken sleeps grouped by definition, each sleep's due time and
-    definition looked up by primary key, so the query costs what the hour holds. The
-    planner guesses the hour's share of sleeps from all step events: after a burst of run
-    steps it guessed 60 times too many and hash-joined the whole instance and step tables
-    (590 ms at a million instances). The same guess prices the lookups over PostgreSQL's
-    JIT threshold, and compiling took 640 ms for a query that runs in 6 ms: JIT is off
-    for this one transaction."""
-    due = Subquery(Step.objects.filter(pk=OuterRef("step_id")).order_by().values("wake_at")[:1])
-    definition = Subquery(
-        WorkflowInstance.objects.filter(pk=OuterRef("instance_id"))
-        .order_by()
-        .values("definition_name")[:1]
-    )
-    lag = ExpressionWrapper(F("recorded_at") - F("due"), output_field=DurationField())
-    rows = (
-        StepEvent.objects.filter(type=StepEventType.SLEEP_ELAPSED, recorded_at__gte=since)
-        .annotate(due=due)
-        # As ``woken_sleeps()``: a sleep with no due time is not counted.
-        .filter(due__isnull=False)
-        .annotate(definition=definition)
-        .order_by()
-        .values("definition")
-        .annotate(n=Count("id"), p50=_PercentileCont(lag, 0.5), p99=_PercentileCont(lag, 0.99))
-    )
-    with transaction.atomic(using=rows.db), connections[rows.db].cursor() as cursor:
-        cursor.execute("SET LOCAL jit = off")
-        return {row["definition"]: WakeLag(row["n"], row["p50"], row["p99"]) for row in rows}
-
-
 def percentile(ordered: list[timedelta], fraction: float) -> timedelta:
     """The ``fraction`` percentile of ``ordered`` (sorted, not empty), interpolated
     linearly between the two closest ranks as PostgreSQL's ``percentile_cont``."""
@@ -432,8 +351,9 @@ def wake_lags(now: datetime) -> dict[str, WakeLag]:
     """Per definition, the wake lag (``models.WAKE_LAG``) of the sleeps woken in the last
     hour: one grouped query with ``percentile_cont`` on PostgreSQL; elsewhere the newest
     :data:`LAG_SAMPLE` lags of the hour, read in one query and interpolated here."""
-    if connections[StepEvent.objects.db].vendor == "postgresql":
-        return _lags_by_definition(now - LAG_WINDOW)
+    grouped = wake_lag_reads.by_definition(now - LAG_WINDOW)
+    if grouped is not None:
+        return {name: WakeLag(n, p50, p99) for name, (n, p50, p99) in grouped.items()}
     events = StepEvent.objects.woken_sleeps().filter(recorded_at__gte=now - LAG_WINDOW)
     sample = (
         events.annotate(lag=WAKE_LAG)

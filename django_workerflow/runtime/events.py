@@ -26,10 +26,8 @@ from django_workerflow.models import (
     WorkflowInstance,
     WorkflowStatus,
 )
-from django_workerflow.models import rows as model_rows
 from django_workerflow.runtime.control import wake_locked
 from django_workerflow.store import inbound_events, instance_rows, lease
-from django_workerflow.store.transactions import satisfy_wait
 from django_workerflow.values import jsonvalue
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.masking import Masker
@@ -92,9 +90,7 @@ def send_event(
             sealed = sealer.event(event_name, payload)
             payload_json = jsonvalue.dumps(sealed, what=f"The payload of event '{event_name}'")
         now = clock_now()
-        if connection.vendor == "postgresql" and not (
-            model_rows.signalled(InboundEvent) or model_rows.signalled(WorkflowInstance)
-        ):
+        if inbound_events.delivers_at_once():
             event = _send_at_once(locked, event_name, payload_json, now)
         else:
             event = _send_in_steps(locked, event_name, payload_json, now)
@@ -137,22 +133,20 @@ def _send_at_once(
     if active and not leased and direct:
         bell = inbound_events.Bell(bell_rows.list_key(), bell_rows.payload(locked.pk))
     trace_context = tracing.carrier()
-    with connection.cursor() as cursor:
-        sent = inbound_events.send(
-            cursor,
-            locked.pk,
-            event_name,
-            payload_json,
-            now,
-            active=active,
-            leased=leased,
-            # Queued: an admission that ran while this transaction held the row skipped it
-            # (the lock order's rule 3), so its own tick asks for admission again.
-            admit=active and locked.status == WorkflowStatus.PENDING and locked.admitted_at is None,
-            trace_context=trace_context,
-            queue_table=bell_rows.queue_table() if direct else None,
-            bell=bell,
-        )
+    sent = inbound_events.send(
+        locked.pk,
+        event_name,
+        payload_json,
+        now,
+        active=active,
+        leased=leased,
+        # Queued: an admission that ran while this transaction held the row skipped it
+        # (the lock order's rule 3), so its own tick asks for admission again.
+        admit=active and locked.status == WorkflowStatus.PENDING and locked.admitted_at is None,
+        trace_context=trace_context,
+        queue_table=bell_rows.queue_table() if direct else None,
+        bell=bell,
+    )
     if sent.woken and not leased and not direct:
         # Another broker, or django-q2 on another database: its bell goes through alarms.
         bells.arm(locked.pk, now)
@@ -201,8 +195,7 @@ def _send_in_steps(
             .first()
         )
         if step_pk is not None:
-            with connection.cursor() as cursor:
-                satisfy_wait(cursor, pk, step_pk, event.pk, payload_json, now)
+            inbound_events.satisfy(pk, step_pk, event.pk, payload_json, now)
             event.claimed_by_id = step_pk
             event.claimed_at = now
             wake_locked(locked, now, WakeCause.EVENT)

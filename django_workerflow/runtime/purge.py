@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import router, transaction
 from django.db.models import Model, QuerySet
 
 from django_workerflow.exceptions import WorkflowInputError
@@ -26,7 +26,8 @@ from django_workerflow.models import (
     WorkflowEvent,
     WorkflowInstance,
 )
-from django_workerflow.store import locks, sql
+from django_workerflow.store import locks
+from django_workerflow.store import purge as purge_rows
 from django_workerflow.values.clock import now as clock_now
 
 DEFAULT_BATCH_SIZE = 500
@@ -147,16 +148,13 @@ def delete_batch(pks: list[int], queryset: QuerySet[WorkflowInstance]) -> dict[s
     child, a step that started it) lose the link, not their own rows.
     """
     using = router.db_for_write(WorkflowInstance)
-    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+    with transaction.atomic(using=using):
         pks = locks.take_purgeable(queryset, pks)
         if not pks:
             return {}
-        counts = {}
-        for model in TABLES:
-            cursor.execute(sql.purge_statement(model._meta.db_table, len(pks)), pks)
-            counts[_label(model)] = cursor.rowcount
-        cursor.execute(sql.purge_statement(sql.INSTANCE, len(pks)), pks)
-        counts["instances"] = cursor.rowcount
+        *deleted, instances = purge_rows.delete_rows(using, TABLES, pks)
+    counts = {_label(model): count for model, count in zip(TABLES, deleted, strict=True)}
+    counts["instances"] = instances
     return counts
 
 

@@ -637,9 +637,7 @@ def _insert_one(
         pk = id_block.take(cursor)
         params = [pk, *row, *created_event]
         params += [bell_rows.list_key(), bell_rows.payload(pk), when, key]
-        created_pk, existed = executor.execute_composed(
-            cursor, "start_one", text, params
-        ).fetchone()
+        created_pk, existed = executor.execute(cursor, "start_one", params, text=text).fetchone()
         if created_pk is not None:
             return {key: created_pk}
         if existed:

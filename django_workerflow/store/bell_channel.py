@@ -25,6 +25,8 @@ import os
 from time import monotonic, time
 from typing import Any
 
+from django_workerflow.store import executor
+
 logger = logging.getLogger(__name__)
 
 #: The notification channel (frozen in migration 0014, which sends on it).
@@ -72,8 +74,9 @@ class BellListener:
             return False
         probe = f"probe {os.getpid()} {id(session)}"
         with connection.cursor() as cursor:
-            cursor.execute(f"LISTEN {CHANNEL}")
-            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, probe])
+            executor.execute(cursor, "listen_bells", text=f"LISTEN {CHANNEL}", prepare=False)
+            notify = "SELECT pg_notify(%s, %s)"
+            executor.execute(cursor, "probe_bells", [CHANNEL, probe], text=notify, prepare=False)
         self._listening = self._probe_returns(connection, probe)
         if not self._listening and not self._warned:
             self._warned = True

@@ -1,5 +1,6 @@
-"""Running the named statements of :mod:`.sql`, the one place that does: the hot path's on
-PostgreSQL bound and prepared on the server, elsewhere and off the hot path as they are.
+"""Running the statements of :mod:`.sql`, the one place that does (:func:`execute`): the hot
+path's on PostgreSQL bound and prepared on the server, elsewhere and off the hot path as
+they are.
 
 Django's psycopg cursors bind on the client: every parameter is quoted into the text in
 Python and the server parses the whole text again. The hot statements instead go through
@@ -44,29 +45,29 @@ def _bound(text: str, values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: values[key] for key in _names(text)}
 
 
-def execute_plain(cursor: Any, name: str, values: Mapping[str, Any]) -> None:
-    """Run the statement ``name`` on ``cursor`` as it is, never prepared: the statements
-    off the hot path."""
-    text = statement(cursor.db.vendor, name)
-    cursor.execute(text, _bound(text, values))
-
-
-def execute(cursor: Any, name: str, values: Mapping[str, Any]) -> Any:
-    """Run the statement ``name`` (prepared on PostgreSQL, unless
-    WORKERFLOW_PREPARED_STATEMENTS is off) and return the cursor that holds its rows."""
-    text = statement(cursor.db.vendor, name)
-    return execute_composed(cursor, name, text, _bound(text, values))
-
-
-def execute_composed(
-    cursor: Any, name: str, text: str, values: Sequence[Any] | Mapping[str, Any]
+def execute(
+    cursor: Any,
+    name: str,
+    values: Sequence[Any] | Mapping[str, Any] | None = None,
+    *,
+    text: str | None = None,
+    prepare: bool = True,
 ) -> Any:
-    """Run ``text``, a statement composed at run time (its parameters ``%s`` in the order of
-    ``values``, or ``%(name)s`` of a mapping that may hold more), prepared as
-    :func:`execute`'s; return the cursor that holds its rows. ``name`` labels it."""
-    params = _bound(text, values) if isinstance(values, Mapping) else values
+    """Run the statement ``name`` on ``cursor`` and return the cursor that holds its rows:
+    the one way the engine runs SQL.
+
+    ``name`` is a statement of :mod:`.sql` (its text for the cursor's database), unless
+    ``text`` gives a statement composed at run time, which ``name`` then only labels; its
+    parameters are ``%(name)s`` of the mapping ``values`` (which may hold more) or ``%s``
+    in the order of the sequence ``values`` (None: it has none). On PostgreSQL it is
+    prepared, unless ``prepare`` is False (the statements off the hot path) or
+    WORKERFLOW_PREPARED_STATEMENTS is off.
+    """
     db = cursor.db
-    if db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
+    if text is None:
+        text = statement(db.vendor, name)
+    params = _bound(text, values) if isinstance(values, Mapping) else values
+    if not prepare or db.vendor != "postgresql" or not settings.PREPARED_STATEMENTS:
         cursor.execute(text, params)
         return cursor
     if db.queries_logged:
@@ -77,6 +78,15 @@ def execute_composed(
     preparing = _preparing_cursor(db)
     preparing.execute(_labelled(name, text), params)
     return preparing
+
+
+def execute_plain(cursor: Any, name: str, values: Mapping[str, Any]) -> None:
+    """:func:`execute` with ``prepare=False``.
+
+    Removed when the hot-path branch lands: store/transactions.py and store/steps.py, which
+    that branch rewrites, still call it by this name.
+    """
+    execute(cursor, name, values, prepare=False)
 
 
 @functools.cache

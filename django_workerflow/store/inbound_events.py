@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
+from django.db import connection
+
+from django_workerflow.models import InboundEvent, WorkflowInstance, rows
 from django_workerflow.store import executor, sql
-from django_workerflow.store.transactions import adapt
+from django_workerflow.store.transactions import adapt, satisfy_wait
 from django_workerflow.values.states import WakeCause
 
 
@@ -36,8 +38,25 @@ class SendReport:
     waiting_for: list[str] | None
 
 
+def delivers_at_once() -> bool:
+    """Whether an event is sent in one statement (:func:`send`): on PostgreSQL, while no save
+    signal of an event or an instance is connected. Else the caller writes it through the
+    ORM, a statement each (and :func:`satisfy` for the wait it satisfies)."""
+    return connection.vendor == "postgresql" and not (
+        rows.signalled(InboundEvent) or rows.signalled(WorkflowInstance)
+    )
+
+
+def satisfy(
+    instance_pk: int, step_pk: int, event_pk: int, payload_json: str, now: datetime
+) -> None:
+    """Satisfy the waiting wait step ``step_pk`` with the event ``event_pk`` (its claim and
+    step event), in the caller's transaction."""
+    with connection.cursor() as cursor:
+        satisfy_wait(cursor, instance_pk, step_pk, event_pk, payload_json, now)
+
+
 def send(
-    cursor: Any,
     instance_pk: int,
     event_name: str,
     payload_json: str,
@@ -69,7 +88,8 @@ def send(
         bell_payload=bell.package if bell is not None else None,
     )
     text = sql.send_event_statement(queue_table)
-    row = executor.execute_composed(cursor, "send_event", text, values).fetchone()
+    with connection.cursor() as cursor:
+        row = executor.execute(cursor, "send_event", values, text=text).fetchone()
     event_pk, claimed_by_id, woken, names = row
     waiting_for = None if names is None else list(dict.fromkeys(names))
     return SendReport(event_pk, claimed_by_id, woken, waiting_for)

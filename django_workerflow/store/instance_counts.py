@@ -12,14 +12,16 @@ Prometheus gauge ``workerflow_instances`` read their counts here.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections
 from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import TruncHour
 
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.store import sql
+from django_workerflow.store import executor, sql
 from django_workerflow.values.states import TERMINAL_STATUSES, WorkflowStatus
 
 #: Below this (sample) estimate a (definition, status) is counted exactly.
@@ -40,8 +42,8 @@ def estimated_rows(queryset: QuerySet[Any]) -> int | None:
         return None
     query, params = queryset.order_by().query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(sql.explain_statement(query), params)
-        plan = cursor.fetchone()[0]
+        text = sql.explain_statement(query)
+        plan = executor.execute(cursor, "explain", params, text=text, prepare=False).fetchone()[0]
     if isinstance(plan, str):
         plan = json.loads(plan)
     return int(plan[0]["Plan"]["Plan Rows"])
@@ -53,8 +55,9 @@ def distinct_values(model: Any, column: str, using: str) -> list[str]:
     table = connection.ops.quote_name(model._meta.db_table)
     column = connection.ops.quote_name(column)
     with connection.cursor() as cursor:
-        cursor.execute(sql.distinct_values_statement(table, column))
-        return [row[0] for row in cursor.fetchall()]
+        text = sql.distinct_values_statement(table, column)
+        rows = executor.execute(cursor, "distinct_values", text=text, prepare=False).fetchall()
+        return [row[0] for row in rows]
 
 
 def counts_by_status(estimable: Collection[str] = tuple(WorkflowStatus)) -> Counts:
@@ -116,9 +119,38 @@ def _large_counts(estimable: Collection[str]) -> dict[tuple[str, str], int]:
     table = connections[instances.db].ops.quote_name(WorkflowInstance._meta.db_table)
     percent = min(100.0, 100.0 * SAMPLE_ROWS / total)
     with connections[instances.db].cursor() as cursor:
-        cursor.execute(sql.sampled_counts_statement(table, percent))
-        for name, status, n, read in cursor.fetchall():
+        text = sql.sampled_counts_statement(table, percent)
+        sampled = executor.execute(cursor, "sampled_counts", text=text, prepare=False)
+        for name, status, n, read in sampled.fetchall():
             estimate = round(n * total / read)
             if estimate >= EXACT_BELOW and status in estimable:
                 large[(name, status)] = estimate
     return large
+
+
+def per_hour(
+    instances: QuerySet[WorkflowInstance], field: str, hours: list[datetime]
+) -> Iterator[tuple[str, str, datetime, int]]:
+    """(definition, status, hour, count) of ``instances`` by the hour of ``field``: grouped by
+    the truncated hour on PostgreSQL, one conditional count per hour elsewhere."""
+    if connections[instances.db].vendor == "postgresql":
+        rows = (
+            instances.annotate(hour=TruncHour(field, tzinfo=UTC))
+            .values("definition_name", "status", "hour")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        for counted in rows:
+            yield counted["definition_name"], counted["status"], counted["hour"], counted["n"]
+        return
+    one = timedelta(hours=1)
+    per_hour = {
+        f"h{i}": Count("id", filter=Q(**{f"{field}__gte": hour, f"{field}__lt": hour + one}))
+        for i, hour in enumerate(hours)
+    }
+    grouped = instances.values("definition_name", "status").annotate(**per_hour).order_by()
+    for values in grouped:
+        row: dict[str, Any] = dict(values)  # the per-hour keys are built, not literal
+        for i, hour in enumerate(hours):
+            if row[f"h{i}"]:
+                yield row["definition_name"], row["status"], hour, row[f"h{i}"]

@@ -34,9 +34,13 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from django.db import connection
+
 from django_workerflow.conf import settings
+from django_workerflow.models.fields import engine_datetime
 from django_workerflow.store import executor, sql
 from django_workerflow.values.control_flow import ExecutionStopped
 from django_workerflow.values.states import StopReason, WorkflowStatus
@@ -110,6 +114,12 @@ class Lease:
         executor.execute_plain(cursor, "renew_lease", self._renewal(adapt, now))
         renewed: bool = cursor.rowcount == 1
         return renewed
+
+    def renew_alone(self, now: datetime) -> bool:
+        """:meth:`renew` in a statement of its own (the renewal thread's); False once the
+        lease is lost."""
+        with connection.cursor() as cursor:
+            return self.renew(cursor, partial(engine_datetime, connection=connection), now)
 
     def stop_reason(self, cursor: Any) -> StopReason:
         """Why a fenced write matched nothing: the lease is gone, the definition is paused,

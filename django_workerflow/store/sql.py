@@ -1,20 +1,23 @@
 """Every hand-written SQL statement of the engine, by name.
 
-Each statement is written once, with ``%(name)s`` parameters and PostgreSQL casts
-(``::bigint``); the SQLite text is the same with the casts removed. States, statuses and
-event types are parameters too (:data:`STATE_PARAMS`), never literals. Where the two
-databases need different statements (PostgreSQL's data-modifying CTEs do in one round trip
-what SQLite does in two statements), the name says which.
+Each named statement is written once, with ``%(name)s`` parameters, and declares which
+database runs it (:data:`_DIALECTS`): PostgreSQL only, SQLite only, or both. A text SQLite
+runs is written as PostgreSQL's, its casts (``::bigint``) removed. Asking for a
+statement in a dialect it is not declared for raises. States, statuses and event types are
+parameters too (:data:`STATE_PARAMS`), never literals. Where the two databases need
+different statements (PostgreSQL's data-modifying CTEs do in one round trip what SQLite does
+in two statements), each is declared for its own.
 
 The fence conditions (:data:`LEASE_HELD`, :data:`LEASE_HELD_RUNNING`, :data:`RENEW_LEASE_SET`)
 are written here once and used by every statement that checks or renews a lease; see
 :mod:`django_workerflow.store.lease` for the invariant they enforce. :mod:`.executor` runs them
-(prepared on PostgreSQL). Their full texts, per database, are checked in under
-``tests/sql/`` and kept current by ``tests/store/test_sql_texts.py``.
+(prepared on PostgreSQL). Their full texts, for each database that runs them, are checked in
+under ``tests/sql/`` and kept current by ``tests/store/test_sql_texts.py``.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from functools import cache
 from typing import Any
@@ -451,6 +454,68 @@ _STATEMENTS: dict[str, str] = {
 }
 
 
+class Dialect(enum.StrEnum):
+    """Which database runs a statement."""
+
+    #: PostgreSQL only: the text as written.
+    POSTGRESQL = "postgresql"
+    #: SQLite only: the text without its casts (one that shares the fragments of a
+    #: PostgreSQL statement carries theirs).
+    SQLITE = "sqlite"
+    #: Both: PostgreSQL runs the text as written, SQLite the same text without its casts.
+    BOTH = "both"
+
+
+#: Which database runs each statement of :data:`_STATEMENTS` (one line each: a statement
+#: added there is declared here, and :func:`statement` refuses one that is not).
+_DIALECTS: dict[str, Dialect] = {
+    "read_instance": Dialect.BOTH,
+    "lock_instance": Dialect.POSTGRESQL,
+    "read_instance_for_claim": Dialect.SQLITE,
+    "lock_instance_for_claim": Dialect.POSTGRESQL,
+    "read_instance_by_key": Dialect.SQLITE,
+    "lock_instance_by_key": Dialect.POSTGRESQL,
+    "read_steps": Dialect.BOTH,
+    "finish_followups": Dialect.SQLITE,
+    "finish_followups_notify": Dialect.POSTGRESQL,
+    "renew_lease": Dialect.BOTH,
+    "renew_lease_running": Dialect.BOTH,
+    "write_progress": Dialect.SQLITE,
+    "write_progress_notify": Dialect.POSTGRESQL,
+    "write_attributes": Dialect.BOTH,
+    "lease_token": Dialect.BOTH,
+    "start_new_run_renewing": Dialect.POSTGRESQL,
+    "start_new_run_renewing_no_flush": Dialect.POSTGRESQL,
+    "start_new_run_checked": Dialect.POSTGRESQL,
+    "start_new_run_checked_no_flush": Dialect.POSTGRESQL,
+    "succeed_and_start_renewing": Dialect.POSTGRESQL,
+    "succeed_and_start_checked": Dialect.POSTGRESQL,
+    "start_new_run_sqlite": Dialect.SQLITE,
+    "succeed_run_with_event": Dialect.POSTGRESQL,
+    "succeed_run": Dialect.SQLITE,
+    "start_attempt": Dialect.BOTH,
+    "fail_attempt": Dialect.BOTH,
+    "resolve_waiting": Dialect.BOTH,
+    "insert_step": Dialect.BOTH,
+    "insert_step_event": Dialect.BOTH,
+    "step_state": Dialect.BOTH,
+    "oldest_queued_event": Dialect.BOTH,
+    "satisfy_wait": Dialect.BOTH,
+    "received_trace_context": Dialect.BOTH,
+    "claim_event": Dialect.BOTH,
+}
+
+
+def runs_on(name: str, vendor: str) -> bool:
+    """Whether the database ``vendor`` runs the statement ``name``, as it is declared."""
+    dialect = _DIALECTS.get(name)
+    return dialect is not None and dialect in (Dialect.BOTH, vendor)
+
+
+class StatementDialectError(LookupError):
+    """A statement was asked for in a database its declaration does not name."""
+
+
 # PostgreSQL: claim the due bells in one statement, lowest priority value first (the engine's
 # order: a higher Task.priority is lower), then earliest due; rows another cluster is
 # claiming are skipped, not waited for. One more row (NULL, NULL, due, NULL) says when to claim
@@ -548,9 +613,24 @@ def purge_statement(table: str, count: int) -> str:
 
 @cache
 def statement(vendor: str, name: str) -> str:
-    """The statement ``name`` for the database ``vendor`` (postgresql, or sqlite)."""
+    """The statement ``name`` for the database ``vendor`` (postgresql, or sqlite).
+
+    Raises :class:`StatementDialectError` if ``name`` is not declared for ``vendor``.
+    """
     text = _STATEMENTS[name]
-    return text if vendor == "postgresql" else re.sub(r"::\w+", "", text)
+    dialect = _DIALECTS.get(name)
+    if dialect is None:
+        raise StatementDialectError(
+            f"The statement '{name}' declares no dialect. Add it to _DIALECTS in "
+            "django_workerflow/store/sql.py: Dialect.POSTGRESQL, Dialect.SQLITE or Dialect.BOTH."
+        )
+    if dialect not in (Dialect.BOTH, vendor):
+        raise StatementDialectError(
+            f"The statement '{name}' is declared for {dialect.value} only, and was asked for "
+            f"{vendor}. Run the {vendor} statement of the same intent, or declare this one "
+            "for both databases in _DIALECTS (django_workerflow/store/sql.py) if it runs there."
+        )
+    return text if vendor == Dialect.POSTGRESQL else re.sub(r"::\w+", "", text)
 
 
 def params(**values: Any) -> dict[str, Any]:

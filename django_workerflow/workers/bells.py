@@ -24,7 +24,7 @@ from django.apps import apps
 from django.db import connections, transaction
 
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.store import sql
+from django_workerflow.store import bell_queue
 from django_workerflow.values.clock import in_project_time
 from django_workerflow.values.clock import now as clock_now
 
@@ -133,11 +133,7 @@ def _delayed_orm_broker_class() -> type:
                 "due": connection.ops.adapt_datetimefield_value(in_project_time(self.when)),
                 "instance": self.instance,
             }
-            name = "insert_bell" if self.instance is None else "insert_instance_bell"
-            with connection.cursor() as cursor:
-                cursor.execute(sql.queue_statement(name, OrmQ._meta.db_table), values)
-                pk: int = cursor.fetchone()[0]
-            return pk
+            return bell_queue.insert(connection, OrmQ._meta.db_table, values)
 
     return DelayedOrmBroker
 

@@ -21,13 +21,11 @@ import math
 import os
 import threading
 import time
-from functools import partial
 from types import TracebackType
 
 from django.db import DatabaseError, connection
 
 from django_workerflow.conf import settings
-from django_workerflow.models.fields import engine_datetime
 from django_workerflow.store.lease import Lease
 from django_workerflow.values.clock import now as clock_now
 
@@ -102,9 +100,7 @@ class _Renewer:
 
     def _renew(self, handle: int, lease: Lease) -> None:
         try:
-            with connection.cursor() as cursor:
-                adapt = partial(engine_datetime, connection=connection)
-                renewed = lease.renew(cursor, adapt, clock_now())
+            renewed = lease.renew_alone(clock_now())
         except DatabaseError:
             # The database went away (a restart, a failover): the lease is still ours until
             # it expires, so reconnect and renew at the next beat.

@@ -23,9 +23,9 @@ pytestmark = [
 def test_executor__a_failing_prepared_statement_raises_djangos_error_and_the_connection_goes_on():
     with connection.cursor() as cursor:
         with pytest.raises(DataError):
-            executor.execute_composed(cursor, "probe", "SELECT 1 / %s", [0])
+            executor.execute(cursor, "probe", [0], text="SELECT 1 / %s")
         for divisor in (1, 2):
-            row = executor.execute_composed(cursor, "probe", "SELECT 10 / %s", [divisor])
+            row = executor.execute(cursor, "probe", [divisor], text="SELECT 10 / %s")
             assert row.fetchone() == (10 // divisor,)
 
     # The runs after the error share one preparation.

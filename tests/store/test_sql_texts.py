@@ -1,9 +1,12 @@
-"""Every named statement's full text, per database, checked in under ``tests/sql/``.
+"""Every named statement's full text, for each database that runs it, checked in under
+``tests/sql/``.
 
 The engine composes its statements from fragments (``store/sql.py``: the fence, the step
 event, the fused success), so no file shows what reaches the server. These files do, and
 this test fails when a statement changes without them: a review diff then shows the real
-SQL. After changing a statement, write them anew and read the diff:
+SQL. A named statement is checked in under ``postgresql/`` and ``sqlite/`` only for the
+databases its declaration (``_DIALECTS`` in ``store/sql.py``) names. After changing a
+statement, or its declaration, write them anew and read the diff:
 
     WORKERFLOW_WRITE_SQL=1 pytest tests/store/test_sql_texts.py
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+import pytest
 
 from django_workerflow.models import WorkflowInstance
 from django_workerflow.models import rows as model_rows
@@ -27,7 +32,8 @@ def texts() -> dict[str, str]:
     found: dict[str, str] = {}
     for vendor in VENDORS:
         for name in sorted(sql._STATEMENTS):  # noqa: SLF001 - the checked-in texts cover every named statement
-            found[f"{vendor}/{name}.sql"] = sql.statement(vendor, name)
+            if sql.runs_on(name, vendor):
+                found[f"{vendor}/{name}.sql"] = sql.statement(vendor, name)
     for name in sorted(sql._QUEUE_STATEMENTS):  # noqa: SLF001 - the checked-in texts cover every named statement
         # One id for claim_bells, which names as many as it claims.
         found[f"queue/{name}.sql"] = sql.queue_statement(name, QUEUE, ids=1)
@@ -102,6 +108,18 @@ def test_sql_texts__every_statement_is_checked_in_as_it_reaches_the_server():
 
 def test_sql_texts__sqlite_texts_carry_no_postgresql_casts():
     sqlite = {name: text for name, text in texts().items() if name.startswith("sqlite/")}
-    assert len(sqlite) == len(sql._STATEMENTS)  # noqa: SLF001 - the checked-in texts cover every named statement
+    declared = [name for name in sql._STATEMENTS if sql.runs_on(name, "sqlite")]  # noqa: SLF001 - the checked-in texts cover every named statement
+    assert len(sqlite) == len(declared)
     for name, text in sqlite.items():
         assert "::" not in text, name
+
+
+def test_sql_texts__every_named_statement_declares_the_databases_that_run_it():
+    assert set(sql._DIALECTS) == set(sql._STATEMENTS)  # noqa: SLF001 - the declarations cover every named statement
+
+
+def test_sql_texts__a_statement_asked_for_a_database_it_is_not_declared_for_raises():
+    with pytest.raises(sql.StatementDialectError, match="'lock_instance' is declared for postgres"):
+        sql.statement("sqlite", "lock_instance")
+    with pytest.raises(sql.StatementDialectError, match="'succeed_run' is declared for sqlite"):
+        sql.statement("postgresql", "succeed_run")

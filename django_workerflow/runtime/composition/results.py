@@ -23,7 +23,7 @@ from django.db import connection
 from django_workerflow.engine.failures import failure
 from django_workerflow.exceptions import WorkflowInputError, WorkflowStateError
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.store import instance_rows, sql
+from django_workerflow.store import instance_rows, notifications
 from django_workerflow.store import progress as progress_rows
 from django_workerflow.store.outcomes import read_outcome
 from django_workerflow.values import jsonvalue
@@ -115,7 +115,7 @@ def _wait(
     deadline: float | None,
 ) -> _Read:
     """``read()`` until ``done`` says so or ``deadline`` passes; the last read."""
-    if connection.vendor == "postgresql" and hasattr(connection.connection, "notifies"):
+    if notifications.available():
         return _listen(channels, read, done, deadline)
     return _poll(read, done, deadline)
 
@@ -126,10 +126,7 @@ def _listen(
     done: Callable[[_Read], bool],
     deadline: float | None,
 ) -> _Read:
-    with connection.cursor() as cursor:
-        for name in channels:
-            cursor.execute(sql.listen_statement(name))
-    try:
+    with notifications.listening(channels):
         while True:
             # Read after LISTEN: a change committed before it is seen here, one after it
             # is notified.
@@ -137,13 +134,7 @@ def _listen(
             if done(found) or _expired(deadline):
                 return found
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            wait = 1.0 if remaining is None else min(remaining, 1.0)
-            for _ in connection.connection.notifies(timeout=wait, stop_after=1):
-                break
-    finally:
-        with connection.cursor() as cursor:
-            for name in channels:
-                cursor.execute(sql.unlisten_statement(name))
+            notifications.wait(1.0 if remaining is None else min(remaining, 1.0))
 
 
 def _poll(

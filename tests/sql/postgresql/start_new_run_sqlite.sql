@@ -1,5 +1,0 @@
-INSERT INTO workerflow_step (instance_id, step_id, type, state, parent_id, attempt_count, max_attempts, error_name, error_message, wake_at, event_name, timeout_at, created_at, derived_attempt_events)
-        SELECT %(instance)s, %(step_id)s, %(type_run)s, %(state_running)s, %(parent)s, 1,
-            %(max_attempts)s, '', '', NULL, '', NULL, %(now)s, true
-        WHERE EXISTS (SELECT 1 FROM workerflow_workflowinstance WHERE id = %(instance)s::bigint AND lease_token = %(token)s::varchar AND status = %(status_running)s::varchar AND NOT EXISTS (SELECT 1 FROM workerflow_definitionpause WHERE workerflow_definitionpause.definition_name = workerflow_workflowinstance.definition_name))
-        RETURNING id
