@@ -80,15 +80,6 @@ def execute(
     return preparing
 
 
-def execute_plain(cursor: Any, name: str, values: Mapping[str, Any]) -> None:
-    """:func:`execute` with ``prepare=False``.
-
-    Removed when the hot-path branch lands: store/transactions.py and store/steps.py, which
-    that branch rewrites, still call it by this name.
-    """
-    execute(cursor, name, values, prepare=False)
-
-
 @functools.cache
 def _labelled(name: str, text: str) -> str:
     """``text`` behind a comment naming it: sent once per connection (preparing), it names

@@ -105,13 +105,13 @@ class Lease:
     def fence(self, cursor: Any, adapt: Any, now: datetime, *, require_running: bool) -> None:
         """Renew the lease (locking the instance row) or raise ExecutionStopped."""
         name = "renew_lease_running" if require_running else "renew_lease"
-        executor.execute_plain(cursor, name, self._renewal(adapt, now))
+        executor.execute(cursor, name, self._renewal(adapt, now), prepare=False)
         if cursor.rowcount != 1:
             raise ExecutionStopped(self.stop_reason(cursor))
 
     def renew(self, cursor: Any, adapt: Any, now: datetime) -> bool:
         """Renew the lease; False once it is lost."""
-        executor.execute_plain(cursor, "renew_lease", self._renewal(adapt, now))
+        executor.execute(cursor, "renew_lease", self._renewal(adapt, now), prepare=False)
         renewed: bool = cursor.rowcount == 1
         return renewed
 
@@ -124,7 +124,7 @@ class Lease:
     def stop_reason(self, cursor: Any) -> StopReason:
         """Why a fenced write matched nothing: the lease is gone, the definition is paused,
         or the status changed."""
-        executor.execute_plain(cursor, "lease_token", {"instance": self.instance_pk})
+        executor.execute(cursor, "lease_token", {"instance": self.instance_pk}, prepare=False)
         row = cursor.fetchone()
         if row is None or row[0] != self.token:
             return StopReason.LEASE_LOST

@@ -503,6 +503,9 @@ _DIALECTS: dict[str, Dialect] = {
     "satisfy_wait": Dialect.BOTH,
     "received_trace_context": Dialect.BOTH,
     "claim_event": Dialect.BOTH,
+    "claim_instance": Dialect.POSTGRESQL,
+    "complete_instance": Dialect.POSTGRESQL,
+    "succeed_and_complete": Dialect.POSTGRESQL,
 }
 
 

@@ -98,7 +98,7 @@ def received_trace_contexts(step_pks: list[int]) -> list[str]:
     found = []
     with connection.cursor() as cursor:
         for pk in step_pks:
-            executor.execute_plain(cursor, "received_trace_context", {"step": pk})
+            executor.execute(cursor, "received_trace_context", {"step": pk}, prepare=False)
             found += [text for (text,) in cursor.fetchall()]
     return found
 

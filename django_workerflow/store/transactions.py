@@ -33,9 +33,9 @@ def adapt(value: datetime | None) -> Any:
 
 
 def execute_plain_at(cursor: Any, name: str, values: dict[str, Any], now: datetime) -> None:
-    """Run the statement ``name`` unprepared (:func:`executor.execute_plain`) with ``values``
+    """Run the statement ``name`` unprepared (``prepare=False``) with ``values``
     and the time ``now``."""
-    executor.execute_plain(cursor, name, {"now": adapt(now), **values})
+    executor.execute(cursor, name, {"now": adapt(now), **values}, prepare=False)
 
 
 @contextmanager
@@ -152,7 +152,7 @@ def insert_event(
         "payload": fields.get("payload"),
         "traceback": fields.get("traceback") or "",
     }
-    executor.execute_plain(cursor, "insert_step_event", values)
+    executor.execute(cursor, "insert_step_event", values, prepare=False)
 
 
 def satisfy_wait(
@@ -165,8 +165,8 @@ def satisfy_wait(
 ) -> None:
     """Mark a waiting wait step satisfied by an inbound event, and the event claimed by it."""
     values = sql.params(step=step_pk, event=event_pk, payload=payload_json, now=adapt(now))
-    executor.execute_plain(cursor, "satisfy_wait", values)
-    executor.execute_plain(cursor, "claim_event", values)
+    executor.execute(cursor, "satisfy_wait", values, prepare=False)
+    executor.execute(cursor, "claim_event", values, prepare=False)
     insert_event(
         cursor, instance_pk, step_pk, now, StepEventType.WAIT_SATISFIED, payload=payload_json
     )

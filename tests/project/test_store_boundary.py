@@ -16,9 +16,6 @@ STORE = PACKAGE / "store"
 MIGRATIONS = PACKAGE / "migrations"
 
 ALLOWED = {
-    # Removed when the hot-path branch lands.
-    "runtime/tick.py",
-    "runtime/finishing.py",
     # Not moved yet (issue 40, item 1): the start's inserts and the instance's own row
     # writes (models/rows.py) still run their cursors here.
     "runtime/starting.py",
