@@ -27,8 +27,8 @@ from django_workerflow.models.attributes import AttributesField
 from django_workerflow.models.fields import EngineDateTimeField, JSONTextField
 from django_workerflow.models.flow import FLOW_INDEXES
 from django_workerflow.models.pauses import DefinitionPause
-from django_workerflow.models.rows import move_with_event, record_event, save_fields
 from django_workerflow.signals import workflow_status_changed
+from django_workerflow.store.instance_writes import move_with_event, record_event, save_fields
 from django_workerflow.values import progress, transitions
 from django_workerflow.values.progress import Progress
 from django_workerflow.values.states import (

@@ -5,14 +5,11 @@ A definition without flow control starts in one statement (:func:`start_one`); o
 ``max_concurrency`` or ``rate_limit`` is created queued and admitted under its gate
 (:func:`start_queued`).
 
-New instances, their 'created' workflow events and their bells are written by one
-statement per batch on PostgreSQL (a data-modifying CTE: in autocommit one round trip and
-one commit) and by one ``BEGIN IMMEDIATE`` transaction of three statements on SQLite. A
-bell names its instance's id, so on PostgreSQL the ids come from the table's sequence
-before the statement: a batch draws its own, a single start takes one from a block this
-process drew ahead (:class:`~django_workerflow.store.instance_ids.IdBlock`). Rows are inserted with
-``ON CONFLICT DO NOTHING``, so a key that exists (or is created concurrently) writes nothing and is
-read back by the caller: starts stay idempotent by key.
+New instances, their 'created' workflow events and their bells are written by
+:func:`django_workerflow.store.instance_inserts.insert`: one statement per batch on
+PostgreSQL, one ``BEGIN IMMEDIATE`` transaction of three statements on SQLite. Rows are
+inserted with ``ON CONFLICT DO NOTHING``, so a key that exists (or is created concurrently)
+writes nothing and is read back by the caller: starts stay idempotent by key.
 """
 
 from __future__ import annotations
@@ -26,37 +23,30 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.apps import apps
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, transaction
 
 from django_workerflow import registry, tracing
 from django_workerflow.definition import options, sensitive
 from django_workerflow.definition.workflow import WorkflowDefinition, resolve
 from django_workerflow.exceptions import WorkflowInputError, WorkflowVersionConflictError
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.models.fields import engine_datetime
 from django_workerflow.runtime import debounce as debounce_module
 from django_workerflow.runtime.flow import admission
 from django_workerflow.signals import workflow_status_changed
-from django_workerflow.store import executor, sql
-from django_workerflow.store.instance_ids import draw_ids, id_block
+from django_workerflow.store import instance_inserts
 from django_workerflow.store.transactions import WriteTransaction
 from django_workerflow.values import attributes as attribute_values
 from django_workerflow.values import jsonvalue, transitions
 from django_workerflow.values.attributes import Scalar
 from django_workerflow.values.clock import now as clock_now
 from django_workerflow.values.sealing import open_value
-from django_workerflow.values.states import WakeCause, WorkflowEventType
+from django_workerflow.values.states import WakeCause
 from django_workerflow.workers import bell_rows, bells
 
 logger = logging.getLogger(__name__)
 
 #: The most rows one statement inserts.
 BATCH_ROWS = 1000
-# Draws of a fresh id for one start before giving up (see _insert_one).
-ID_ATTEMPTS = 3
-
-INSTANCE = WorkflowInstance._meta.db_table
-# Quoted as both databases quote identifiers ("key" and "lock" are SQL keywords).
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,38 +57,6 @@ class NewInstance:
     key: str
     input_json: str
     attributes: dict[str, Scalar] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    """The instance table's columns (all but the id) and their fields, read once: the
-    model's metadata does not change while the process runs."""
-
-    columns: tuple[str, ...]
-    fields: tuple[Any, ...]
-    key_at: int
-    input_at: int
-    attributes_at: int
-    created_at: int
-    datetimes: frozenset[int]  # DateTimeFields: one preparation serves them all
-
-
-@functools.cache
-def _layout() -> _Layout:
-    fields = tuple(f for f in WorkflowInstance._meta.concrete_fields if not f.primary_key)
-    columns = tuple(str(f.column) for f in fields)
-    names = [f.name for f in fields]
-    return _Layout(
-        columns=columns,
-        fields=fields,
-        key_at=names.index("key"),
-        input_at=names.index("input"),
-        attributes_at=names.index("attributes"),
-        created_at=names.index("created_at"),
-        datetimes=frozenset(
-            index for index, f in enumerate(fields) if isinstance(f, models.DateTimeField)
-        ),
-    )
 
 
 # The start path ------------------------------------------------------------------------
@@ -478,7 +436,7 @@ def insert_pending(
     if len(entries) > BATCH_ROWS:
         raise ValueError(f"insert_pending writes at most {BATCH_ROWS} rows at a time.")
     direct_bells = due is None and bell_rows.direct_orm_bells()
-    layout = _layout()
+    layout = instance_inserts.layout()
     chosen = _chosen(
         name,
         version,
@@ -492,7 +450,7 @@ def insert_pending(
         timeout_seconds,
     )
     template = _template(chosen)
-    values = _prepared(template, chosen, layout, now)
+    values = instance_inserts.prepared(template, chosen, now)
     rows = []
     for entry in entries:
         row = list(values)
@@ -500,10 +458,12 @@ def insert_pending(
         # Already JSON text, validated by the caller: stored as is (a None input as NULL).
         row[layout.input_at] = None if entry.input_json == "null" else entry.input_json
         if entry.attributes:
-            row[layout.attributes_at] = _prepared_attributes(entry.attributes, layout)
+            row[layout.attributes_at] = instance_inserts.prepared_attributes(entry.attributes)
         rows.append(row)
     with WriteTransaction() as cursor:
-        created = _insert(cursor, layout.columns, rows, direct_bells, now, priority)
+        created = instance_inserts.insert(
+            cursor, rows, _bell_rows(now, direct_bells), now, priority
+        )
         if not direct_bells:
             # Another broker, or django-q2 elsewhere: ring through alarms (same transaction).
             for created_pk in created.values():
@@ -528,155 +488,17 @@ def insert_pending(
     return result
 
 
-def _prepared(
-    template: WorkflowInstance, chosen: dict[str, Any], layout: _Layout, now: datetime
-) -> list[Any]:
-    """The template's values as the database takes them. The defaults are prepared once per
-    process, and ``now`` (in up to five columns) once per call: preparing a datetime, with
-    its time zone checks, was the largest share of this."""
-    defaults = _prepared_defaults(connection.vendor)
-    prepared_now = layout.fields[layout.created_at].get_db_prep_save(now, connection)
-    values = []
-    for index, field in enumerate(layout.fields):
-        if field.attname not in chosen and index in defaults:
-            values.append(defaults[index])
-            continue
-        value = getattr(template, field.attname)
-        if value is now and index in layout.datetimes:
-            values.append(prepared_now)
-        else:
-            values.append(field.get_db_prep_save(value, connection))
-    return values
-
-
-def _prepared_attributes(attributes: dict[str, Scalar], layout: _Layout) -> Any:
-    """An instance's attributes as the database takes them (a checked JSON object)."""
-    return layout.fields[layout.attributes_at].get_db_prep_save(attributes, connection)
-
-
-@functools.cache
-def _prepared_defaults(vendor: str) -> dict[int, Any]:
-    """The prepared defaults of the columns whose default is a constant, by index
-    (``vendor`` keys the cache: preparing is the connection's)."""
-    fields = _layout().fields
-    return {
-        index: field.get_db_prep_save(field.get_default(), connection)
-        for index, field in enumerate(fields)
-        if not (field.has_default() and callable(field.default))
-    }
-
-
-def _insert(
-    cursor: Any,
-    columns: tuple[str, ...],
-    rows: list[list[Any]],
-    bells: bool,
-    now: datetime,
-    priority: int,
-) -> dict[str, int]:
-    """Insert the rows, their events and (``bells``) their bells, which carry the rows'
-    ``priority``; return the created keys' ids. A bell carries the instance id, so
-    PostgreSQL draws the ids first."""
-    when = bell_rows.due(now)
-    created_event = [WorkflowEventType.CREATED, engine_datetime(now, connection)]
-    if connection.vendor == "postgresql":
-        if bells and len(rows) == 1:
-            return _insert_one(cursor, columns, rows[0], created_event, when)
-        ids = draw_ids(cursor, len(rows)) if bells else []
-        if bells:
-            columns = ("id", *columns)
-            rows = [[pk, *row] for pk, row in zip(ids, rows, strict=True)]
-        select, params = _unnest_rows(columns, rows)
-        text = sql.start_batch_statement(
-            columns, select, bell_rows.queue_table() if bells else None
-        )
-        params += created_event
-        if bells:
-            params += [bell_rows.list_key(), when, ids, [bell_rows.payload(pk) for pk in ids]]
-        cursor.execute(text, params)
-        return {key: pk for pk, key in cursor.fetchall()}
-    cursor.execute(
-        sql.insert_instances_statement(columns, len(rows)),
-        [value for row in rows for value in row],
+def _bell_rows(now: datetime, direct: bool) -> instance_inserts.BellRows | None:
+    """The bells a start writes itself, due ``now`` (None: it does not, see
+    :func:`~django_workerflow.workers.bell_rows.direct_orm_bells`)."""
+    if not direct:
+        return None
+    return instance_inserts.BellRows(
+        queue_table=bell_rows.queue_table(),
+        list_key=bell_rows.list_key(),
+        due=bell_rows.due(now),
+        payload=bell_rows.payload,
     )
-    created = {key: pk for pk, key in cursor.fetchall()}
-    if not created:
-        return created
-    cursor.execute(
-        sql.insert_created_events_statement(len(created)),
-        [value for pk in created.values() for value in (pk, *created_event)],
-    )
-    if bells:
-        list_key = bell_rows.list_key()
-        cursor.execute(
-            sql.insert_bells_statement(bell_rows.queue_table(), len(created)),
-            [
-                v
-                for pk in created.values()
-                for v in (list_key, bell_rows.payload(pk), when, priority)
-            ],
-        )
-    return created
-
-
-def _insert_one(
-    cursor: Any, columns: tuple[str, ...], row: list[Any], created_event: list[Any], when: Any
-) -> dict[str, int]:
-    """PostgreSQL, one instance with its bell: one statement, its id from :data:`id_block`.
-
-    The statement answers whether it created the row and whether the key existed before it.
-    Neither means the id was taken (a block drawn before the sequence was reset, as by
-    ``TRUNCATE ... RESTART IDENTITY`` or a test case's ``reset_sequences``), or a concurrent
-    start of the same key committed while this one ran: a fresh block settles both. The
-    conflict target is left out so that a taken id writes nothing instead of raising, which
-    would abort the caller's transaction.
-    """
-    key = row[_layout().key_at]
-    text = sql.start_one_statement(columns, bell_rows.queue_table())
-    for _attempt in range(ID_ATTEMPTS):
-        pk = id_block.take(cursor)
-        params = [pk, *row, *created_event]
-        params += [bell_rows.list_key(), bell_rows.payload(pk), when, key]
-        created_pk, existed = executor.execute(cursor, "start_one", params, text=text).fetchone()
-        if created_pk is not None:
-            return {key: created_pk}
-        if existed:
-            return {}
-        id_block.discard()
-    raise IntegrityError(
-        f"start() of key '{key}' wrote nothing {ID_ATTEMPTS} times, with fresh ids, and the "
-        f"key is not taken: does {INSTANCE} have another unique constraint?"
-    )
-
-
-@functools.cache
-def _db_types(vendor: str) -> dict[str, str | None]:
-    """The instance table's column types (``vendor`` keys the cache: the types are the
-    connection's)."""
-    types = {str(f.column): f.db_type(connection) for f in WorkflowInstance._meta.concrete_fields}
-    types["id"] = "bigint"
-    return types
-
-
-def _unnest_rows(columns: Sequence[str], rows: list[list[Any]]) -> tuple[str, list[Any]]:
-    """PostgreSQL: a SELECT of ``rows`` with one parameter per column (an array where the
-    rows differ), so a batch's text and parameters stay small whatever its size."""
-    types = _db_types(connection.vendor)
-    outputs, arrays, params, array_params = [], [], [], []
-    for index, column in enumerate(columns):
-        values = [row[index] for row in rows]
-        if all(value == values[0] for value in values):
-            outputs.append(f"%s::{types[column]}")
-            params.append(values[0])
-        else:
-            outputs.append(f"v.c{index}")
-            arrays.append((index, column))
-            array_params.append(values)
-    select = sql.unnest_select(
-        outputs, [(f"c{index}", str(types[column])) for index, column in arrays]
-    )
-    # The unnest's parameters come after the select list's in the text.
-    return select, params + array_params
 
 
 def _announce(instances: list[WorkflowInstance]) -> None:

@@ -12,8 +12,8 @@ from datetime import datetime
 
 from django.db import connection
 
-from django_workerflow.models import InboundEvent, WorkflowInstance, rows
-from django_workerflow.store import executor, sql
+from django_workerflow.models import InboundEvent, WorkflowInstance
+from django_workerflow.store import executor, instance_writes, sql
 from django_workerflow.store.transactions import adapt, satisfy_wait
 from django_workerflow.values.states import WakeCause
 
@@ -43,7 +43,7 @@ def delivers_at_once() -> bool:
     signal of an event or an instance is connected. Else the caller writes it through the
     ORM, a statement each (and :func:`satisfy` for the wait it satisfies)."""
     return connection.vendor == "postgresql" and not (
-        rows.signalled(InboundEvent) or rows.signalled(WorkflowInstance)
+        instance_writes.signalled(InboundEvent) or instance_writes.signalled(WorkflowInstance)
     )
 
 

@@ -1,5 +1,5 @@
 """Instance ids drawn ahead for single starts on PostgreSQL (see
-:mod:`django_workerflow.runtime.starting`).
+:mod:`django_workerflow.store.instance_inserts`).
 
 A bell names its instance's id, so a start must know the id before its one statement; a
 block of ids drawn from the table's sequence in one statement serves the next starts of

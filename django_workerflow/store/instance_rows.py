@@ -6,7 +6,7 @@ compile about ten of them, more than the run steps of a short workflow cost. The
 functions send the same statements without the compiler, and convert values exactly as
 the ORM does (each column's backend and field converters).
 
-The instance's own writes live with the model (:mod:`django_workerflow.models.rows`).
+The instance's own writes are :mod:`.instance_writes` (the model's transitions call them).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from django.db.models import Field, Model
 from django_workerflow.exceptions import StepStateError, WorkflowInputError
 from django_workerflow.models import WorkflowEvent, WorkflowInstance
 from django_workerflow.models.fields import engine_datetime
-from django_workerflow.models.rows import signalled
 from django_workerflow.store import executor, lease, sql
+from django_workerflow.store.instance_writes import signalled
 from django_workerflow.values import jsonvalue, storable, transitions
 from django_workerflow.values.states import WorkflowEventType, WorkflowStatus
 

@@ -719,7 +719,7 @@ def send_event_statement(queue_table: str | None) -> str:
     )
 
 
-# Starting instances (runtime/starting.py composes the parameters) -------------------------
+# Starting instances (store/instance_inserts.py composes the parameters) --------------------
 
 _QUOTED_KEY = '"key"'
 #: A bell's priority is its instance's (see migration 0020): the broker claims lower first.

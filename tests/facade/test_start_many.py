@@ -88,7 +88,7 @@ def test_start_many__writes_at_most_1000_rows_per_statement(workflow, monkeypatc
         return insert_pending(name, version, entries, now, **options)
 
     def record(execute, sql, params, many, context):
-        if f"INSERT INTO {starting.INSTANCE} " in sql:
+        if f"INSERT INTO {WorkflowInstance._meta.db_table} " in sql:
             statements.append(sql)
         return execute(sql, params, many, context)
 

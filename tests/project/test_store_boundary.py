@@ -15,13 +15,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "django_workerflow"
 STORE = PACKAGE / "store"
 MIGRATIONS = PACKAGE / "migrations"
 
-ALLOWED = {
-    # Not moved yet (issue 40, item 1): the start's inserts and the instance's own row
-    # writes (models/rows.py) still run their cursors here.
-    "runtime/starting.py",
-    "models/rows.py",
-}
-
 
 def _is_vendor(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "vendor"
@@ -65,19 +58,12 @@ def test_store_boundary__no_vendor_test_and_no_cursor_outside_the_store():
         if path.is_relative_to(STORE) or path.is_relative_to(MIGRATIONS):
             continue
         name = str(path.relative_to(PACKAGE))
-        if name in ALLOWED:
-            continue
         if lines := violations(path.read_text()):
             found[name] = lines
     assert not found, (
         f"SQL or a vendor test outside django_workerflow/store/: {found}. Give the store an "
         "intent-named function that keeps both dialects side by side, and call it."
     )
-
-
-def test_store_boundary__the_allowed_modules_still_need_it():
-    for name in sorted(ALLOWED):
-        assert violations((PACKAGE / name).read_text()), f"{name} is clean: drop it from ALLOWED."
 
 
 def test_store_boundary__tells_a_cursor_from_a_workflows_execute():

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from django_workerflow.models import WorkflowInstance
-from django_workerflow.models import rows as model_rows
-from django_workerflow.store import sql
+from django_workerflow.store import instance_writes, sql
 
 HOME = Path(__file__).resolve().parents[1] / "sql"
 VENDORS = ("postgresql", "sqlite")
@@ -38,20 +37,20 @@ def texts() -> dict[str, str]:
         # One id for claim_bells, which names as many as it claims.
         found[f"queue/{name}.sql"] = sql.queue_statement(name, QUEUE, ids=1)
     table = WorkflowInstance._meta.db_table
-    found["model/update_instance.sql"] = model_rows.update_statement(
+    found["model/update_instance.sql"] = instance_writes.update_statement(
         table, ("alarm_at", "updated_at")
     )
     # A change of status: written only while the row has the status it was read with.
-    found["model/move_instance.sql"] = model_rows.update_statement(
+    found["model/move_instance.sql"] = instance_writes.update_statement(
         table, ("status", "alarm_at", "updated_at"), "status"
     )
     # ... and, on PostgreSQL, with its workflow event in the same statement.
-    found["model/move_instance_with_event.sql"] = model_rows.move_statement(
+    found["model/move_instance_with_event.sql"] = instance_writes.move_statement(
         table,
         ("status", "alarm_at", "updated_at"),
         WorkflowInstance.workflow_events.rel.related_model._meta.db_table,
     )
-    found["model/insert_workflow_event.sql"] = model_rows.insert_event_statement(
+    found["model/insert_workflow_event.sql"] = instance_writes.insert_event_statement(
         WorkflowInstance.workflow_events.rel.related_model._meta.db_table
     )
     # The start's statements, as composed for a one-column instance and two rows.

@@ -1,12 +1,20 @@
 """The instance row's own writes: one ``UPDATE`` by primary key, one workflow event insert.
 
-Every transition of :class:`~.instance.WorkflowInstance` saves through these two; one that
-changes the status writes only while the row has the status it was read with. They send
-the statements Django would build, without its query compiler (0.3 to 0.5 ms a statement
-on our machines, more than the statement itself), and convert each value with the field's
-own ``get_db_prep_save``. While any ``pre_save`` or ``post_save`` receiver is connected for
-the model, they go through the ORM so those signals still fire. Their full texts are
-checked in with every other statement (``tests/sql/``).
+Every transition of :class:`~django_workerflow.models.instance.WorkflowInstance` saves
+through these; one that changes the status writes only while the row has the status it was
+read with. They send the statements Django would build, without its query compiler (0.3 to
+0.5 ms a statement on our machines, more than the statement itself), and convert each value
+with the field's own ``get_db_prep_save``. While any ``pre_save`` or ``post_save`` receiver
+is connected for the model, they go through the ORM so those signals still fire. Their full
+texts are checked in with every other statement (``tests/sql/model/``).
+
+Why here and not in :mod:`.sql`: the model's transitions call these, so
+``django_workerflow.models.instance`` imports this module while ``django_workerflow.models``
+is still loading, and :mod:`.sql` (with :mod:`.executor`, which reads its statements) reads
+the models' tables when it is imported. This module therefore imports nothing of
+``django_workerflow``: its texts are built from the table and column names it is handed,
+and it runs them on a plain cursor. It is the one import of the store from below it (the
+models layer), listed with its reason in pyproject's import contract.
 """
 
 from __future__ import annotations
@@ -14,16 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection
 from django.db.models import Field, Model
 from django.db.models.signals import post_save, pre_save
-
-from django_workerflow.models.fields import engine_datetime
-
-if TYPE_CHECKING:
-    from django_workerflow.models.instance import WorkflowInstance
 
 
 @cache
@@ -60,15 +63,19 @@ def _fields_by_name(model: type[Model]) -> dict[str, Field[Any, Any]]:
     return {**{f.name: f for f in fields}, **{f.attname: f for f in fields}}
 
 
+def _event_time(event_model: type[Model], now: datetime) -> Any:
+    """``now`` as the driver takes it for the event's ``recorded_at`` (an engine datetime:
+    its field converts it whatever ``USE_TZ`` says)."""
+    return _fields_by_name(event_model)["recorded_at"].get_db_prep_save(now, connection)
+
+
 def signalled(model: type[Model]) -> bool:
     """True while a ``pre_save`` or ``post_save`` receiver is connected for ``model``: its
     rows are then written through the ORM, so that the signals fire."""
     return pre_save.has_listeners(model) or post_save.has_listeners(model)
 
 
-def save_fields(
-    instance: WorkflowInstance, fields: Sequence[str], *, status_was: str | None = None
-) -> bool:
+def save_fields(instance: Model, fields: Sequence[str], *, status_was: str | None = None) -> bool:
     """``instance.save(update_fields=fields)`` in one UPDATE by primary key; with
     ``status_was``, only if the row's status is still that (False: nothing was written).
 
@@ -102,7 +109,7 @@ def save_fields(
 
 
 def move_with_event(
-    instance: WorkflowInstance,
+    instance: Model,
     fields: Sequence[str],
     status_was: str,
     event: tuple[type[Model], str, str | None, datetime],
@@ -129,7 +136,7 @@ def move_with_event(
         for field in model_fields
     ]
     statement = move_statement(model._meta.db_table, columns, event_model._meta.db_table)
-    when = engine_datetime(now, connection)
+    when = _event_time(event_model, now)
     with connection.cursor() as cursor:
         cursor.execute(
             statement,
@@ -158,5 +165,5 @@ def record_event(
     with connection.cursor() as cursor:
         cursor.execute(
             insert_event_statement(event_model._meta.db_table),
-            [instance_pk, event_type, reason, engine_datetime(now, connection)],
+            [instance_pk, event_type, reason, _event_time(event_model, now)],
         )
