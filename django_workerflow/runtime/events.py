@@ -20,9 +20,6 @@ from django_workerflow.definition.drift import awaited_event_names
 from django_workerflow.models import (
     ACTIVE_STATUSES,
     InboundEvent,
-    Step,
-    StepState,
-    StepType,
     WorkflowInstance,
     WorkflowStatus,
 )
@@ -181,19 +178,7 @@ def _send_in_steps(
         trace_context=tracing.carrier(),
     )
     if locked.status in ACTIVE_STATUSES:
-        step_pk = (
-            Step.objects.filter(
-                instance_id=pk,
-                type=StepType.WAIT,
-                state=StepState.WAITING,
-                event_name=event_name,
-            )
-            # At its deadline a wait has timed out, as a tick at the same instant finds.
-            .exclude(timeout_at__lte=now)
-            .order_by("created_at", "id")
-            .values_list("pk", flat=True)
-            .first()
-        )
+        step_pk = inbound_events.open_wait(pk, event_name, now)
         if step_pk is not None:
             inbound_events.satisfy(pk, step_pk, event.pk, payload_json, now)
             event.claimed_by_id = step_pk

@@ -47,6 +47,16 @@ def delivers_at_once() -> bool:
     )
 
 
+def open_wait(instance_pk: int, event_name: str, now: datetime) -> int | None:
+    """The earliest waiting wait step of ``event_name`` that an event sent at ``now``
+    satisfies (the deadline rule :func:`send` applies, written once in the store's SQL);
+    None if no wait is open to it."""
+    values = sql.params(instance=instance_pk, event_name=event_name, now=adapt(now))
+    with connection.cursor() as cursor:
+        row = executor.execute(cursor, "open_wait", values, prepare=False).fetchone()
+    return None if row is None else int(row[0])
+
+
 def satisfy(
     instance_pk: int, step_pk: int, event_pk: int, payload_json: str, now: datetime
 ) -> None:

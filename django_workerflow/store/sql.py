@@ -306,6 +306,10 @@ _COMPLETE_SUCCEEDED = f""", done AS (
         )
         SELECT {", ".join(INSTANCE_COLUMNS)}, (SELECT count(*) FROM done) FROM completed"""
 
+# The wait-deadline rule, written once: a wait step is open to an event strictly before its
+# deadline; at its deadline it has timed out, as a tick at the same instant finds.
+_WAIT_OPEN = "(timeout_at IS NULL OR timeout_at > %(now)s::timestamptz)"
+
 _STATEMENTS: dict[str, str] = {
     # An instance row, every column (the tick's claim and settle build the model from it).
     "read_instance": _READ_INSTANCE,
@@ -433,6 +437,14 @@ _STATEMENTS: dict[str, str] = {
     "received_trace_context": f"""
         SELECT trace_context FROM {INBOUND}
         WHERE claimed_by_id = %(step)s::bigint AND trace_context IS NOT NULL""",
+    # The earliest waiting wait step of an event's name still open to it (_WAIT_OPEN): the
+    # one an event sent now satisfies (send_event's statement does the same in its CTE).
+    "open_wait": f"""
+        SELECT id FROM {STEP}
+        WHERE instance_id = %(instance)s::bigint AND type = %(type_wait)s::varchar
+            AND state = %(state_waiting)s::varchar AND event_name = %(event_name)s::varchar
+            AND {_WAIT_OPEN}
+        ORDER BY created_at, id LIMIT 1""",
     # Mark an inbound event claimed by the wait step it satisfied.
     "claim_event": f"""
         UPDATE {INBOUND} SET claimed_by_id = %(step)s, claimed_at = %(now)s
@@ -503,6 +515,7 @@ _DIALECTS: dict[str, Dialect] = {
     "satisfy_wait": Dialect.BOTH,
     "received_trace_context": Dialect.BOTH,
     "claim_event": Dialect.BOTH,
+    "open_wait": Dialect.BOTH,
     "claim_instance": Dialect.POSTGRESQL,
     "complete_instance": Dialect.POSTGRESQL,
     "succeed_and_complete": Dialect.POSTGRESQL,
@@ -669,7 +682,7 @@ def send_event_statement(queue_table: str | None) -> str:
             WHERE %(active)s::boolean AND instance_id = %(instance)s::bigint
                 AND type = %(type_wait)s::varchar AND state = %(state_waiting)s::varchar
                 AND event_name = %(event_name)s::varchar
-                AND (timeout_at IS NULL OR timeout_at > %(now)s::timestamptz)
+                AND {_WAIT_OPEN}
             ORDER BY created_at, id LIMIT 1
         ), satisfied AS (
             UPDATE {STEP} SET state = %(state_satisfied)s::varchar,
