@@ -75,6 +75,21 @@ def signalled(model: type[Model]) -> bool:
     return pre_save.has_listeners(model) or post_save.has_listeners(model)
 
 
+def _columns_and_values(
+    instance: Model, fields: Sequence[str]
+) -> tuple[tuple[str, ...], list[Any]]:
+    """The columns of ``fields`` and their values as the database takes them (each field's
+    own ``get_db_prep_save``)."""
+    by_name = _fields_by_name(type(instance))
+    model_fields = [by_name[name] for name in fields]
+    columns = tuple(str(field.column) for field in model_fields)
+    values = [
+        field.get_db_prep_save(getattr(instance, field.attname), connection)
+        for field in model_fields
+    ]
+    return columns, values
+
+
 def save_fields(instance: Model, fields: Sequence[str], *, status_was: str | None = None) -> bool:
     """``instance.save(update_fields=fields)`` in one UPDATE by primary key; with
     ``status_was``, only if the row's status is still that (False: nothing was written).
@@ -91,13 +106,7 @@ def save_fields(instance: Model, fields: Sequence[str], *, status_was: str | Non
                 return False
         instance.save(update_fields=fields)
         return True
-    by_name = _fields_by_name(model)
-    model_fields = [by_name[name] for name in fields]
-    columns = tuple(str(field.column) for field in model_fields)
-    values = [
-        field.get_db_prep_save(getattr(instance, field.attname), connection)
-        for field in model_fields
-    ]
+    columns, values = _columns_and_values(instance, fields)
     guard = None if status_was is None else "status"
     with connection.cursor() as cursor:
         cursor.execute(
@@ -128,13 +137,7 @@ def move_with_event(
         or instance._state.db not in (None, connection.alias)
     ):
         return None
-    by_name = _fields_by_name(model)
-    model_fields = [by_name[name] for name in fields]
-    columns = tuple(str(field.column) for field in model_fields)
-    values = [
-        field.get_db_prep_save(getattr(instance, field.attname), connection)
-        for field in model_fields
-    ]
+    columns, values = _columns_and_values(instance, fields)
     statement = move_statement(model._meta.db_table, columns, event_model._meta.db_table)
     when = _event_time(event_model, now)
     with connection.cursor() as cursor:
