@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import connection
 
-from django_workerflow.store import executor, sql
+from django_workerflow.store import bell_queue, executor, sql
 
 
 def read(
@@ -23,14 +23,15 @@ def read(
     postgresql = connection.vendor == "postgresql"
     if postgresql:
         values["channel"] = channel
+    if bell is not None and not postgresql:
+        bell_queue.delete(connection, queue_table, bell)
     with connection.cursor() as cursor:
         if bell is not None and postgresql:
-            statement = sql.queue_statement("finish_followups_acknowledging", queue_table)
-            cursor.execute(statement, sql.params(bell=bell, **values))
-            row = cursor.fetchone()
+            name = "finish_followups_acknowledging"
+            text = sql.queue_statement(name, queue_table)
+            values = sql.params(bell=bell, **values)
+            row = executor.execute(cursor, name, values, text=text, prepare=False).fetchone()
         else:
-            if bell is not None:
-                cursor.execute(sql.queue_statement("delete_bell", queue_table), {"id": bell})
             name = "finish_followups_notify" if postgresql else "finish_followups"
             row = executor.execute(cursor, name, sql.params(**values)).fetchone()
     return bool(row[0]), bool(row[1])
