@@ -254,7 +254,10 @@ _CLAIM_INSTANCE = f"""
                 updated_at = CASE WHEN i.status = %(status_pending)s::varchar
                     THEN %(now)s::timestamptz ELSE i.updated_at END
             FROM found
-            WHERE i.id = found.id AND NOT found.definition_paused
+            -- The id as a parameter: joined only to found, the planner may pick the status
+            -- and alarm indexes and scan every due instance (a backlog's claims go quadratic).
+            WHERE i.id = %(instance)s::bigint AND i.id = found.id
+                AND NOT found.definition_paused
                 AND i.alarm_at <= %(now)s::timestamptz
                 AND (i.status = %(status_running)s::varchar OR (
                     i.status = %(status_pending)s::varchar AND i.admitted_at IS NOT NULL
