@@ -167,8 +167,10 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - began
 
 
-def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    """Poll ``predicate`` every 50 ms until it returns something truthy."""
+def wait_until(
+    predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.05
+) -> Any:
+    """Poll ``predicate`` every ``interval`` seconds until it returns something truthy."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -176,7 +178,7 @@ def wait_until(predicate: Callable[[], Any], *, timeout: float, what: str) -> An
             return value
         if time.monotonic() >= deadline:
             raise TimeoutError(f"Timed out after {timeout} s waiting for {what}.")
-        time.sleep(0.05)
+        time.sleep(interval)
 
 
 def load_average() -> list[float]:

@@ -363,9 +363,24 @@ def tasks_section(table: Table, results: Results) -> None:
                 return "skipped"
             return f"{number(section['tasks_per_second'])} tasks/s"
 
+        def cpu(r: dict[str, Any], backend: str = backend) -> str:
+            section = dig(r, "tasks", backend)
+            if "skipped" in section:
+                return "skipped"
+            if "cpu_ms_per_task" not in section:
+                return "not measured"
+            used = section["cpu_ms_per_task"]
+            clients, server = used["clients"], used["server"]
+            if clients is None:
+                return "? (no /proc)"
+            if server is None:  # SQLite: the database runs inside the workers
+                return f"{clients:.2f} ms"
+            return f"{clients:.2f} + {server:.2f} ms"
+
         table.row(f"enqueue to started, {name}: median / p99", started, "tasks")
         tasks = any_result(results, "tasks", backend, "tasks") or 0
         table.row(f"{tasks:,} tasks drained, {name}", drained, "tasks")
+        table.row("  CPU per task drained: workers (+ server backends)", cpu, "tasks")
 
 
 def admin_section(table: Table, results: Results) -> None:

@@ -9,7 +9,9 @@ framework's public API on each backend, with its own workers, in this run:
 
 Start latency: from just before ``enqueue()`` to the result's ``started_at``, one task every
 ``task_spacing`` seconds. Throughput: ``task_drain`` tasks enqueued in one transaction,
-from its commit to the last ``finished_at``. django-tasks-db is installed only in the
+from its commit to the last ``finished_at``, and the CPU the workers' processes and the
+server's backends spent per task meanwhile (:mod:`bench.process_cpu`): on a small machine
+the drain is bound by it. django-tasks-db is installed only in the
 benchmark's venv (``.[bench]``); without it its rows say "skipped".
 """
 
@@ -32,6 +34,7 @@ from django.utils import timezone
 
 from .cluster import running_cluster, warm_up
 from .common import REPO, Sizes, distribution, wait_until
+from .process_cpu import CpuMeter
 
 #: django-tasks-db's worker sleeps this long when its queue is empty (our poll's value).
 DB_WORKER_INTERVAL = "0.05"
@@ -47,24 +50,34 @@ def tasks_scenario(sizes: Sizes, workdir: Path, progress: Callable[[str], None])
     workers = settings.Q_CLUSTER["workers"]
     results: dict[str, Any] = {"workers": workers}
     progress("tasks on our backend, one cluster")
-    with running_cluster(workdir / "tasks-qcluster.log"):
+    with running_cluster(workdir / "tasks-qcluster.log") as cluster:
         warm_up("tasks")
-        results["ours"] = measure(nothing, sizes, _ours_finished)
+        results["ours"] = measure(nothing, sizes, _ours_finished, [cluster.process.pid])
     if "database" not in settings.TASKS or not importlib.util.find_spec("django_tasks_db"):
         results["django_tasks_db"] = {"skipped": "django-tasks-db is not installed"}
         return results
     progress(f"tasks on django-tasks-db, {workers} db_worker processes")
     database = nothing.using(backend="database")
     with ExitStack() as stack:
-        for index in range(workers):
+        processes = [
             stack.enter_context(db_worker(workdir / f"tasks-db-worker-{index}.log"))
+            for index in range(workers)
+        ]
         _wait_result(database.enqueue(), timeout=60)  # the workers have started
-        results["django_tasks_db"] = measure(database, sizes, _database_finished)
+        results["django_tasks_db"] = measure(
+            database, sizes, _database_finished, [process.pid for process in processes]
+        )
     return results
 
 
-def measure(task: Any, sizes: Sizes, finished: Callable[[list[str]], tuple[int, Any]]) -> dict:
-    """Start latency (one task at a time), then a drain of ``task_drain`` tasks."""
+def measure(
+    task: Any,
+    sizes: Sizes,
+    finished: Callable[[list[str]], tuple[int, Any]],
+    workers: list[int],
+) -> dict:
+    """Start latency (one task at a time), then a drain of ``task_drain`` tasks, with the
+    CPU per task of the processes ``workers`` (and their children) and of the server."""
     sent: list[tuple[datetime, Any]] = []
     for _ in range(sizes.task_latency):
         before = timezone.now()
@@ -73,16 +86,27 @@ def measure(task: Any, sizes: Sizes, finished: Callable[[list[str]], tuple[int, 
     latencies = [
         (_wait_result(result).started_at - before).total_seconds() for before, result in sent
     ]
+    meter = CpuMeter(workers)
+    meter.start()
     began = time.perf_counter()
     with transaction.atomic():
         ids = [task.enqueue().id for _ in range(sizes.task_drain)]
     enqueue_seconds = time.perf_counter() - began
     released = timezone.now()
-    wait_until(
-        lambda: finished(ids)[0] >= len(ids), timeout=600, what=f"{len(ids)} tasks to finish"
-    )
+
+    def drained() -> bool:
+        meter.sample()
+        return finished(ids)[0] >= len(ids)
+
+    # Polled slowly: the count is a query the server runs beside the drain (the times are
+    # the rows' own, so the polling's pace does not change the figure).
+    wait_until(drained, timeout=600, what=f"{len(ids)} tasks to finish", interval=0.5)
     seconds = (finished(ids)[1] - released).total_seconds()
+    cpu = meter.seconds()
     return {
+        "cpu_ms_per_task": {
+            role: None if used is None else used * 1000 / len(ids) for role, used in cpu.items()
+        },
         "start_latency": distribution(latencies),
         "tasks": len(ids),
         "enqueues_per_second": len(ids) / enqueue_seconds,

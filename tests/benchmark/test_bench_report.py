@@ -71,10 +71,22 @@ def _results(vendor: str) -> dict[str, Any]:
     latency = {"count": 100, "min": 0.01, "median": 0.0326, "p99": 0.101, "max": 0.2, "early": 0}
     results["tasks"] = {
         "workers": 4 if postgresql else 2,
-        "ours": {"start_latency": latency, "tasks": 2_000, "tasks_per_second": 164.2},
+        "ours": {
+            "start_latency": latency,
+            "tasks": 2_000,
+            "tasks_per_second": 164.2,
+            "cpu_ms_per_task": {"clients": 2.97, "server": 1.84}
+            if postgresql
+            else {"clients": 2.87, "server": None},
+        },
         "django_tasks_db": {"skipped": "django-tasks-db is not installed"}
         if postgresql
-        else {"start_latency": latency, "tasks": 2_000, "tasks_per_second": 211.0},
+        else {
+            "start_latency": latency,
+            "tasks": 2_000,
+            "tasks_per_second": 211.0,
+            "cpu_ms_per_task": {"clients": 1.5, "server": None},
+        },
     }
     slowest = 15.5 if postgresql else 21.0
     results["recovery"] = {
@@ -193,12 +205,16 @@ def test_report__numbers_every_section_once_in_order():
 def test_report__prints_the_django_tasks_figures_beside_django_tasks_db():
     lines = _table()
     section = lines.index(next(line for line in lines if line.startswith("14. django.tasks")))
-    tasks = lines[section + 1 : section + 6]
+    tasks = lines[section + 1 : section + 8]
 
     assert tasks[0].split()[-2:] == ["2", "4"]  # workers per database
     assert "32.6 / 101 ms" in tasks[1]
     assert "164 tasks/s" in tasks[2]
-    assert tasks[4].split()[-3:] == ["211", "tasks/s", "skipped"]
+    # CPU per task: the workers' (SQLite runs inside them), + the server's on PostgreSQL
+    assert tasks[3].startswith("    CPU per task drained")
+    assert tasks[3].split()[-6:] == ["2.87", "ms", "2.97", "+", "1.84", "ms"]
+    assert tasks[5].split()[-3:] == ["211", "tasks/s", "skipped"]
+    assert tasks[6].split()[-3:] == ["1.50", "ms", "skipped"]
 
 
 def test_report__prints_the_starting_figures():
