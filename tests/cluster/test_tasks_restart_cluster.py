@@ -29,8 +29,14 @@ def test_tasks_before_tasks_configured__run_at_once_when_the_worker_restarts(
     (old,) = qcluster.start(WORKERFLOW_TEST_NO_TASKS="1")
     result = tasks.add.enqueue(2, 3)
     wait_until(lambda: HINT in old.log(), timeout=30, what="the old worker's hint")
-    deferred = WorkflowInstance.objects.get(key=result.id)
-    assert deferred.alarm_cause == WakeCause.UNREGISTERED
+    # The tick logs the hint before its transaction commits the deferral: wait for the row.
+    deferred = wait_until(
+        lambda: WorkflowInstance.objects.filter(
+            key=result.id, alarm_cause=WakeCause.UNREGISTERED
+        ).first(),
+        timeout=30,
+        what="the old worker's deferral",
+    )
     assert "define it there and deploy" not in old.log()
     old.stop()
 
