@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from django.db import connection
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -25,18 +27,23 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def _tree(roots: list[int]) -> set[int]:
-    """``roots`` and every process descending from them."""
-    parents: dict[int, int] = {}
+def _processes() -> dict[int, tuple[int, float]]:
+    """Every process of the machine: its parent pid and CPU seconds used, by pid."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             stat = _stat(int(entry.name))
             if stat is not None:
-                parents[int(entry.name)] = stat[0]
+                found[int(entry.name)] = stat
+    return found
+
+
+def _tree(roots: list[int], processes: dict[int, tuple[int, float]]) -> set[int]:
+    """``roots`` and every process of ``processes`` descending from them."""
     found = set(roots)
     grew = True
     while grew:
-        children = {pid for pid, parent in parents.items() if parent in found}
+        children = {pid for pid, (parent, _cpu) in processes.items() if parent in found}
         grew = not children <= found
         found |= children
     return found
@@ -44,8 +51,6 @@ def _tree(roots: list[int]) -> set[int]:
 
 def _server_backends() -> set[int]:
     """The server processes serving this database (PostgreSQL), this connection's left out."""
-    from django.db import connection
-
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_stat_activity "
@@ -60,8 +65,6 @@ class CpuMeter:
     :meth:`start` and the last :meth:`sample`."""
 
     def __init__(self, roots: list[int]) -> None:
-        from django.db import connection
-
         self.roots = roots
         self.server = connection.vendor == "postgresql"
         self._first: dict[tuple[str, int], float] = {}
@@ -78,14 +81,14 @@ class CpuMeter:
     def _read(self) -> dict[tuple[str, int], float]:
         if not self.readable:
             return {}
-        readings: dict[tuple[str, int], float] = {}
+        processes = _processes()
         server = _server_backends() if self.server else set()
-        for role, pids in (("clients", _tree(self.roots)), ("server", server)):
-            for pid in pids:
-                stat = _stat(pid)
-                if stat is not None:
-                    readings[(role, pid)] = stat[1]
-        return readings
+        return {
+            (role, pid): processes[pid][1]
+            for role, pids in (("clients", _tree(self.roots, processes)), ("server", server))
+            for pid in pids
+            if pid in processes
+        }
 
     def seconds(self) -> dict[str, Any]:
         """CPU seconds by role (a process first seen after :meth:`start` counts whole)."""

@@ -47,11 +47,8 @@ def _claim_plans(plans: list[dict[str, Any]]):
             cursor.execute("SAVEPOINT claim_plan")
             cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
             (document,) = cursor.fetchone()
-            plans.append(
-                json.loads(document)[0]["Plan"]
-                if isinstance(document, str)
-                else document[0]["Plan"]
-            )
+            parsed = json.loads(document) if isinstance(document, str) else document
+            plans.append(parsed[0]["Plan"])
             cursor.execute("ROLLBACK TO SAVEPOINT claim_plan")
         return execute(sql, params, many, context)
 
